@@ -1,0 +1,106 @@
+#include "linear.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "../check.hpp"
+#include "../gemm.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+template <class T>
+detail::MatrixRef<const T> matrix(const xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
+  return {a.data(), rows, cols};
+}
+template <class T>
+detail::MatrixRef<T> matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
+  return {a.data(), rows, cols};
+}
+
+}  // namespace
+
+template <class T>
+Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
+              WeightLayout layout) {
+  static constexpr const char* op = "linear";
+  Tape<T>& tape = detail::common_tape<T>(
+      op, {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
+  const bool out_in = layout == WeightLayout::out_in;
+
+  const Shape& w_shape = weight.shape();
+  if (w_shape.size() != 2)
+    detail::fail_shape(op, "weight", w_shape, out_in ? "[out, in]" : "[in, out]");
+  const std::size_t in = out_in ? w_shape[1] : w_shape[0];
+  const std::size_t out = out_in ? w_shape[0] : w_shape[1];
+  const Shape& x_shape = x.shape();
+  if (x_shape.empty() || x_shape.back() != in)
+    detail::fail_shape(op, "x", x_shape,
+                       "[..., " + std::to_string(in) + "] to match weight " +
+                           detail::shape_str(w_shape));
+  if (bias && (bias->shape().size() != 1 || bias->shape()[0] != out))
+    detail::fail_shape(op, "bias", bias->shape(),
+                       "[" + std::to_string(out) + "] to match weight " +
+                           detail::shape_str(w_shape));
+
+  Shape y_shape = x_shape;
+  y_shape.back() = out;
+  const std::size_t n = detail::rows_of(x.size(), in);
+  const std::size_t xi = x.index(), wi = weight.index();
+  const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
+  const bool needs_grad =
+      x.requires_grad() || weight.requires_grad() || (bias && bias->requires_grad());
+
+  const std::size_t yi = tape.record(op, {xi, wi, bi.value_or(xi)}, needs_grad);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(y_shape);
+  // y[N,out] = b broadcast over rows, then += x[N,in] . op(W)   (bias fused as GEMM beta = 1)
+  if (bi) {
+    const T* b = tape.value(*bi).data();
+    for (std::size_t r = 0; r < n; ++r) std::copy(b, b + out, y.data() + r * out);
+  }
+  const xt::xarray<T>& w = tape.value(wi);
+  detail::gemm<T>(op, matrix(tape.value(xi), n, in), false,
+                  matrix(w, w_shape[0], w_shape[1]), out_in, matrix(y, n, out), bi.has_value());
+
+  tape.set_backward(yi, [xi, wi, bi, n, in, out, out_in](Tape<T>& t, const xt::xarray<T>& dy) {
+    const xt::xarray<T>& w = t.value(wi);
+    const std::size_t w_rows = out_in ? out : in;
+    const std::size_t w_cols = out_in ? in : out;
+    if (t.requires_grad(xi)) {
+      GradSlot<T> dx = t.grad_slot(xi);
+      // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T[out,in]
+      detail::gemm<T>(op, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
+                      matrix(dx.buffer, n, in), dx.accumulate);
+    }
+    if (t.requires_grad(wi)) {
+      GradSlot<T> dw = t.grad_slot(wi);
+      const xt::xarray<T>& x = t.value(xi);
+      if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
+        detail::gemm<T>(op, matrix(dy, n, out), true, matrix(x, n, in), false,
+                        matrix(dw.buffer, out, in), dw.accumulate);
+      else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
+        detail::gemm<T>(op, matrix(x, n, in), true, matrix(dy, n, out), false,
+                        matrix(dw.buffer, in, out), dw.accumulate);
+    }
+    if (bi && t.requires_grad(*bi)) {
+      GradSlot<T> db = t.grad_slot(*bi);
+      // db[out] (+)= sum_r dy[r, out]
+      T* d = db.buffer.data();
+      if (!db.accumulate) std::fill(d, d + out, T(0));
+      for (std::size_t r = 0; r < n; ++r) {
+        const T* row = dy.data() + r * out;
+        for (std::size_t j = 0; j < out; ++j) d[j] += row[j];
+      }
+    }
+  });
+  return tape.var(yi);
+}
+
+template Var<float> linear(const Var<float>&, const Var<float>&, const std::optional<Var<float>>&,
+                           WeightLayout);
+template Var<double> linear(const Var<double>&, const Var<double>&,
+                            const std::optional<Var<double>>&, WeightLayout);
+
+}  // namespace xtgrad

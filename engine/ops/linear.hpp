@@ -1,0 +1,31 @@
+#pragma once
+// linear: the affine map of a Linear layer, on any number of leading axes.
+//
+//   WeightLayout::out_in (PyTorch's nn.Linear, torch.nn.functional.linear):
+//     y[..., out] = x[..., in] . W^T + b,     W [out, in]
+//   WeightLayout::in_out (input-channel-first, as in the gated FFN):
+//     y[..., out] = x[..., in] . W + b,       W [in, out]
+//   b [out] is optional.
+//
+// Derivatives, with dy [N, out] the upstream gradient and x seen as [N, in]
+// (N = product of the leading axes; 1 for a single vector, 0 allowed):
+//   dx = dy . W        (out_in)    dx = dy . W^T     (in_out)
+//   dW = dy^T . x      (out_in)    dW = x^T . dy     (in_out)
+//   db = sum over the N rows of dy
+// Each is one GEMM with BLAS transpose flags; nothing is transposed in memory.
+// Throws std::invalid_argument naming the argument and both shapes when the
+// shapes do not fit.
+
+#include <optional>
+
+#include "../tape.hpp"
+
+namespace xtgrad {
+
+enum class WeightLayout { out_in, in_out };
+
+template <class T>
+Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias = {},
+              WeightLayout layout = WeightLayout::out_in);
+
+}  // namespace xtgrad

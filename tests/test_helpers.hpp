@@ -1,0 +1,97 @@
+#pragma once
+// Helpers shared by every test file. Nothing here computes an expected value
+// with the engine: references are written out in the tests themselves.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xio.hpp>
+
+#include <xtgrad/engine/gradcheck.hpp>
+#include <xtgrad/engine/tape.hpp>
+
+namespace xtgrad::testing {
+
+// Deterministic uniform [lo, hi) values of the given shape (std::mt19937, not
+// the engine or xtensor's random module).
+template <class T = double>
+xt::xarray<T> random_array(const std::vector<std::size_t>& shape, std::uint32_t seed,
+                           double lo = -1.0, double hi = 1.0) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<double> uniform(lo, hi);
+  xt::xarray<T> a = xt::empty<T>(shape);
+  for (auto& element : a) element = static_cast<T>(uniform(generator));
+  return a;
+}
+
+// Uniform values kept at least `margin` away from zero (away from the kinks
+// of relu and abs), with random signs.
+template <class T = double>
+xt::xarray<T> random_away_from_zero(const std::vector<std::size_t>& shape, std::uint32_t seed,
+                                    double margin = 0.1, double hi = 1.0) {
+  xt::xarray<T> a = random_array<T>(shape, seed, -1.0, 1.0);
+  for (auto& element : a) {
+    const double magnitude = margin + (hi - margin) * std::abs(static_cast<double>(element));
+    element = static_cast<T>(element < 0 ? -magnitude : magnitude);
+  }
+  return a;
+}
+
+// |a - b| <= atol + rtol * |b| elementwise, with equal shapes; on failure the
+// doctest message shows both arrays.
+template <class A, class B>
+void check_close(const A& actual, const B& expected, double rtol = 1e-12, double atol = 1e-12) {
+  const xt::xarray<double> a = xt::cast<double>(xt::xarray<typename A::value_type>(actual));
+  const xt::xarray<double> b = xt::cast<double>(xt::xarray<typename B::value_type>(expected));
+  std::ostringstream message;
+  message << "actual:\n" << a << "\nexpected:\n" << b;
+  INFO(message.str());
+  REQUIRE(a.shape() == b.shape());
+  bool close = true;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    if (std::isnan(x) || std::isnan(y) || std::abs(x - y) > atol + rtol * std::abs(y)) close = false;
+  }
+  CHECK(close);
+}
+
+// Runs gradcheck and fails the test with its report.
+inline void check_gradients(const GradcheckFunction& f,
+                            const std::vector<xt::xarray<double>>& inputs,
+                            const GradcheckOptions& options = {}) {
+  const GradcheckResult result = gradcheck(f, inputs, options);
+  INFO(result.report());
+  CHECK(result.passed);
+}
+
+// True when `what()` of the exception contains every one of `parts`.
+inline bool message_contains(const std::exception& e, const std::vector<std::string>& parts) {
+  const std::string what = e.what();
+  for (const auto& part : parts)
+    if (what.find(part) == std::string::npos) return false;
+  return true;
+}
+
+}  // namespace xtgrad::testing
+
+// CHECK_THROWS_WITH_PARTS(expr, std::invalid_argument, {"linear", "'x'", "[2, 3]"}):
+// expr throws exactly that type and its message contains every part.
+#define CHECK_THROWS_WITH_PARTS(expr, type, ...)                                            \
+  do {                                                                                      \
+    bool xtgrad_thrown_ = false;                                                            \
+    try {                                                                                   \
+      (void)(expr);                                                                         \
+    } catch (const type& e) {                                                               \
+      xtgrad_thrown_ = true;                                                                \
+      INFO("message: " << e.what());                                                        \
+      CHECK(::xtgrad::testing::message_contains(e, std::vector<std::string> __VA_ARGS__)); \
+    }                                                                                       \
+    CHECK_MESSAGE(xtgrad_thrown_, #expr " did not throw " #type);                          \
+  } while (false)
