@@ -43,8 +43,7 @@ Tape<T>& common_tape(const char* op,
   const char* first_arg = nullptr;
   for (const auto& [name, var] : args) {
     if (var == nullptr) continue;  // an absent optional argument
-    Tape<T>& t = var->tape();      // throws for an empty or stale handle
-    t.check_owns(*var, op, name);
+    Tape<T>& t = var->tape_for(op, name);  // throws for an empty or stale handle
     if (tape == nullptr) {
       tape = &t;
       first_arg = name;

@@ -28,8 +28,10 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
     return;
   }
   using shape2 = std::array<std::size_t, 2>;
-  const auto a_view = xt::adapt(a.data, a.rows * a.cols, xt::no_ownership(), shape2{a.rows, a.cols});
-  const auto b_view = xt::adapt(b.data, b.rows * b.cols, xt::no_ownership(), shape2{b.rows, b.cols});
+  const auto a_view =
+      xt::adapt(a.data, a.rows * a.cols, xt::no_ownership(), shape2{a.rows, a.cols});
+  const auto b_view =
+      xt::adapt(b.data, b.rows * b.cols, xt::no_ownership(), shape2{b.rows, b.cols});
   auto c_view = xt::adapt(c.data, c.rows * c.cols, xt::no_ownership(), shape2{c.rows, c.cols});
   xt::blas::gemm(a_view, b_view, c_view, transpose_a, transpose_b, T(1), accumulate ? T(1) : T(0));
 }

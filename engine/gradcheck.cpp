@@ -45,8 +45,7 @@ std::string GradcheckResult::report() const {
   if (elements_checked > 0) {
     out << "; worst is input " << worst_input << " at " << detail::shape_str(worst_index)
         << ": analytic " << worst_analytic << ", numeric " << worst_numeric << " (error "
-        << std::abs(worst_analytic - worst_numeric) << ", " << worst_ratio
-        << " of the tolerance)";
+        << std::abs(worst_analytic - worst_numeric) << ", " << worst_ratio << " of the tolerance)";
   }
   if (!reentrant) out << "; a second backward gave different gradients";
   if (!zero_upstream_gives_zero) out << "; a zero upstream gradient gave nonzero gradients";

@@ -10,22 +10,23 @@ namespace xtgrad {
 // ---- Var ----
 
 template <class T>
-Tape<T>& Var<T>::tape() const {
+Tape<T>& Var<T>::tape_for(const char* op, const char* arg) const {
   if (tape_ == nullptr)
-    throw std::logic_error("xtgrad::Var: empty handle; obtain Vars from Tape::leaf, Tape::param "
+    throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
+                           "' is an empty Var handle; obtain Vars from Tape::leaf, Tape::param "
                            "or an op");
-  tape_->check_live(*this, "Var");
+  tape_->check_live(*this, op);
   return *tape_;
 }
 
 template <class T>
 const xt::xarray<T>& Var<T>::value() const {
-  return tape().value(index_);
+  return tape_for("Var::value", "this").value(index_);
 }
 
 template <class T>
 const xt::xarray<T>& Var<T>::grad() const {
-  return tape().grad_of(index_);
+  return tape_for("Var::grad", "this").grad_of(index_);
 }
 
 template <class T>
@@ -56,7 +57,8 @@ template <class T>
 std::size_t Tape<T>::record(const char* op, std::initializer_list<std::size_t> parents,
                             bool requires_grad) {
   if (parents.size() > k_max_parents)
-    throw std::logic_error(std::string("xtgrad::Tape::record: op '") + op + "' has too many parents");
+    throw std::logic_error(std::string("xtgrad::Tape::record: op '") + op +
+                           "' has too many parents");
   if (size_ == nodes_.size()) nodes_.emplace_back();
   Node& node = nodes_[size_];
   node.op = op;
@@ -124,7 +126,8 @@ void Tape<T>::backward(const Var<T>& y) {
   check_owns(y, "Tape::backward", "y");
   const xt::xarray<T>& value = this->value(y.index_);
   if (value.size() != 1)
-    throw std::logic_error("xtgrad::Tape::backward: y has shape " + detail::shape_str(value.shape()) +
+    throw std::logic_error("xtgrad::Tape::backward: y has shape " +
+                           detail::shape_str(value.shape()) +
                            "; backward(y) needs a one-element y, call backward(y, dy) with an "
                            "upstream gradient dy of y's shape");
   xt::xarray<T> ones = xt::ones<T>(value.shape());

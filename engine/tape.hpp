@@ -63,7 +63,10 @@ class Var {
   std::size_t dimension() const { return value().dimension(); }
   bool requires_grad() const;
 
-  Tape<T>& tape() const;  // throws std::logic_error for an empty or stale handle
+  Tape<T>& tape() const { return tape_for("Var::tape", "this"); }
+  // The tape, or std::logic_error naming `op` and `arg` for an empty handle
+  // or one whose tape was cleared since it was recorded.
+  Tape<T>& tape_for(const char* op, const char* arg) const;
   std::size_t index() const { return index_; }
 
  private:

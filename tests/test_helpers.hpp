@@ -90,7 +90,8 @@ inline bool message_contains(const std::exception& e, const std::vector<std::str
       (void)(expr);                                                                         \
     } catch (const type& e) {                                                               \
       xtgrad_thrown_ = true;                                                                \
-      INFO("message: " << e.what());                                                        \
+      const std::string xtgrad_what_ = e.what();                                         \
+      INFO("message: " << xtgrad_what_);                                                        \
       CHECK(::xtgrad::testing::message_contains(e, std::vector<std::string> __VA_ARGS__)); \
     }                                                                                       \
     CHECK_MESSAGE(xtgrad_thrown_, #expr " did not throw " #type);                          \

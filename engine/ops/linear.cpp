@@ -29,20 +29,20 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
       op, {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
   const bool out_in = layout == WeightLayout::out_in;
 
-  const Shape& w_shape = weight.shape();
+  const Shape w_shape = weight.shape();  // copies: record() may move the nodes
   if (w_shape.size() != 2)
     detail::fail_shape(op, "weight", w_shape, out_in ? "[out, in]" : "[in, out]");
   const std::size_t in = out_in ? w_shape[1] : w_shape[0];
   const std::size_t out = out_in ? w_shape[0] : w_shape[1];
-  const Shape& x_shape = x.shape();
+  const Shape x_shape = x.shape();
   if (x_shape.empty() || x_shape.back() != in)
-    detail::fail_shape(op, "x", x_shape,
-                       "[..., " + std::to_string(in) + "] to match weight " +
-                           detail::shape_str(w_shape));
+    detail::fail_shape(
+        op, "x", x_shape,
+        "[..., " + std::to_string(in) + "] to match weight " + detail::shape_str(w_shape));
   if (bias && (bias->shape().size() != 1 || bias->shape()[0] != out))
-    detail::fail_shape(op, "bias", bias->shape(),
-                       "[" + std::to_string(out) + "] to match weight " +
-                           detail::shape_str(w_shape));
+    detail::fail_shape(
+        op, "bias", bias->shape(),
+        "[" + std::to_string(out) + "] to match weight " + detail::shape_str(w_shape));
 
   Shape y_shape = x_shape;
   y_shape.back() = out;
@@ -61,8 +61,8 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
     for (std::size_t r = 0; r < n; ++r) std::copy(b, b + out, y.data() + r * out);
   }
   const xt::xarray<T>& w = tape.value(wi);
-  detail::gemm<T>(op, matrix(tape.value(xi), n, in), false,
-                  matrix(w, w_shape[0], w_shape[1]), out_in, matrix(y, n, out), bi.has_value());
+  detail::gemm<T>(op, matrix(tape.value(xi), n, in), false, matrix(w, w_shape[0], w_shape[1]),
+                  out_in, matrix(y, n, out), bi.has_value());
 
   tape.set_backward(yi, [xi, wi, bi, n, in, out, out_in](Tape<T>& t, const xt::xarray<T>& dy) {
     const xt::xarray<T>& w = t.value(wi);

@@ -25,7 +25,8 @@ namespace xtgrad {
 enum class WeightLayout { out_in, in_out };
 
 template <class T>
-Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias = {},
+Var<T> linear(const Var<T>& x, const Var<T>& weight,
+              const std::optional<Var<NoDeduce<T>>>& bias = {},
               WeightLayout layout = WeightLayout::out_in);
 
 }  // namespace xtgrad
