@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,6 +19,13 @@
 #include <xtgrad/engine/tape.hpp>
 
 namespace xtgrad::testing {
+
+// Comparison tolerance for a result computed in T against a reference in
+// double: looser for float.
+template <class T>
+constexpr double tolerance() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
+}
 
 // Deterministic uniform [lo, hi) values of the given shape (std::mt19937, not
 // the engine or xtensor's random module).
@@ -70,6 +78,29 @@ inline void check_gradients(const GradcheckFunction& f,
   INFO(result.report());
   CHECK(result.passed);
 }
+
+// A fresh scratch directory under the system temp directory, removed (with
+// everything in it) when the object goes out of scope.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "test") {
+    std::random_device device;
+    path_ = std::filesystem::temp_directory_path() /
+            ("xtgrad-" + tag + "-" + std::to_string(device()) + "-" + std::to_string(device()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // True when `what()` of the exception contains every one of `parts`.
 inline bool message_contains(const std::exception& e, const std::vector<std::string>& parts) {

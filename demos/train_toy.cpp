@@ -1,0 +1,317 @@
+// The toy regression of "Attention Is All You Need" section 3.3 as a teaching
+// experiment: a position-wise FFN (d_model = 2, d_ff = 16) learns
+//   y1 = |x1| + 0.3 x2,   y2 = max(0, x2 - 0.2) - 0.4 x1
+// from 128 tokens drawn uniformly from [-1, 1]^2, and is evaluated on 96
+// independently drawn held-out tokens. Beside it, the same training on two
+// linear layers without an activation: a linear map, which cannot bend |x1|.
+//
+// Writes to --out (default toy_out/): history.csv, slice.csv, summary.json,
+// and loss.png, slice.png rendered by gnuplot.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <xtensor/xtensor.hpp>
+#include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/modules.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+namespace {
+
+using namespace xtgrad;
+namespace fs = std::filesystem;
+
+constexpr std::size_t k_train_tokens = 128;
+constexpr std::size_t k_heldout_tokens = 96;
+constexpr std::size_t k_slice_points = 41;
+constexpr std::size_t k_eval_every = 10;  // steps between held-out evaluations
+
+struct Options {
+  std::size_t steps = 2000;
+  double lr = 1e-2;
+  std::string optimizer = "adam";
+  std::size_t hidden = 16;
+  std::string activation = "relu";
+  std::uint64_t seed = 0;
+  std::string dtype = "float";
+  std::string out = "toy_out";
+  std::string save;
+  std::string load;
+};
+
+// The target of the experiment, computed from its equations.
+template <class T>
+xt::xarray<T> target_of(const xt::xarray<T>& x) {
+  xt::xarray<T> y = xt::empty<T>(x.shape());
+  for (std::size_t i = 0; i < x.shape()[0]; ++i) {
+    const double x1 = x(i, 0), x2 = x(i, 1);
+    y(i, 0) = static_cast<T>(std::abs(x1) + 0.3 * x2);
+    y(i, 1) = static_cast<T>(std::max(0.0, x2 - 0.2) - 0.4 * x1);
+  }
+  return y;
+}
+
+template <class T>
+xt::xarray<T> uniform_tokens(std::size_t n, std::mt19937_64& generator) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  xt::xarray<T> x = xt::empty<T>({n, std::size_t{2}});
+  for (auto& v : x) v = static_cast<T>(uniform(generator));
+  return x;
+}
+
+// Two linear layers with nothing in between: the baseline that cannot fit.
+template <class T>
+class LinearBaseline : public Module<T> {
+ public:
+  LinearBaseline(std::size_t d_model, std::size_t hidden, Generator& generator)
+      : first(d_model, hidden, true, generator), second(hidden, d_model, true, generator) {}
+  Var<T> operator()(const Var<T>& x) { return second(first(x)); }
+  Linear<T> first, second;
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override {
+    this->add_child(prefix, "first", first, out);
+    this->add_child(prefix, "second", second, out);
+  }
+};
+
+template <class T>
+std::unique_ptr<optim::Optimizer<T>> make_optimizer(const Options& o,
+                                                    std::vector<Parameter<T>*> params) {
+  if (o.optimizer == "adam")
+    return std::make_unique<optim::Adam<T>>(params, optim::AdamOptions(o.lr));
+  if (o.optimizer == "adamw")
+    return std::make_unique<optim::AdamW<T>>(params, optim::AdamWOptions(o.lr));
+  return std::make_unique<optim::SGD<T>>(params, optim::SGDOptions(o.lr).momentum(0.9));
+}
+
+// Mean squared error of a model on (x, y) without recording a backward.
+template <class T, class Model>
+double evaluate(Model& model, const xt::xarray<T>& x, const xt::xarray<T>& y) {
+  Tape<T> tape;
+  NoGradGuard<T> no_grad(tape);
+  return static_cast<double>(mse(model(tape.leaf(x, false)), tape.leaf(y, false)).value()());
+}
+
+template <class T, class Model>
+xt::xarray<T> predict(Model& model, const xt::xarray<T>& x) {
+  Tape<T> tape;
+  NoGradGuard<T> no_grad(tape);
+  return model(tape.leaf(x, false)).value();
+}
+
+struct Record {
+  std::size_t step;
+  double train_ffn, heldout_ffn, train_baseline, heldout_baseline;
+};
+
+// Renders loss.png and slice.png from the CSV files with gnuplot.
+bool plot(const fs::path& out, bool with_history) {  // history: a training run
+  const fs::path script = out / "plots.gp";
+  std::ofstream gp(script);
+  gp << "set terminal pngcairo size 900,560 enhanced font 'Sans,11'\n"
+     << "set datafile separator ','\nset key top right\nset grid\n";
+  if (with_history)
+    gp << "set output '" << (out / "loss.png").string() << "'\n"
+       << "set title 'Toy regression: mean squared error'\nset xlabel 'step'\n"
+       << "set ylabel 'MSE (log scale)'\nset logscale y\nset format y '10^{%L}'\n"
+       << "f = '" << (out / "history.csv").string() << "'\n"
+       << "plot f using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'FFN train', \\\n"
+       << "     f using 1:3 with lines lw 2 dt 2 lc rgb '#1f77b4' title 'FFN held-out', \\\n"
+       << "     f using 1:4 with lines lw 2 lc rgb '#d62728' title 'linear baseline train', \\\n"
+       << "     f using 1:5 with lines lw 2 dt 2 lc rgb '#d62728' title 'linear baseline "
+          "held-out'\n";
+  gp << "unset logscale y\nset format y '%g'\n"
+     << "set output '" << (out / "slice.png").string() << "'\n"
+     << "set title 'Learned y_1 on the slice x_2 = 0'\nset xlabel 'x_1'\nset ylabel 'y_1'\n"
+     << "set key top center\n"
+     << "s = '" << (out / "slice.csv").string() << "'\n"
+     << "plot s using 1:2 with lines lw 3 lc rgb '#7f7f7f' title 'true |x_1|', \\\n"
+     << "     s using 1:3 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#1f77b4' title 'FFN'";
+  // The baseline is trained only in this run, not in a --load evaluation.
+  if (with_history)
+    gp << ", \\\n     s using 1:4 with lines lw 2 lc rgb '#d62728' title 'linear baseline'";
+  gp << "\n";
+  gp.close();
+  const std::string command = "gnuplot '" + script.string() + "'";
+  return std::system(command.c_str()) == 0;
+}
+
+template <class T>
+int run(const Options& o) {
+  std::mt19937_64 data_generator(o.seed);
+  const xt::xarray<T> x_train = uniform_tokens<T>(k_train_tokens, data_generator);
+  const xt::xarray<T> x_heldout = uniform_tokens<T>(k_heldout_tokens, data_generator);
+  const xt::xarray<T> y_train = target_of(x_train), y_heldout = target_of(x_heldout);
+
+  Generator init_generator(o.seed + 1);
+  FeedForward<T> ffn(2, o.hidden, parse_activation(o.activation), init_generator);
+  LinearBaseline<T> baseline(2, o.hidden, init_generator);
+  const fs::path out(o.out);
+  fs::create_directories(out);
+
+  std::vector<Record> history;
+  const bool trained_here = o.load.empty();
+  const auto start = std::chrono::steady_clock::now();
+  double final_train = 0.0;
+  if (!o.load.empty()) {
+    ffn.load(o.load);
+    final_train = evaluate(ffn, x_train, y_train);
+  } else {
+    auto ffn_opt = make_optimizer<T>(o, ffn.parameters());
+    auto base_opt = make_optimizer<T>(o, baseline.parameters());
+    Tape<T> tape;
+    const bool terminal = isatty(fileno(stdout));
+    for (std::size_t step = 1; step <= o.steps; ++step) {
+      tape.clear();
+      const Var<T> x = tape.leaf(x_train, false), y = tape.leaf(y_train, false);
+      const Var<T> ffn_loss = mse(ffn(x), y);
+      const Var<T> base_loss = mse(baseline(x), y);
+      tape.backward(ffn_loss);
+      tape.backward(base_loss);
+      const double train_ffn = ffn_loss.value()(), train_base = base_loss.value()();
+      ffn_opt->step();
+      base_opt->step();
+      ffn_opt->zero_grad();
+      base_opt->zero_grad();
+      final_train = train_ffn;
+      if (step % k_eval_every == 0 || step == 1 || step == o.steps) {
+        history.push_back({step, train_ffn, evaluate(ffn, x_heldout, y_heldout), train_base,
+                           evaluate(baseline, x_heldout, y_heldout)});
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (terminal) {
+          std::printf("\rstep %5zu/%zu  train MSE %.3e  held-out %.3e  %.0f steps/s   ", step,
+                      o.steps, train_ffn, history.back().heldout_ffn, step / seconds);
+          std::fflush(stdout);
+        } else if (step % 500 == 0 || step == o.steps) {
+          std::printf("step %zu/%zu train MSE %.3e held-out %.3e %.0f steps/s\n", step, o.steps,
+                      train_ffn, history.back().heldout_ffn, step / seconds);
+        }
+      }
+    }
+    if (terminal) std::printf("\n");
+    if (!o.save.empty()) ffn.save(o.save);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // The learned slice at x2 = 0, where y1 = |x1|.
+  xt::xarray<T> slice_x = xt::zeros<T>({k_slice_points, std::size_t{2}});
+  for (std::size_t i = 0; i < k_slice_points; ++i)
+    slice_x(i, 0) = static_cast<T>(-1.0 + 2.0 * i / (k_slice_points - 1));
+  const xt::xarray<T> slice_ffn = predict(ffn, slice_x), slice_base = predict(baseline, slice_x);
+  double slice_error = 0.0;
+  std::ofstream slice_csv(out / "slice.csv");
+  slice_csv << "x1,true_y1,ffn_y1,baseline_y1\n" << std::setprecision(9);
+  for (std::size_t i = 0; i < k_slice_points; ++i) {
+    const double x1 = slice_x(i, 0);
+    slice_error = std::max(slice_error, std::abs(double(slice_ffn(i, 0)) - std::abs(x1)));
+    slice_csv << x1 << ',' << std::abs(x1) << ',' << slice_ffn(i, 0) << ',' << slice_base(i, 0)
+              << '\n';
+  }
+  slice_csv.close();
+
+  std::ofstream history_csv(out / "history.csv");
+  history_csv << "step,train_ffn,heldout_ffn,train_baseline,heldout_baseline\n"
+              << std::setprecision(9);
+  for (const Record& r : history)
+    history_csv << r.step << ',' << r.train_ffn << ',' << r.heldout_ffn << ',' << r.train_baseline
+                << ',' << r.heldout_baseline << '\n';
+  history_csv.close();
+
+  const double heldout_ffn = evaluate(ffn, x_heldout, y_heldout);
+  const double heldout_base = evaluate(baseline, x_heldout, y_heldout);
+  // With --load only the FFN exists; the untrained baseline is not reported.
+  auto baseline_number = [trained_here](double v) {
+    std::ostringstream s;
+    s << std::setprecision(9);
+    if (trained_here)
+      s << v;
+    else
+      s << "null";
+    return s.str();
+  };
+  std::ostringstream json;
+  json << std::setprecision(9) << "{\n"
+       << "  \"steps\": " << (o.load.empty() ? o.steps : 0) << ",\n"
+       << "  \"optimizer\": \"" << o.optimizer << "\",\n  \"lr\": " << o.lr << ",\n"
+       << "  \"activation\": \"" << o.activation << "\",\n  \"hidden\": " << o.hidden << ",\n"
+       << "  \"seed\": " << o.seed << ",\n  \"dtype\": \"" << o.dtype << "\",\n"
+       << "  \"final_train_mse\": " << final_train << ",\n"
+       << "  \"heldout_mse_ffn\": " << heldout_ffn << ",\n"
+       << "  \"heldout_mse_linear_baseline\": " << baseline_number(heldout_base) << ",\n"
+       << "  \"baseline_over_ffn\": " << baseline_number(heldout_base / heldout_ffn) << ",\n"
+       << "  \"slice_max_abs_error\": " << slice_error << ",\n"
+       << "  \"wall_seconds\": " << seconds << "\n}\n";
+  std::ofstream(out / "summary.json") << json.str();
+
+  const bool plotted = plot(out, trained_here);
+  std::cout << "final train MSE        " << final_train << "\n"
+            << "held-out MSE, FFN      " << heldout_ffn << "\n"
+            << "held-out MSE, linear   " << baseline_number(heldout_base) << "  ("
+            << baseline_number(heldout_base / heldout_ffn) << "x the FFN's)\n"
+            << "slice x2=0, max |y1 - |x1||  " << slice_error << "\n"
+            << "wall time              " << seconds << " s\n"
+            << "wrote " << (out / "summary.json").string() << ", history.csv, slice.csv"
+            << (plotted ? ", loss.png, slice.png" : " (gnuplot failed: no pictures)") << "\n";
+  return plotted ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Train a position-wise FFN on the toy regression of AIAYN section 3.3"};
+  app.add_option("--steps", o.steps, "training steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
+  app.add_option("--hidden", o.hidden, "hidden width d_ff")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--activation", o.activation, "relu, gelu, gelu_tanh, gelu_sigmoid or silu")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh", "gelu_sigmoid", "silu"}));
+  app.add_option("--seed", o.seed, "seed of the data and the initialization")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dtype", o.dtype, "float or double")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float", "double"}));
+  app.add_option("--out", o.out, "output directory")->capture_default_str();
+  app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
+  app.add_option("--load", o.load, "evaluate a saved FFN instead of training")
+      ->check(CLI::ExistingDirectory);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "train_toy: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  try {
+    return o.dtype == "float" ? run<float>(o) : run<double>(o);
+  } catch (const std::exception& e) {
+    std::cerr << "train_toy: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,55 @@
+#include "activation.hpp"
+
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace xtgrad {
+
+namespace {
+
+// In enumeration order: the error message lists them in this order too.
+constexpr std::array<std::pair<Activation, const char*>, 5> k_activation_names{{
+    {Activation::relu, "relu"},
+    {Activation::gelu, "gelu"},
+    {Activation::gelu_tanh, "gelu_tanh"},
+    {Activation::gelu_sigmoid, "gelu_sigmoid"},
+    {Activation::silu, "silu"},
+}};
+
+std::string valid_names() {
+  std::string names;
+  for (const auto& entry : k_activation_names) {
+    if (!names.empty()) names += ", ";
+    names += entry.second;
+  }
+  return names;
+}
+
+}  // namespace
+
+Activation parse_activation(std::string_view name) {
+  for (const auto& [activation, candidate] : k_activation_names)
+    if (name == candidate) return activation;
+  throw std::invalid_argument("xtgrad::parse_activation: unknown activation '" + std::string(name) +
+                              "'; valid names are " + valid_names());
+}
+
+std::string_view to_string(Activation activation) {
+  return detail::activation_name(activation, "to_string", "activation");
+}
+
+namespace detail {
+
+const char* activation_name(Activation activation, const char* op, const char* arg) {
+  for (const auto& [candidate, name] : k_activation_names)
+    if (candidate == activation) return name;
+  throw std::invalid_argument(std::string("xtgrad::") + op + ": argument '" + arg +
+                              "' is Activation(" + std::to_string(static_cast<int>(activation)) +
+                              "), expected one of " + valid_names());
+}
+
+}  // namespace detail
+
+}  // namespace xtgrad

@@ -1,0 +1,13 @@
+#pragma once
+// Everything in engine/: the tape, the ops and gradcheck.
+
+#include "activation.hpp"
+#include "gradcheck.hpp"
+#include "ops/activations.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/gated.hpp"
+#include "ops/linear.hpp"
+#include "ops/loss.hpp"
+#include "ops/reduce.hpp"
+#include "parameter.hpp"
+#include "tape.hpp"

@@ -1,0 +1,34 @@
+#include "activations.hpp"
+
+#include "../activation_kernels.hpp"
+#include "../check.hpp"
+
+namespace xtgrad {
+
+template <class T>
+Var<T> activation(const Var<T>& x, Activation a) {
+  Tape<T>& tape = detail::common_tape<T>("activation", {{"x", &x}});
+  const char* op = detail::activation_name(a, "activation", "a");  // validates `a`
+
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(xv.shape());
+  // y[...] = f(x[...])
+  detail::activation_forward(a, xv.data(), y.data(), xv.size());
+
+  tape.set_backward(yi, [xi, a](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    GradSlot<T> dx = t.grad_slot(xi);
+    // dx[...] (+)= dy[...] * f'(x[...])
+    detail::activation_backward(a, t.value(xi).data(), dy.data(), dx.buffer.data(), dy.size(),
+                                dx.accumulate);
+  });
+  return tape.var(yi);
+}
+
+template Var<float> activation(const Var<float>&, Activation);
+template Var<double> activation(const Var<double>&, Activation);
+
+}  // namespace xtgrad

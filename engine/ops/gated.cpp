@@ -1,0 +1,50 @@
+#include "gated.hpp"
+
+#include "../activation_kernels.hpp"
+#include "../check.hpp"
+
+namespace xtgrad {
+
+template <class T>
+Var<T> gated(const Var<T>& u, const Var<T>& g, Activation a) {
+  static constexpr const char* op = "gated";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"u", &u}, {"g", &g}});
+  detail::activation_name(a, op, "a");  // validates `a`
+  if (g.shape() != u.shape())
+    detail::fail_shape(op, "g", g.shape(), detail::shape_str(u.shape()) + " (the shape of 'u')");
+
+  const std::size_t ui = u.index(), gi = g.index();
+  const std::size_t yi = tape.record(op, {ui, gi}, u.requires_grad() || g.requires_grad());
+  const xt::xarray<T>& uv = tape.value(ui);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(uv.shape());
+  // y[...] = u[...] * f(g[...])
+  detail::gated_forward(a, uv.data(), tape.value(gi).data(), y.data(), uv.size());
+
+  tape.set_backward(yi, [ui, gi, a](Tape<T>& t, const xt::xarray<T>& dy) {
+    // When u and g are one node, both slots are its one buffer (the second
+    // accumulates); the kernel writes du before it reads dg.
+    T* du = nullptr;
+    T* dg = nullptr;
+    bool du_accumulate = false, dg_accumulate = false;
+    if (t.requires_grad(ui)) {
+      GradSlot<T> s = t.grad_slot(ui);
+      du = s.buffer.data();
+      du_accumulate = s.accumulate;
+    }
+    if (t.requires_grad(gi)) {
+      GradSlot<T> s = t.grad_slot(gi);
+      dg = s.buffer.data();
+      dg_accumulate = s.accumulate;
+    }
+    // du[...] (+)= dy[...] * f(g[...]);  dg[...] (+)= dy[...] * u[...] * f'(g[...])
+    detail::gated_backward(a, t.value(ui).data(), t.value(gi).data(), dy.data(), du, du_accumulate,
+                           dg, dg_accumulate, dy.size());
+  });
+  return tape.var(yi);
+}
+
+template Var<float> gated(const Var<float>&, const Var<float>&, Activation);
+template Var<double> gated(const Var<double>&, const Var<double>&, Activation);
+
+}  // namespace xtgrad

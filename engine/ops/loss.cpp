@@ -1,0 +1,75 @@
+#include "loss.hpp"
+
+#include <limits>
+
+#include "../check.hpp"
+#include "broadcast.hpp"
+
+namespace xtgrad {
+
+template <class T>
+Var<T> mse(const Var<T>& prediction, const Var<T>& target) {
+  static constexpr const char* op = "mse";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"prediction", &prediction}, {"target", &target}});
+  if (target.shape() != prediction.shape())
+    detail::fail_shape(op, "target", target.shape(),
+                       detail::shape_str(prediction.shape()) +
+                           ", the shape of argument 'prediction' (mse does not broadcast)");
+  const std::size_t pi = prediction.index(), ti = target.index();
+  const std::size_t yi =
+      tape.record(op, {pi, ti}, prediction.requires_grad() || target.requires_grad());
+  xt::xarray<T>& y = tape.value_mut(yi);
+  const T* p = tape.value(pi).data();
+  const T* t = tape.value(ti).data();
+  const std::size_t n = tape.value(pi).size();
+  y.resize(Shape{});
+  // y[] = sum_i (p_i - t_i)^2 / n in one pass; NaN when n = 0, as in PyTorch
+  const double total = detail::sum_of(n, [p, t](std::size_t i) {
+    const double r = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+    return r * r;
+  });
+  y.data()[0] = n == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(total / n);
+
+  tape.set_backward(yi, [pi, ti, n](Tape<T>& tp, const xt::xarray<T>& dy) {
+    const bool want_p = tp.requires_grad(pi), want_t = tp.requires_grad(ti);
+    if (n == 0) {  // the gradients are empty: claim the slots, write nothing (and no 0 / 0)
+      if (want_p) tp.grad_slot(pi);
+      if (want_t) tp.grad_slot(ti);
+      return;
+    }
+    const T c = T(2) * dy.data()[0] / static_cast<T>(n);
+    const T* p = tp.value(pi).data();
+    const T* t = tp.value(ti).data();
+    if (want_p && want_t && pi != ti) {  // both in one pass
+      GradSlot<T> dp = tp.grad_slot(pi), dt = tp.grad_slot(ti);
+      T* gp = dp.buffer.data();
+      T* gt = dt.buffer.data();
+      // dp[n] (+)= c * (p - t)[n],  dt[n] (+)= -c * (p - t)[n]
+      for (std::size_t i = 0; i < n; ++i) {
+        const T r = c * (p[i] - t[i]);
+        gp[i] = dp.accumulate ? gp[i] + r : r;
+        gt[i] = dt.accumulate ? gt[i] - r : -r;
+      }
+      return;
+    }
+    // One side only (or mse(x, x), whose two gradients cancel exactly).
+    const auto one_side = [&](std::size_t index, T sign) {
+      GradSlot<T> slot = tp.grad_slot(index);
+      T* g = slot.buffer.data();
+      const T cs = sign * c;
+      // d[n] (+)= sign * c * (p - t)[n]
+      if (slot.accumulate)
+        for (std::size_t i = 0; i < n; ++i) g[i] += cs * (p[i] - t[i]);
+      else
+        for (std::size_t i = 0; i < n; ++i) g[i] = cs * (p[i] - t[i]);
+    };
+    if (want_p) one_side(pi, T(1));
+    if (want_t) one_side(ti, T(-1));
+  });
+  return tape.var(yi);
+}
+
+template Var<float> mse(const Var<float>&, const Var<float>&);
+template Var<double> mse(const Var<double>&, const Var<double>&);
+
+}  // namespace xtgrad

@@ -1,0 +1,40 @@
+#pragma once
+// FeedForward<T>(d_model, d_ff, activation = gelu): the Transformer's
+// position-wise feed-forward block with any activation f,
+//   y = f(x W1^T + b1) W2^T + b2,   x [..., d_model] -> [..., d_model].
+// With the default exact GELU it computes feedforward_sublayer; with relu it
+// is PositionwiseFFN. Parameters: w1.weight [d_ff, d_model], w1.bias [d_ff],
+// w2.weight [d_model, d_ff], w2.bias [d_model].
+
+#include "../engine/activation.hpp"
+#include "linear.hpp"
+
+namespace xtgrad {
+
+template <class T>
+class FeedForward : public Module<T> {
+ public:
+  FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation = Activation::gelu);
+  FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation, Generator& generator);
+
+  Var<T> operator()(const Var<T>& x);
+
+  Activation activation() const { return activation_; }
+  std::size_t d_model() const { return w1.in_features(); }
+  std::size_t d_ff() const { return w1.out_features(); }
+
+  Linear<T> w1;  // d_model -> d_ff
+  Linear<T> w2;  // d_ff -> d_model
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override;
+
+ private:
+  Activation activation_;
+};
+
+extern template class FeedForward<float>;
+extern template class FeedForward<double>;
+
+}  // namespace xtgrad

@@ -1,0 +1,59 @@
+#include "gated_ffn.hpp"
+
+#include <optional>
+
+#include "functional.hpp"
+
+namespace xtgrad {
+
+template <class T>
+GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
+                      Activation activation, GatedBias bias)
+    : GatedFFN(d_in, d_hidden, d_out, activation, bias, detail::lvalue(Generator(k_default_seed))) {
+}
+
+template <class T>
+GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
+                      Activation activation, GatedBias bias, Generator& generator)
+    : activation_(activation), bias_(bias) {
+  detail::check_positive_size("GatedFFN", "d_in", d_in);
+  detail::check_positive_size("GatedFFN", "d_hidden", d_hidden);
+  detail::check_positive_size("GatedFFN", "d_out", d_out);
+  w_up = Parameter<T>("w_up", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
+  w_gate = Parameter<T>("w_gate", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
+  w_down =
+      Parameter<T>("w_down", detail::uniform_fan_in<T>({d_hidden, d_out}, d_hidden, generator));
+  if (bias.up) b_up = Parameter<T>("b_up", detail::uniform_fan_in<T>({d_hidden}, d_in, generator));
+  if (bias.gate)
+    b_gate = Parameter<T>("b_gate", detail::uniform_fan_in<T>({d_hidden}, d_in, generator));
+  if (bias.down)
+    b_down = Parameter<T>("b_down", detail::uniform_fan_in<T>({d_out}, d_hidden, generator));
+}
+
+template <class T>
+Var<T> GatedFFN<T>::operator()(const Var<T>& x) {
+  Tape<T>& tape = x.tape_for("GatedFFN", "x");
+  auto optional_param = [&tape](bool present, Parameter<T>& p) -> std::optional<Var<T>> {
+    if (!present) return std::nullopt;
+    return tape.param(p);
+  };
+  return gated_feedforward(x, tape.param(w_up), tape.param(w_gate), tape.param(w_down),
+                           optional_param(bias_.up, b_up), optional_param(bias_.gate, b_gate),
+                           optional_param(bias_.down, b_down), activation_);
+}
+
+template <class T>
+void GatedFFN<T>::collect_parameters(const std::string& prefix,
+                                     typename Module<T>::NamedParameters& out) {
+  this->add_parameter(prefix, w_up, out);
+  this->add_parameter(prefix, w_gate, out);
+  this->add_parameter(prefix, w_down, out);
+  if (bias_.up) this->add_parameter(prefix, b_up, out);
+  if (bias_.gate) this->add_parameter(prefix, b_gate, out);
+  if (bias_.down) this->add_parameter(prefix, b_down, out);
+}
+
+template class GatedFFN<float>;
+template class GatedFFN<double>;
+
+}  // namespace xtgrad

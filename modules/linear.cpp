@@ -1,0 +1,42 @@
+#include "linear.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace xtgrad {
+
+template <class T>
+Linear<T>::Linear(std::size_t in_features, std::size_t out_features, bool bias)
+    : Linear(in_features, out_features, bias, detail::lvalue(Generator(k_default_seed))) {}
+
+template <class T>
+Linear<T>::Linear(std::size_t in_features, std::size_t out_features, bool bias,
+                  Generator& generator)
+    : has_bias_(bias) {
+  detail::check_positive_size("Linear", "in_features", in_features);
+  detail::check_positive_size("Linear", "out_features", out_features);
+  weight = Parameter<T>(
+      "weight", detail::uniform_fan_in<T>({out_features, in_features}, in_features, generator));
+  if (bias)
+    this->bias =
+        Parameter<T>("bias", detail::uniform_fan_in<T>({out_features}, in_features, generator));
+}
+
+template <class T>
+Var<T> Linear<T>::operator()(const Var<T>& x) {
+  Tape<T>& tape = x.tape_for("Linear", "x");
+  if (has_bias_) return linear(x, tape.param(weight), tape.param(bias));
+  return linear(x, tape.param(weight));
+}
+
+template <class T>
+void Linear<T>::collect_parameters(const std::string& prefix,
+                                   typename Module<T>::NamedParameters& out) {
+  this->add_parameter(prefix, weight, out);
+  if (has_bias_) this->add_parameter(prefix, bias, out);
+}
+
+template class Linear<float>;
+template class Linear<double>;
+
+}  // namespace xtgrad

@@ -1,0 +1,12 @@
+#pragma once
+// Everything in modules/: Module, Linear, the FFN family, the functional API
+// and checkpoint I/O.
+
+#include "feed_forward.hpp"
+#include "functional.hpp"
+#include "gated_ffn.hpp"
+#include "init.hpp"
+#include "linear.hpp"
+#include "module.hpp"
+#include "npy.hpp"
+#include "positionwise_ffn.hpp"

@@ -1,0 +1,95 @@
+#pragma once
+// NumPy .npy files for float32 / float64 arrays (the format of numpy.save,
+// specified in numpy/lib/format.py, "NEP 1").
+//
+// Layout: the magic "\x93NUMPY", a version byte pair, the header length
+// (uint16 little-endian for 1.0, uint32 for 2.0 / 3.0), then an ASCII header
+// that is a Python dict literal
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// padded with spaces and a final '\n', then the raw elements.
+//
+// save_npy writes version 1.0, '<f4' / '<f8', fortran_order False, with the
+// header padded so that the data starts at a multiple of 64 bytes (as numpy
+// does). The write is atomic: a temporary file in the same directory, fsync,
+// then rename over the target, so a failure never destroys an existing file.
+//
+// load_npy reads versions 1.0, 2.0 and 3.0 and is written for hostile input:
+// every field is validated, and the declared data size (shape product times
+// element size, overflow-checked) must equal the bytes left in the file
+// BEFORE anything of that size is allocated. It accepts the byte orders
+// '<', '>' (converted), '|' and '=' (native), and fortran_order True
+// (converted to row-major). It never converts between float32 and float64:
+// the file's dtype must be T.
+//
+// Errors: std::invalid_argument for bad content (naming the file, what was
+// wrong and what was expected); std::runtime_error for I/O failures.
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+namespace xtgrad {
+
+// NumPy's name of the dtype T: "float32" or "float64".
+template <class T>
+constexpr const char* npy_dtype_name();
+template <>
+constexpr const char* npy_dtype_name<float>() {
+  return "float32";
+}
+template <>
+constexpr const char* npy_dtype_name<double>() {
+  return "float64";
+}
+
+// The validated header of a .npy file.
+struct NpyHeader {
+  std::string descr;               // as written in the file: "<f4", ">f8", "|f4", ...
+  std::string dtype;               // "float32" or "float64"
+  std::vector<std::size_t> shape;  // empty for a 0-d (scalar) array
+  bool fortran_order = false;
+  std::size_t data_offset = 0;  // bytes before the first element
+  std::size_t size = 0;         // number of elements (product of shape)
+};
+
+// Reads and validates the header of `path` (everything load_npy checks except
+// that the dtype is a particular T, including that the data size matches the
+// file size). Does not read the data.
+NpyHeader read_npy_header(const std::filesystem::path& path);
+
+template <class T>
+void save_npy(const std::filesystem::path& path, const xt::xarray<T>& array);
+
+template <class T>
+xt::xarray<T> load_npy(const std::filesystem::path& path);
+
+namespace detail {
+
+// Building blocks shared with Module::save (which writes a whole directory
+// and renames that instead of each file).
+
+// Writes `array` as .npy to `path`, which must not exist yet (O_EXCL), and
+// fsyncs it. On failure the partial file is removed and std::runtime_error
+// is thrown; messages start with "xtgrad::<caller>".
+template <class T>
+void write_npy_file(const std::filesystem::path& path, const xt::xarray<T>& array,
+                    const char* caller);
+
+// Writes `bytes` to the new file `path` (O_EXCL) and fsyncs it; as above.
+void write_new_file(const std::filesystem::path& path, const std::string& bytes,
+                    const char* caller);
+
+// Best-effort fsync of a directory, so that renames inside it are durable.
+// Errors are ignored: some file systems refuse fsync on directories, and the
+// rename it follows has already succeeded.
+void fsync_directory(const std::filesystem::path& dir) noexcept;
+
+// 16 random hex digits for temporary names.
+std::string random_suffix();
+
+}  // namespace detail
+
+}  // namespace xtgrad

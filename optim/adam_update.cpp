@@ -1,0 +1,156 @@
+// GCC 12.1-12.2 warn about the deliberately undefined pass-through operand of
+// the AVX-512 intrinsics once xsimd's math is inlined (GCC bug 105593, fixed
+// in 12.3), as in engine/activation_kernels.cpp. The pragma applies to the
+// lines of <immintrin.h>, so xsimd (which includes it) comes before
+// adam_update.hpp (whose xtensor would include it first, outside the pragma).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <xsimd/xsimd.hpp>
+#pragma GCC diagnostic pop
+#else
+#include <xsimd/xsimd.hpp>
+#endif
+
+#include <cmath>
+#include <type_traits>
+
+#include "adam_update.hpp"
+
+namespace xtgrad::optim::detail {
+
+namespace {
+
+struct AdamScalars {
+  double beta1, one_minus_beta1, beta2, one_minus_beta2;
+  double step_size;              // lr / (1 - beta1^t)
+  double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  double eps, l2_weight_decay;
+  double param_scale;  // 1 - lr * decoupled_weight_decay
+};
+
+// The per-element coefficients of one step, as T or broadcast into a batch.
+template <class V>
+struct Coefficients {
+  V beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps, l2,
+      param_scale;
+
+  explicit Coefficients(const AdamScalars& s)
+      : beta1(cast(s.beta1)),
+        one_minus_beta1(cast(s.one_minus_beta1)),
+        beta2(cast(s.beta2)),
+        one_minus_beta2(cast(s.one_minus_beta2)),
+        step_size(cast(s.step_size)),
+        bias_correction2_sqrt(cast(s.bias_correction2_sqrt)),
+        eps(cast(s.eps)),
+        l2(cast(s.l2_weight_decay)),
+        param_scale(cast(s.param_scale)) {}
+
+ private:
+  static V cast(double value) {
+    if constexpr (std::is_floating_point_v<V>)
+      return static_cast<V>(value);
+    else
+      return V(static_cast<typename V::value_type>(value));
+  }
+};
+
+// The update of one element (V = T) or of one batch of elements
+// (V = xsimd::batch<T>), written once for both; see adam_update.hpp.
+template <bool Amsgrad, class V>
+void adam_element(V& p, const V& grad, V& exp_avg, V& exp_avg_sq, V& max_exp_avg_sq,
+                  const Coefficients<V>& c) {
+  const V g = grad + c.l2 * p;
+  exp_avg = c.beta1 * exp_avg + c.one_minus_beta1 * g;
+  exp_avg_sq = c.beta2 * exp_avg_sq + c.one_minus_beta2 * g * g;
+  V v = exp_avg_sq;
+  if constexpr (Amsgrad) {
+    max_exp_avg_sq = xsimd::max(max_exp_avg_sq, exp_avg_sq);
+    v = max_exp_avg_sq;
+  }
+  const V denom = xsimd::sqrt(v) / c.bias_correction2_sqrt + c.eps;
+  p = p * c.param_scale - c.step_size * (exp_avg / denom);
+}
+
+// One pass over n elements: whole batches, then the remaining elements one by
+// one. (A plain loop would not vectorize: std::sqrt keeps an errno branch
+// unless the build uses -fno-math-errno.) max_exp_avg_sq is null without amsgrad.
+template <class T, bool Amsgrad>
+void adam_kernel(T* p, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, std::size_t n,
+                 const AdamScalars& s) {
+  using B = xsimd::batch<T>;
+  constexpr std::size_t lanes = B::size;
+  const Coefficients<B> cb(s);
+  std::size_t k = 0;
+  for (; k + lanes <= n; k += lanes) {
+    B p_k = B::load_unaligned(p + k), m_k = B::load_unaligned(exp_avg + k),
+      v_k = B::load_unaligned(exp_avg_sq + k);
+    B v_max_k = Amsgrad ? B::load_unaligned(max_exp_avg_sq + k) : B(T(0));
+    adam_element<Amsgrad>(p_k, B::load_unaligned(grad + k), m_k, v_k, v_max_k, cb);
+    p_k.store_unaligned(p + k);
+    m_k.store_unaligned(exp_avg + k);
+    v_k.store_unaligned(exp_avg_sq + k);
+    if constexpr (Amsgrad) v_max_k.store_unaligned(max_exp_avg_sq + k);
+  }
+  const Coefficients<T> c(s);
+  T unused = T(0);
+  for (; k < n; ++k)
+    adam_element<Amsgrad>(p[k], grad[k], exp_avg[k], exp_avg_sq[k],
+                          Amsgrad ? max_exp_avg_sq[k] : unused, c);
+}
+
+}  // namespace
+
+template <class T>
+void adam_step(const std::string& owner, const std::vector<Parameter<T>*>& params,
+               std::vector<std::optional<AdamParamState<T>>>& state, const AdamStepConfig& config) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Parameter<T>& p = *params[i];
+    if (!p.has_grad) continue;
+    check_gradient(owner, i, p);
+    std::optional<AdamParamState<T>>& slot = state[i];
+    if (!slot) {
+      slot.emplace();
+      slot->exp_avg = xt::zeros<T>(p.value.shape());
+      slot->exp_avg_sq = xt::zeros<T>(p.value.shape());
+      if (config.amsgrad) slot->max_exp_avg_sq = xt::zeros<T>(p.value.shape());
+    } else {
+      check_state_shape(owner, i, p, slot->exp_avg);
+    }
+    const std::int64_t t = ++slot->step;
+    const double bias_correction1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
+    const double bias_correction2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
+    const AdamScalars scalars{config.beta1,
+                              1.0 - config.beta1,
+                              config.beta2,
+                              1.0 - config.beta2,
+                              config.lr / bias_correction1,
+                              std::sqrt(bias_correction2),
+                              config.eps,
+                              config.l2_weight_decay,
+                              1.0 - config.lr * config.decoupled_weight_decay};
+    const std::size_t n = p.value.size();
+    if (config.amsgrad)
+      adam_kernel<T, true>(p.value.data(), p.grad.data(), slot->exp_avg.data(),
+                           slot->exp_avg_sq.data(), slot->max_exp_avg_sq.data(), n, scalars);
+    else
+      adam_kernel<T, false>(p.value.data(), p.grad.data(), slot->exp_avg.data(),
+                            slot->exp_avg_sq.data(), nullptr, n, scalars);
+  }
+}
+
+void check_adam_hyperparameters(const std::string& owner, double beta1, double beta2, double eps,
+                                double weight_decay) {
+  require(beta1 >= 0.0 && beta1 < 1.0, owner, "betas[0]", "in [0, 1)", beta1);
+  require(beta2 >= 0.0 && beta2 < 1.0, owner, "betas[1]", "in [0, 1)", beta2);
+  require(std::isfinite(eps) && eps > 0.0, owner, "eps", "a finite number > 0", eps);
+  require_finite_nonnegative(owner, "weight_decay", weight_decay);
+}
+
+template void adam_step(const std::string&, const std::vector<Parameter<float>*>&,
+                        std::vector<std::optional<AdamParamState<float>>>&, const AdamStepConfig&);
+template void adam_step(const std::string&, const std::vector<Parameter<double>*>&,
+                        std::vector<std::optional<AdamParamState<double>>>&, const AdamStepConfig&);
+
+}  // namespace xtgrad::optim::detail
