@@ -9,40 +9,16 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "activation_reference.hpp"
+
 namespace xtgrad::testing {
 
-// f and f' of each activation, straight from the formulas.
+// f and f' of the activation named `name` (the shared long double reference).
 inline double scalar_activation(const std::string& name, double x) {
-  const double k_sqrt_2_over_pi = std::sqrt(2.0 / M_PI);
-  if (name == "relu") return x > 0 ? x : 0.0;
-  if (name == "gelu") return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-  if (name == "gelu_tanh")
-    return 0.5 * x * (1.0 + std::tanh(k_sqrt_2_over_pi * (x + 0.044715 * x * x * x)));
-  if (name == "gelu_sigmoid") return x / (1.0 + std::exp(-1.702 * x));
-  if (name == "silu") return x / (1.0 + std::exp(-x));
-  throw std::invalid_argument(name);
+  return static_cast<double>(reference_value(activation_named(name), x));
 }
-
 inline double scalar_derivative(const std::string& name, double x) {
-  const double k_sqrt_2_over_pi = std::sqrt(2.0 / M_PI);
-  if (name == "relu") return x > 0 ? 1.0 : 0.0;
-  if (name == "gelu")
-    return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) +
-           x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
-  if (name == "gelu_tanh") {
-    const double t = std::tanh(k_sqrt_2_over_pi * (x + 0.044715 * x * x * x));
-    return 0.5 * (1.0 + t) +
-           0.5 * x * (1.0 - t * t) * k_sqrt_2_over_pi * (1.0 + 3.0 * 0.044715 * x * x);
-  }
-  if (name == "gelu_sigmoid") {
-    const double s = 1.0 / (1.0 + std::exp(-1.702 * x));
-    return s + 1.702 * x * s * (1.0 - s);
-  }
-  if (name == "silu") {
-    const double s = 1.0 / (1.0 + std::exp(-x));
-    return s * (1.0 + x * (1.0 - s));
-  }
-  throw std::invalid_argument(name);
+  return static_cast<double>(reference_slope(activation_named(name), x));
 }
 
 using Matrix = xt::xarray<double>;

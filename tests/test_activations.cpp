@@ -16,6 +16,7 @@
 #include <xtgrad/engine/activation_kernels.hpp>
 #include <xtgrad/engine/ops/activations.hpp>
 
+#include "activation_reference.hpp"
 #include "test_helpers.hpp"
 
 using namespace xtgrad;
@@ -24,68 +25,14 @@ using xtgrad::testing::check_gradients;
 using xtgrad::testing::random_array;
 using xtgrad::testing::random_away_from_zero;
 
+using xtgrad::testing::Real;
+using xtgrad::testing::reference_slope;
+using xtgrad::testing::reference_value;
+
 namespace {
 
 const Activation k_all[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
                             Activation::gelu_sigmoid, Activation::silu};
-
-// ---- The scalar reference, in long double, straight from the definitions ----
-
-using Real = long double;
-const Real k_pi = 3.14159265358979323846264338327950288L;
-
-Real sigmoid(Real z) {
-  return 1 / (1 + std::exp(-z));
-}
-
-// 0.5 (1 + erf(x / sqrt 2)), written with erfc so that the reference itself
-// keeps its relative accuracy in the left tail.
-Real normal_cdf(Real x) {
-  return 0.5L * std::erfc(-x / std::sqrt(2.0L));
-}
-
-Real tanh_u(Real x) {
-  return std::tanh(std::sqrt(2 / k_pi) * (x + 0.044715L * x * x * x));
-}
-
-Real reference_value(Activation a, Real x) {
-  switch (a) {
-    case Activation::relu:
-      return x > 0 ? x : 0;
-    case Activation::gelu:
-      return x * normal_cdf(x);
-    case Activation::gelu_tanh:
-      return 0.5L * x * (1 + tanh_u(x));
-    case Activation::gelu_sigmoid:
-      return x * sigmoid(1.702L * x);
-    case Activation::silu:
-      return x * sigmoid(x);
-  }
-  return std::numeric_limits<Real>::quiet_NaN();
-}
-
-Real reference_slope(Activation a, Real x) {
-  switch (a) {
-    case Activation::relu:
-      return x > 0 ? 1 : 0;
-    case Activation::gelu:
-      return normal_cdf(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * k_pi);
-    case Activation::gelu_tanh: {
-      const Real t = tanh_u(x);
-      return 0.5L * (1 + t) +
-             0.5L * x * (1 - t * t) * std::sqrt(2 / k_pi) * (1 + 3 * 0.044715L * x * x);
-    }
-    case Activation::gelu_sigmoid: {
-      const Real s = sigmoid(1.702L * x);
-      return s + 1.702L * x * s * (1 - s);
-    }
-    case Activation::silu: {
-      const Real s = sigmoid(x);
-      return s * (1 + x * (1 - s));
-    }
-  }
-  return std::numeric_limits<Real>::quiet_NaN();
-}
 
 // |error| <= rtol |reference| + atol: a few ulp where the value is O(1), an
 // absolute floor in the tails and at the zero crossings of f'.

@@ -14,6 +14,7 @@
 #include <xtgrad/engine/activation_kernels.hpp>
 #include <xtgrad/engine/ops/gated.hpp>
 
+#include "activation_reference.hpp"
 #include "test_helpers.hpp"
 
 using namespace xtgrad;
@@ -22,57 +23,14 @@ using xtgrad::testing::check_gradients;
 using xtgrad::testing::random_array;
 using xtgrad::testing::random_away_from_zero;
 
+using xtgrad::testing::Real;
+using xtgrad::testing::reference_slope;
+using xtgrad::testing::reference_value;
+
 namespace {
 
 const Activation k_all[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
                             Activation::gelu_sigmoid, Activation::silu};
-
-// ---- A plain scalar reference in long double, the textbook formulas ----
-// (0.5 x (1 + erf) and 0.5 x (1 + tanh) cancel in the far left tail; the
-// absolute tolerance covers that.)
-
-using Real = long double;
-const Real k_sqrt_2_over_pi = std::sqrt(2 / 3.14159265358979323846264338327950288L);
-const Real k_inv_sqrt_2pi = 1 / std::sqrt(2 * 3.14159265358979323846264338327950288L);
-
-Real f_ref(Activation a, Real x) {
-  switch (a) {
-    case Activation::relu:
-      return x > 0 ? x : 0;
-    case Activation::gelu:
-      return 0.5L * x * (1 + std::erf(x / std::sqrt(2.0L)));
-    case Activation::gelu_tanh:
-      return 0.5L * x * (1 + std::tanh(k_sqrt_2_over_pi * (x + 0.044715L * x * x * x)));
-    case Activation::gelu_sigmoid:
-      return x / (1 + std::exp(-1.702L * x));
-    case Activation::silu:
-      return x / (1 + std::exp(-x));
-  }
-  return std::numeric_limits<Real>::quiet_NaN();
-}
-
-Real df_ref(Activation a, Real x) {
-  switch (a) {
-    case Activation::relu:
-      return x > 0 ? 1 : 0;
-    case Activation::gelu:
-      return 0.5L * (1 + std::erf(x / std::sqrt(2.0L))) + x * k_inv_sqrt_2pi * std::exp(-x * x / 2);
-    case Activation::gelu_tanh: {
-      const Real t = std::tanh(k_sqrt_2_over_pi * (x + 0.044715L * x * x * x));
-      return 0.5L * (1 + t) +
-             0.5L * x * (1 - t * t) * k_sqrt_2_over_pi * (1 + 3 * 0.044715L * x * x);
-    }
-    case Activation::gelu_sigmoid: {
-      const Real s = 1 / (1 + std::exp(-1.702L * x));
-      return s + 1.702L * x * s * (1 - s);
-    }
-    case Activation::silu: {
-      const Real s = 1 / (1 + std::exp(-x));
-      return s + x * s * (1 - s);
-    }
-  }
-  return std::numeric_limits<Real>::quiet_NaN();
-}
 
 // |error| <= rtol |expected| + atol, for products of at most three factors
 // each of magnitude <= 1 besides f.
@@ -98,9 +56,9 @@ GatedReference gated_reference(Activation a, const xt::xarray<T>& u, const xt::x
                    xt::empty<double>(u.shape())};
   for (std::size_t i = 0; i < u.size(); ++i) {
     const Real ui = u.data()[i], gi = g.data()[i], dyi = dy.data()[i];
-    r.y.data()[i] = static_cast<double>(ui * f_ref(a, gi));
-    r.du.data()[i] = static_cast<double>(dyi * f_ref(a, gi));
-    r.dg.data()[i] = static_cast<double>(dyi * ui * df_ref(a, gi));
+    r.y.data()[i] = static_cast<double>(ui * reference_value(a, gi));
+    r.du.data()[i] = static_cast<double>(dyi * reference_value(a, gi));
+    r.dg.data()[i] = static_cast<double>(dyi * ui * reference_slope(a, gi));
   }
   return r;
 }
@@ -200,8 +158,9 @@ TEST_CASE("gated: u and g may be the same Var (x * f(x))") {
     xt::xarray<double> expected_y = xt::empty<double>({37}), expected_dx = xt::empty<double>({37});
     for (std::size_t i = 0; i < 37; ++i) {
       const Real xi = x(i);
-      expected_y(i) = static_cast<double>(xi * f_ref(a, xi));
-      expected_dx(i) = static_cast<double>(dy(i) * (f_ref(a, xi) + xi * df_ref(a, xi)));
+      expected_y(i) = static_cast<double>(xi * reference_value(a, xi));
+      expected_dx(i) =
+          static_cast<double>(dy(i) * (reference_value(a, xi) + xi * reference_slope(a, xi)));
     }
     check_close(y.value(), expected_y, 1e-14, 1e-15);
     check_close(v.grad(), expected_dx, 1e-14, 1e-15);

@@ -1,0 +1,82 @@
+#pragma once
+// The one scalar reference of the activations for every test: f and f' in
+// long double, straight from the definitions (std::erfc, std::tanh,
+// std::exp), never through the engine.
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include <xtgrad/engine/activation.hpp>
+
+namespace xtgrad::testing {
+
+using Real = long double;
+inline const Real k_pi = 3.14159265358979323846264338327950288L;
+
+inline Real sigmoid(Real z) {
+  return 1 / (1 + std::exp(-z));
+}
+
+// 0.5 (1 + erf(x / sqrt 2)), written with erfc so that the reference itself
+// keeps its relative accuracy in the left tail.
+inline Real normal_cdf(Real x) {
+  return 0.5L * std::erfc(-x / std::sqrt(2.0L));
+}
+
+inline Real tanh_u(Real x) {
+  return std::tanh(std::sqrt(2 / k_pi) * (x + 0.044715L * x * x * x));
+}
+
+inline Real reference_value(Activation a, Real x) {
+  switch (a) {
+    case Activation::relu:
+      return x > 0 ? x : 0;
+    case Activation::gelu:
+      return x * normal_cdf(x);
+    case Activation::gelu_tanh:
+      return 0.5L * x * (1 + tanh_u(x));
+    case Activation::gelu_sigmoid:
+      return x * sigmoid(1.702L * x);
+    case Activation::silu:
+      return x * sigmoid(x);
+  }
+  return std::numeric_limits<Real>::quiet_NaN();
+}
+
+inline Real reference_slope(Activation a, Real x) {
+  switch (a) {
+    case Activation::relu:
+      return x > 0 ? 1 : 0;
+    case Activation::gelu:
+      return normal_cdf(x) + x * std::exp(-x * x / 2) / std::sqrt(2 * k_pi);
+    case Activation::gelu_tanh: {
+      const Real t = tanh_u(x);
+      return 0.5L * (1 + t) +
+             0.5L * x * (1 - t * t) * std::sqrt(2 / k_pi) * (1 + 3 * 0.044715L * x * x);
+    }
+    case Activation::gelu_sigmoid: {
+      const Real s = sigmoid(1.702L * x);
+      return s + 1.702L * x * s * (1 - s);
+    }
+    case Activation::silu: {
+      const Real s = sigmoid(x);
+      return s * (1 + x * (1 - s));
+    }
+  }
+  return std::numeric_limits<Real>::quiet_NaN();
+}
+
+// The activation a test names as a string, mapped here independently of
+// parse_activation (whose own tests live in test_activations.cpp).
+inline Activation activation_named(const std::string& name) {
+  if (name == "relu") return Activation::relu;
+  if (name == "gelu") return Activation::gelu;
+  if (name == "gelu_tanh") return Activation::gelu_tanh;
+  if (name == "gelu_sigmoid") return Activation::gelu_sigmoid;
+  if (name == "silu") return Activation::silu;
+  throw std::invalid_argument("activation_named: " + name);
+}
+
+}  // namespace xtgrad::testing
