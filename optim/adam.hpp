@@ -16,70 +16,30 @@
 // hyperparameter and its value for: lr or weight_decay negative or not finite,
 // betas outside [0, 1), eps <= 0 or not finite.
 
-#include <cstddef>
-#include <optional>
-#include <tuple>
-#include <vector>
-
 #include "adam_update.hpp"
 #include "optimizer.hpp"
 
 namespace xtgrad::optim {
 
 // Options aggregate with fluent setters: AdamOptions(3e-4).betas({0.9, 0.95}).amsgrad(true).
-class AdamOptions {
+// Defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0 (L2), amsgrad off.
+class AdamOptions : public detail::AdamOptionsBase<AdamOptions> {
  public:
-  AdamOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, as torch::optim::AdamOptions
-
-  AdamOptions& lr(double value) { return set(lr_, value); }
-  AdamOptions& betas(const std::tuple<double, double>& value) {
-    betas_ = value;
-    return *this;
-  }
-  AdamOptions& eps(double value) { return set(eps_, value); }
-  AdamOptions& weight_decay(double value) { return set(weight_decay_, value); }
-  AdamOptions& amsgrad(bool value) {
-    amsgrad_ = value;
-    return *this;
-  }
-
-  double lr() const { return lr_; }
-  const std::tuple<double, double>& betas() const { return betas_; }
-  double eps() const { return eps_; }
-  double weight_decay() const { return weight_decay_; }
-  bool amsgrad() const { return amsgrad_; }
-
- private:
-  AdamOptions& set(double& field, double value) {
-    field = value;
-    return *this;
-  }
-  double lr_;
-  std::tuple<double, double> betas_{0.9, 0.999};
-  double eps_ = 1e-8;
-  double weight_decay_ = 0.0;
-  bool amsgrad_ = false;
+  static constexpr const char* k_name = "Adam";
+  static constexpr bool k_decoupled_weight_decay = false;
+  AdamOptions(double lr = 1e-3)  // NOLINT: implicit, as torch::optim::AdamOptions
+      : AdamOptionsBase(lr, 0.0) {}
 };
 
 template <class T>
-class Adam : public Optimizer<T> {
+class Adam : public detail::AdamFamily<T, AdamOptions> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, const AdamOptions& options = {});
-
-  void step() override;
-
-  // The hyperparameters, with the current learning rate (set_lr, schedules).
-  AdamOptions options() const { return AdamOptions(options_).lr(this->lr()); }
-  // The state of parameter `index`; nullptr before its first update. Throws
-  // std::out_of_range for a bad index.
-  const AdamParamState<T>* state(std::size_t index) const;
-
- private:
-  AdamOptions options_;
-  std::vector<std::optional<AdamParamState<T>>> state_;
+  using detail::AdamFamily<T, AdamOptions>::AdamFamily;
 };
 
-extern template class Adam<float>;
-extern template class Adam<double>;
+namespace detail {
+extern template class AdamFamily<float, AdamOptions>;
+extern template class AdamFamily<double, AdamOptions>;
+}  // namespace detail
 
 }  // namespace xtgrad::optim

@@ -18,6 +18,11 @@
 
 #include "adam_update.hpp"
 
+#include <utility>
+
+#include "adam.hpp"
+#include "adamw.hpp"
+
 namespace xtgrad::optim::detail {
 
 namespace {
@@ -147,6 +152,39 @@ void check_adam_hyperparameters(const std::string& owner, double beta1, double b
   require(std::isfinite(eps) && eps > 0.0, owner, "eps", "a finite number > 0", eps);
   require_finite_nonnegative(owner, "weight_decay", weight_decay);
 }
+
+template <class T, class Options>
+AdamFamily<T, Options>::AdamFamily(std::vector<Parameter<T>*> params, const Options& options)
+    : Optimizer<T>(Options::k_name, std::move(params), options.lr()),
+      options_(options),
+      state_(this->parameters().size()) {
+  check_adam_hyperparameters(this->name(), std::get<0>(options.betas()),
+                             std::get<1>(options.betas()), options.eps(), options.weight_decay());
+}
+
+template <class T, class Options>
+const AdamParamState<T>* AdamFamily<T, Options>::state(std::size_t index) const {
+  const auto& slot = state_.at(index);
+  return slot ? &*slot : nullptr;
+}
+
+template <class T, class Options>
+void AdamFamily<T, Options>::step() {
+  AdamStepConfig config;
+  config.lr = this->lr();
+  config.beta1 = std::get<0>(options_.betas());
+  config.beta2 = std::get<1>(options_.betas());
+  config.eps = options_.eps();
+  (Options::k_decoupled_weight_decay ? config.decoupled_weight_decay : config.l2_weight_decay) =
+      options_.weight_decay();
+  config.amsgrad = options_.amsgrad();
+  adam_step(this->name(), this->parameters(), state_, config);
+}
+
+template class AdamFamily<float, AdamOptions>;
+template class AdamFamily<double, AdamOptions>;
+template class AdamFamily<float, AdamWOptions>;
+template class AdamFamily<double, AdamWOptions>;
 
 template void adam_step(const std::string&, const std::vector<Parameter<float>*>&,
                         std::vector<std::optional<AdamParamState<float>>>&, const AdamStepConfig&);

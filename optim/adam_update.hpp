@@ -1,7 +1,7 @@
 #pragma once
-// The moment update shared by Adam and AdamW (torch.optim.adam._single_tensor_adam;
-// AdamW is the same function with decoupled weight decay). Internal: use
-// adam.hpp or adamw.hpp.
+// What Adam and AdamW share: their options, their optimizer class and the
+// moment update (torch.optim.adam._single_tensor_adam; AdamW is the same
+// function with decoupled weight decay). Internal: use adam.hpp or adamw.hpp.
 //
 // For each parameter p with a gradient, in one pass over p, at step t (counted
 // per parameter, starting at 1):
@@ -18,9 +18,11 @@
 // The scalars (bias corrections, step size) are computed in double, the
 // elementwise pass in T: xsimd batches, then the remaining elements one by one.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "optimizer.hpp"
@@ -58,6 +60,67 @@ void adam_step(const std::string& owner, const std::vector<Parameter<T>*>& param
 // > 0, weight_decay finite and >= 0 (lr is checked by Optimizer).
 void check_adam_hyperparameters(const std::string& owner, double beta1, double beta2, double eps,
                                 double weight_decay);
+
+// The hyperparameters of AdamOptions and AdamWOptions, with fluent setters
+// that return the derived options class. Only the default weight_decay and
+// what it means differ between the two.
+template <class Self>
+class AdamOptionsBase {
+ public:
+  Self& lr(double value) { return set(lr_, value); }
+  Self& betas(const std::tuple<double, double>& value) {
+    betas_ = value;
+    return self();
+  }
+  Self& eps(double value) { return set(eps_, value); }
+  Self& weight_decay(double value) { return set(weight_decay_, value); }
+  Self& amsgrad(bool value) {
+    amsgrad_ = value;
+    return self();
+  }
+
+  double lr() const { return lr_; }
+  const std::tuple<double, double>& betas() const { return betas_; }
+  double eps() const { return eps_; }
+  double weight_decay() const { return weight_decay_; }
+  bool amsgrad() const { return amsgrad_; }
+
+ protected:
+  AdamOptionsBase(double lr, double weight_decay) : lr_(lr), weight_decay_(weight_decay) {}
+
+ private:
+  Self& self() { return static_cast<Self&>(*this); }
+  Self& set(double& field, double value) {
+    field = value;
+    return self();
+  }
+  double lr_;
+  std::tuple<double, double> betas_{0.9, 0.999};
+  double eps_ = 1e-8;
+  double weight_decay_;
+  bool amsgrad_ = false;
+};
+
+// The optimizer behind Adam<T> (Options = AdamOptions) and AdamW<T>
+// (AdamWOptions): Options::k_name names it in errors, and
+// Options::k_decoupled_weight_decay says which weight decay it applies.
+template <class T, class Options>
+class AdamFamily : public Optimizer<T> {
+ public:
+  explicit AdamFamily(std::vector<Parameter<T>*> params, const Options& options = {});
+
+  void step() override;
+
+  // The hyperparameters, with the current learning rate (set_lr, schedules).
+  Options options() const { return Options(options_).lr(this->lr()); }
+  // The state of parameter `index`; nullptr before its first update. Throws
+  // std::out_of_range for a bad index.
+  const AdamParamState<T>* state(std::size_t index) const;
+
+ private:
+  Options options_;
+  std::vector<std::optional<AdamParamState<T>>> state_;
+};
 
 }  // namespace detail
 

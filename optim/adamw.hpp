@@ -17,70 +17,31 @@
 // lr or weight_decay negative or not finite, betas outside [0, 1), eps <= 0 or
 // not finite.
 
-#include <cstddef>
-#include <optional>
-#include <tuple>
-#include <vector>
-
 #include "adam_update.hpp"
 #include "optimizer.hpp"
 
 namespace xtgrad::optim {
 
 // Options aggregate with fluent setters: AdamWOptions(3e-4).weight_decay(0.1).
-class AdamWOptions {
+// Defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2
+// (decoupled), amsgrad off.
+class AdamWOptions : public detail::AdamOptionsBase<AdamWOptions> {
  public:
-  AdamWOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, as torch::optim::AdamWOptions
-
-  AdamWOptions& lr(double value) { return set(lr_, value); }
-  AdamWOptions& betas(const std::tuple<double, double>& value) {
-    betas_ = value;
-    return *this;
-  }
-  AdamWOptions& eps(double value) { return set(eps_, value); }
-  AdamWOptions& weight_decay(double value) { return set(weight_decay_, value); }
-  AdamWOptions& amsgrad(bool value) {
-    amsgrad_ = value;
-    return *this;
-  }
-
-  double lr() const { return lr_; }
-  const std::tuple<double, double>& betas() const { return betas_; }
-  double eps() const { return eps_; }
-  double weight_decay() const { return weight_decay_; }
-  bool amsgrad() const { return amsgrad_; }
-
- private:
-  AdamWOptions& set(double& field, double value) {
-    field = value;
-    return *this;
-  }
-  double lr_;
-  std::tuple<double, double> betas_{0.9, 0.999};
-  double eps_ = 1e-8;
-  double weight_decay_ = 1e-2;
-  bool amsgrad_ = false;
+  static constexpr const char* k_name = "AdamW";
+  static constexpr bool k_decoupled_weight_decay = true;
+  AdamWOptions(double lr = 1e-3)  // NOLINT: implicit, as torch::optim::AdamWOptions
+      : AdamOptionsBase(lr, 1e-2) {}
 };
 
 template <class T>
-class AdamW : public Optimizer<T> {
+class AdamW : public detail::AdamFamily<T, AdamWOptions> {
  public:
-  explicit AdamW(std::vector<Parameter<T>*> params, const AdamWOptions& options = {});
-
-  void step() override;
-
-  // The hyperparameters, with the current learning rate (set_lr, schedules).
-  AdamWOptions options() const { return AdamWOptions(options_).lr(this->lr()); }
-  // The state of parameter `index`; nullptr before its first update. Throws
-  // std::out_of_range for a bad index.
-  const AdamParamState<T>* state(std::size_t index) const;
-
- private:
-  AdamWOptions options_;
-  std::vector<std::optional<AdamParamState<T>>> state_;
+  using detail::AdamFamily<T, AdamWOptions>::AdamFamily;
 };
 
-extern template class AdamW<float>;
-extern template class AdamW<double>;
+namespace detail {
+extern template class AdamFamily<float, AdamWOptions>;
+extern template class AdamFamily<double, AdamWOptions>;
+}  // namespace detail
 
 }  // namespace xtgrad::optim
