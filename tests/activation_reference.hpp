@@ -12,6 +12,24 @@
 
 namespace xtgrad::testing {
 
+inline constexpr Activation k_all_activations[] = {Activation::relu, Activation::gelu,
+                                                   Activation::gelu_tanh, Activation::gelu_sigmoid,
+                                                   Activation::silu};
+
+// |error| <= rtol |reference| + atol for one activation value computed in T:
+// a few ulp where the value is O(1), an absolute floor in the tails and at
+// the zero crossings of f'.
+template <class T>
+struct ActivationTolerance;
+template <>
+struct ActivationTolerance<float> {
+  static constexpr double rtol = 1e-6, atol = 1e-7;
+};
+template <>
+struct ActivationTolerance<double> {
+  static constexpr double rtol = 1e-14, atol = 1e-15;
+};
+
 using Real = long double;
 inline const Real k_pi = 3.14159265358979323846264338327950288L;
 

@@ -25,27 +25,15 @@ using xtgrad::testing::check_gradients;
 using xtgrad::testing::random_array;
 using xtgrad::testing::random_away_from_zero;
 
+using xtgrad::testing::k_all_activations;
 using xtgrad::testing::Real;
 using xtgrad::testing::reference_slope;
 using xtgrad::testing::reference_value;
 
 namespace {
 
-const Activation k_all[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
-                            Activation::gelu_sigmoid, Activation::silu};
-
-// |error| <= rtol |reference| + atol: a few ulp where the value is O(1), an
-// absolute floor in the tails and at the zero crossings of f'.
 template <class T>
-struct Tolerance;
-template <>
-struct Tolerance<float> {
-  static constexpr double rtol = 1e-6, atol = 1e-7;
-};
-template <>
-struct Tolerance<double> {
-  static constexpr double rtol = 1e-14, atol = 1e-15;
-};
+using Tolerance = xtgrad::testing::ActivationTolerance<T>;
 
 template <class T, class F>
 xt::xarray<double> reference_of(const xt::xarray<T>& x, F f) {
@@ -160,7 +148,7 @@ TEST_CASE_TEMPLATE("activations: values and gradients match the scalar reference
                    double) {
   const xt::xarray<T> x = random_array<T>({3, 4, 5}, 11, -12.0, 12.0);
   const xt::xarray<T> dy = random_array<T>({3, 4, 5}, 12);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const auto [y, dx] = run_op<T>(x, a, dy);
     check_close(y, reference_of(x, [a](Real v) { return reference_value(a, v); }),
@@ -172,7 +160,7 @@ TEST_CASE_TEMPLATE("activations: values and gradients match the scalar reference
 }
 
 TEST_CASE("activations: gradcheck of every activation in double") {
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     // relu away from its kink; the smooth ones across it, tails included
     const xt::xarray<double> x = a == Activation::relu
@@ -227,7 +215,7 @@ TEST_CASE_TEMPLATE("activations: large magnitudes give the limits, never NaN or 
                         std::numeric_limits<T>::max(),
                         -std::numeric_limits<T>::max()};
   const xt::xarray<T> dy = xt::ones<T>(x.shape());
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const auto [y, dx] = run_op<T>(x, a, dy);
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -252,7 +240,7 @@ TEST_CASE_TEMPLATE("activations: large magnitudes give the limits, never NaN or 
 
 TEST_CASE_TEMPLATE("activations: NaN in, NaN out", T, float, double) {
   const xt::xarray<T> x{std::numeric_limits<T>::quiet_NaN()};
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     Tape<T> tape;
     CHECK(std::isnan(activation(tape.leaf(x), a).value()(0)));
@@ -260,7 +248,7 @@ TEST_CASE_TEMPLATE("activations: NaN in, NaN out", T, float, double) {
 }
 
 TEST_CASE_TEMPLATE("activations: edge shapes and strided views", T, float, double) {
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const auto ref_value = [a](Real v) { return reference_value(a, v); };
 
@@ -314,7 +302,7 @@ TEST_CASE_TEMPLATE("activations: inputs unchanged, gradients accumulate into lea
                    T, float, double) {
   const xt::xarray<T> x0 = random_array<T>({4, 6}, 51, -3.0, 3.0);
   const xt::xarray<T> dy = random_array<T>({4, 6}, 52);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     Tape<T> tape;
     Var<T> x = tape.leaf(x0);
@@ -337,7 +325,7 @@ TEST_CASE_TEMPLATE("activations: inputs unchanged, gradients accumulate into lea
 
 TEST_CASE("activations: recording off computes the same values and saves nothing") {
   const xt::xarray<double> x = random_array<double>({3, 3}, 61, -3.0, 3.0);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     Tape<double> tape;
     Var<double> v = tape.leaf(x);
@@ -350,7 +338,7 @@ TEST_CASE("activations: recording off computes the same values and saves nothing
 }
 
 TEST_CASE("activations: parse_activation, to_string and their errors") {
-  for (Activation a : k_all) CHECK(parse_activation(to_string(a)) == a);
+  for (Activation a : k_all_activations) CHECK(parse_activation(to_string(a)) == a);
   CHECK(to_string(Activation::gelu) == "gelu");
   CHECK(parse_activation("gelu_sigmoid") == Activation::gelu_sigmoid);
 
@@ -382,7 +370,7 @@ TEST_CASE_TEMPLATE("activation kernels: agree with the scalar reference over [-2
                    T, float, double) {
   const std::vector<T> x = sweep<T>();
   const std::size_t n = x.size();
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     std::vector<T> y(n), dx(n);
     detail::activation_forward(a, x.data(), y.data(), n);
@@ -440,7 +428,7 @@ TEST_CASE_TEMPLATE("activation kernels: the tail gives bit-identical results to 
     return v;
   }();
   const std::vector<T> dy(x.size(), T(0.75));
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     std::vector<T> y_full(x.size()), dx_full(x.size());
     detail::activation_forward(a, x.data(), y_full.data(), x.size());

@@ -23,26 +23,19 @@ using xtgrad::testing::check_gradients;
 using xtgrad::testing::random_array;
 using xtgrad::testing::random_away_from_zero;
 
+using xtgrad::testing::k_all_activations;
 using xtgrad::testing::Real;
 using xtgrad::testing::reference_slope;
 using xtgrad::testing::reference_value;
 
 namespace {
 
-const Activation k_all[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
-                            Activation::gelu_sigmoid, Activation::silu};
-
-// |error| <= rtol |expected| + atol, for products of at most three factors
-// each of magnitude <= 1 besides f.
+// A gated value is a product of up to three factors: twice one activation's
+// relative tolerance.
 template <class T>
-struct Tolerance;
-template <>
-struct Tolerance<float> {
-  static constexpr double rtol = 2e-6, atol = 1e-7;
-};
-template <>
-struct Tolerance<double> {
-  static constexpr double rtol = 2e-14, atol = 1e-15;
+struct Tolerance {
+  static constexpr double rtol = 2 * xtgrad::testing::ActivationTolerance<T>::rtol;
+  static constexpr double atol = xtgrad::testing::ActivationTolerance<T>::atol;
 };
 
 struct GatedReference {
@@ -123,14 +116,14 @@ TEST_CASE_TEMPLATE("gated: values and both gradients match the scalar reference"
   const xt::xarray<T> u = random_array<T>({3, 4, 5}, 101);
   const xt::xarray<T> g = random_array<T>({3, 4, 5}, 102, -8.0, 8.0);
   const xt::xarray<T> dy = random_array<T>({3, 4, 5}, 103);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     check_result<T>(run_gated<T>(u, g, a, dy), gated_reference(a, u, g, dy));
   }
 }
 
 TEST_CASE("gated: gradcheck for each of the five activations") {
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const xt::xarray<double> u = random_array<double>({2, 3, 4}, 111, -2.0, 2.0);
     const xt::xarray<double> g = a == Activation::relu
@@ -142,7 +135,7 @@ TEST_CASE("gated: gradcheck for each of the five activations") {
 }
 
 TEST_CASE("gated: u and g may be the same Var (x * f(x))") {
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     // 37 elements: the fused kernel's body and its tail both see du and dg in one buffer
     const xt::xarray<double> x = a == Activation::relu
@@ -171,7 +164,7 @@ TEST_CASE_TEMPLATE("gated: only the inputs that require a gradient get one", T, 
   const xt::xarray<T> u = random_array<T>({4, 9}, 131);
   const xt::xarray<T> g = random_array<T>({4, 9}, 132, -5.0, 5.0);
   const xt::xarray<T> dy = random_array<T>({4, 9}, 133);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const GatedReference expected = gated_reference(a, u, g, dy);
     {
@@ -221,7 +214,7 @@ TEST_CASE("gated: shape mismatch and bad arguments are errors naming gated, 'g' 
 }
 
 TEST_CASE_TEMPLATE("gated: edge shapes and strided views", T, float, double) {
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     SUBCASE("[D] with a length that is no multiple of the SIMD width") {
       const xt::xarray<T> u = random_array<T>({37}, 141), g = random_array<T>({37}, 142, -6, 6);
@@ -266,7 +259,7 @@ TEST_CASE_TEMPLATE("gated: large gate magnitudes give the limits, never NaN", T,
   const xt::xarray<T> g{T(30), T(-30), T(100), T(-100), T(1e30), T(-1e30), inf, -inf};
   const xt::xarray<T> u = xt::full_like(g, T(2));
   const xt::xarray<T> dy = xt::ones<T>(g.shape());
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const Result r = run_gated<T>(u, g, a, dy);
     for (std::size_t i = 0; i < g.size(); ++i) {
@@ -297,7 +290,7 @@ TEST_CASE_TEMPLATE("gated: inputs unchanged, gradients accumulate into leaves an
   const xt::xarray<T> u0 = random_array<T>({3, 7}, 151);
   const xt::xarray<T> g0 = random_array<T>({3, 7}, 152, -4, 4);
   const xt::xarray<T> dy = random_array<T>({3, 7}, 153);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     Tape<T> tape;
     Var<T> u = tape.leaf(u0), g = tape.leaf(g0);
@@ -333,7 +326,7 @@ TEST_CASE_TEMPLATE("gated kernels: agree with the reference over [-20, 20], ever
   const std::size_t n = g.size();
   const xt::xarray<T> u = random_array<T>({n}, 161), dy = random_array<T>({n}, 162);
   const xt::xarray<T> gx = xt::adapt(g, std::vector<std::size_t>{n});
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     const GatedReference expected = gated_reference(a, u, gx, dy);
     xt::xarray<T> y = xt::empty<T>({n});
@@ -371,7 +364,7 @@ TEST_CASE_TEMPLATE("gated kernels: the tail gives bit-identical results to the b
   const std::size_t total = 70;
   const xt::xarray<T> u = random_array<T>({total}, 171), g = random_array<T>({total}, 172, -9, 9);
   const xt::xarray<T> dy = random_array<T>({total}, 173);
-  for (Activation a : k_all) {
+  for (Activation a : k_all_activations) {
     CAPTURE(to_string(a));
     std::vector<T> y_full(total), du_full(total), dg_full(total);
     detail::gated_forward(a, u.data(), g.data(), y_full.data(), total);

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -65,7 +66,8 @@ void check_close(const A& actual, const B& expected, double rtol = 1e-12, double
   bool close = true;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const double x = a.data()[i], y = b.data()[i];
-    if (std::isnan(x) || std::isnan(y) || std::abs(x - y) > atol + rtol * std::abs(y)) close = false;
+    if (std::isnan(x) || std::isnan(y) || std::abs(x - y) > atol + rtol * std::abs(y))
+      close = false;
   }
   CHECK(close);
 }
@@ -102,6 +104,15 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The names of the entries of `dir`, sorted.
+inline std::vector<std::string> directory_names(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // True when `what()` of the exception contains every one of `parts`.
 inline bool message_contains(const std::exception& e, const std::vector<std::string>& parts) {
   const std::string what = e.what();
@@ -114,16 +125,16 @@ inline bool message_contains(const std::exception& e, const std::vector<std::str
 
 // CHECK_THROWS_WITH_PARTS(expr, std::invalid_argument, {"linear", "'x'", "[2, 3]"}):
 // expr throws exactly that type and its message contains every part.
-#define CHECK_THROWS_WITH_PARTS(expr, type, ...)                                            \
-  do {                                                                                      \
-    bool xtgrad_thrown_ = false;                                                            \
-    try {                                                                                   \
-      (void)(expr);                                                                         \
-    } catch (const type& e) {                                                               \
-      xtgrad_thrown_ = true;                                                                \
-      const std::string xtgrad_what_ = e.what();                                         \
-      INFO("message: " << xtgrad_what_);                                                        \
+#define CHECK_THROWS_WITH_PARTS(expr, type, ...)                                           \
+  do {                                                                                     \
+    bool xtgrad_thrown_ = false;                                                           \
+    try {                                                                                  \
+      (void)(expr);                                                                        \
+    } catch (const type& e) {                                                              \
+      xtgrad_thrown_ = true;                                                               \
+      const std::string xtgrad_what_ = e.what();                                           \
+      INFO("message: " << xtgrad_what_);                                                   \
       CHECK(::xtgrad::testing::message_contains(e, std::vector<std::string> __VA_ARGS__)); \
-    }                                                                                       \
+    }                                                                                      \
     CHECK_MESSAGE(xtgrad_thrown_, #expr " did not throw " #type);                          \
   } while (false)

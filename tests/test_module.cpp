@@ -21,6 +21,7 @@
 
 #include "test_helpers.hpp"
 
+using xtgrad::testing::directory_names;
 using xtgrad::testing::TempDir;
 
 using namespace xtgrad;
@@ -103,16 +104,6 @@ class TestDuplicate : public Module<T> {
     this->add_child(prefix, "a", b, out);
   }
 };
-
-// A fresh directory under the system temp directory, removed at scope exit.
-
-std::vector<std::string> directory_names(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -22,14 +22,13 @@
 
 #include "test_helpers.hpp"
 
+using xtgrad::testing::directory_names;
 using xtgrad::testing::TempDir;
 
 using namespace xtgrad;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the system temp directory, removed at scope exit.
 
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -83,14 +82,6 @@ bool bit_equal(const xt::xarray<T>& a, const xt::xarray<T>& b) {
   // memcmp with the null data() of an empty array is undefined: compare sizes first.
   return a.shape() == b.shape() &&
          (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-
-std::vector<std::string> directory_names(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // "/usr/bin/python3" or "python3" when it can import numpy, else "".
