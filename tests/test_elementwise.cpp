@@ -26,7 +26,6 @@ namespace {
 
 using Dims = std::vector<std::size_t>;
 
-
 enum class Op { add, sub, mul };
 const char* name(Op op) {
   return op == Op::add ? "add" : op == Op::sub ? "sub" : "mul";

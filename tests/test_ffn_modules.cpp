@@ -22,7 +22,6 @@ std::vector<std::string> names_of(M& module) {
   return names;
 }
 
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("modules: Linear has PyTorch's layout and default init, seeded", T, float,

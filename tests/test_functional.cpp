@@ -273,7 +273,8 @@ TEST_CASE_TEMPLATE("functional: each gate activation matches its scalar formula,
   for (const std::string f : {"silu", "relu", "gelu", "gelu_tanh", "gelu_sigmoid"}) {
     CAPTURE(f);
     Tape<T> tape;
-    auto x = tape.leaf(xt::xarray<T>(xt::reshape_view(values, std::vector<std::size_t>{1, values.size()})));
+    auto x = tape.leaf(
+        xt::xarray<T>(xt::reshape_view(values, std::vector<std::size_t>{1, values.size()})));
     auto y = gated_feedforward(x, tape.leaf(identity), tape.leaf(identity), tape.leaf(identity), {},
                                {}, {}, f);
     tape.backward(y, xt::ones<T>(y.shape()));

@@ -23,7 +23,6 @@ namespace {
 
 using Dims = std::vector<std::size_t>;
 
-
 // A 0-d array holding v.
 template <class T>
 xt::xarray<T> scalar(T v) {

@@ -134,7 +134,8 @@ TEST_CASE("tape: misuse gives clear errors") {
   auto w = b.leaf(xt::xarray<double>{{1.0, 2.0}});
   CHECK_THROWS_WITH_PARTS(linear(x, w), std::logic_error,
                           {"linear", "'x'", "'weight'", "different tapes"});
-  CHECK_THROWS_WITH_PARTS(Var<double>().value(), std::logic_error, {"Var::value", "empty Var handle"});
+  CHECK_THROWS_WITH_PARTS(Var<double>().value(), std::logic_error,
+                          {"Var::value", "empty Var handle"});
   CHECK_THROWS_WITH_PARTS(b.backward(x), std::logic_error, {"Tape::backward", "different tape"});
 
   auto w_a = a.leaf(xt::xarray<double>{{1.0, 2.0}, {3.0, 4.0}});
