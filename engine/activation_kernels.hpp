@@ -33,6 +33,8 @@ template <class T>
 void activation_forward(Activation activation, const T* x, T* y, std::size_t n);
 
 // dx[i] = dy[i] * f'(x[i]) (or += when accumulate). dx may equal dy.
+// Every += in these kernels is one fused multiply-add, fma(dy, f'(x), dx):
+// one rounding, the same for every element wherever it lies.
 template <class T>
 void activation_backward(Activation activation, const T* x, const T* dy, T* dx, std::size_t n,
                          bool accumulate);
@@ -48,5 +50,21 @@ void gated_forward(Activation activation, const T* u, const T* g, T* y, std::siz
 template <class T>
 void gated_backward(Activation activation, const T* u, const T* g, const T* dy, T* du,
                     bool du_accumulate, T* dg, bool dg_accumulate, std::size_t n);
+
+// The backward kernels with the forward value in the same pass, for the fused
+// ops that recompute it instead of storing it (ops/fused_linear): f and f'
+// share their work (erf, exp), and the value is the one activation_forward /
+// gated_forward compute, bit for bit. y is written, never accumulated; it may
+// not alias any other argument. A null y skips it (then these are
+// activation_backward and gated_backward); with dy, du and dg all null
+// gated_value_and_backward computes y alone.
+//   y[i] = f(x[i]),  dx[i] (+)= dy[i] * f'(x[i])
+template <class T>
+void activation_value_and_backward(Activation activation, const T* x, const T* dy, T* dx,
+                                   bool accumulate, T* y, std::size_t n);
+//   y[i] = u[i] * f(g[i]),  du, dg as gated_backward
+template <class T>
+void gated_value_and_backward(Activation activation, const T* u, const T* g, const T* dy, T* du,
+                              bool du_accumulate, T* dg, bool dg_accumulate, T* y, std::size_t n);
 
 }  // namespace xtgrad::detail

@@ -5,6 +5,7 @@
 #include "gradcheck.hpp"
 #include "ops/activations.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/fused_linear.hpp"
 #include "ops/gated.hpp"
 #include "ops/linear.hpp"
 #include "ops/loss.hpp"

@@ -1,28 +1,28 @@
 #include "functional.hpp"
 
+#include <algorithm>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "../engine/check.hpp"
-#include "../engine/ops/activations.hpp"
-#include "../engine/ops/gated.hpp"
+#include "../engine/ops/fused_linear.hpp"
 #include "../engine/ops/linear.hpp"
 
 namespace xtgrad {
 
 namespace {
 
-std::string shape_of(std::size_t a) {
-  return "[" + std::to_string(a) + "]";
-}
-std::string shape_of(std::size_t a, std::size_t b) {
-  return "[" + std::to_string(a) + ", " + std::to_string(b) + "]";
-}
-
-template <class T>
+// Throws unless v's shape is exactly `expected`; the message, with `why()`
+// saying where `expected` comes from, is built only then (these checks run
+// at every step of a training loop).
+template <class T, class Why>
 void expect_shape(const char* function, const char* arg, const Var<T>& v,
-                  const std::string& expected, const std::string& why) {
-  if (detail::shape_str(v.shape()) != expected)
-    detail::fail_shape(function, arg, v.shape(), expected + " (" + why + ")");
+                  std::initializer_list<std::size_t> expected, const Why& why) {
+  const Shape& shape = v.shape();
+  if (!std::equal(shape.begin(), shape.end(), expected.begin(), expected.end()))
+    detail::fail_shape(function, arg, shape,
+                       detail::shape_str(std::vector<std::size_t>(expected)) + " (" + why() + ")");
 }
 
 // The two-layer blocks: x [..., D], w1 [H, D], b1 [H], w2 [D, H], b2 [D].
@@ -34,20 +34,35 @@ void check_two_layer(const char* function, const char* const names[5], const Var
       {{names[0], &x}, {names[1], &w1}, {names[2], &b1}, {names[3], &w2}, {names[4], &b2}});
   if (w1.dimension() != 2) detail::fail_shape(function, names[1], w1.shape(), "[H, D]");
   const std::size_t hidden = w1.shape()[0], model = w1.shape()[1];
-  const std::string from_w1 = std::string("D = ") + std::to_string(model) +
-                              ", H = " + std::to_string(hidden) + " from " + names[1] + " [H, D]";
+  const auto from_w1 = [&] {
+    return std::string("D = ") + std::to_string(model) + ", H = " + std::to_string(hidden) +
+           " from " + names[1] + " [H, D]";
+  };
   if (x.dimension() == 0 || x.shape().back() != model)
     detail::fail_shape(function, names[0], x.shape(),
-                       "[..., " + std::to_string(model) + "] (" + from_w1 + ")");
-  expect_shape(function, names[2], b1, shape_of(hidden), from_w1);
-  expect_shape(function, names[3], w2, shape_of(model, hidden), from_w1);
-  expect_shape(function, names[4], b2, shape_of(model), from_w1);
+                       "[..., " + std::to_string(model) + "] (" + from_w1() + ")");
+  expect_shape(function, names[2], b1, {hidden}, from_w1);
+  expect_shape(function, names[3], w2, {model, hidden}, from_w1);
+  expect_shape(function, names[4], b2, {model}, from_w1);
 }
 
+// f(x w1^T + b1) w2^T + b2, the activation fused into the second layer: the
+// [..., H] hidden activations are never stored (ops/fused_linear.hpp).
 template <class T>
 Var<T> two_layer(const Var<T>& x, const Var<T>& w1, const Var<T>& b1, const Var<T>& w2,
                  const Var<T>& b2, Activation activation) {
-  return linear(xtgrad::activation(linear(x, w1, b1), activation), w2, b2);
+  return activation_linear(linear(x, w1, b1), activation, w2, b2);
+}
+
+// parse_activation, with an error that names `function` and its argument 'activation'.
+Activation parse_argument(const char* function, std::string_view name) {
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                       Activation::gelu_sigmoid, Activation::silu})
+    if (name == to_string(a)) return a;
+  detail::fail_argument(function, "activation",
+                        "is '" + std::string(name) +
+                            "', not an activation; valid names are relu, gelu, gelu_tanh, "
+                            "gelu_sigmoid, silu");
 }
 
 constexpr const char* k_positionwise_names[5] = {"x", "w1", "b1", "w2", "b2"};
@@ -73,6 +88,8 @@ template <class T>
 Var<T> feedforward(const Var<T>& x, const Var<T>& w1, const Var<T>& b1, const Var<T>& w2,
                    const Var<T>& b2, Activation activation) {
   check_two_layer("feedforward", k_positionwise_names, x, w1, b1, w2, b2);
+  // validates the activation before anything is recorded
+  detail::activation_name(activation, "feedforward", "activation");
   return two_layer(x, w1, b1, w2, b2, activation);
 }
 
@@ -92,24 +109,30 @@ Var<T> gated_feedforward(const Var<T>& x, const Var<T>& w_up, const Var<T>& w_ga
   if (w_up.dimension() != 2) detail::fail_shape(function, "w_up", w_up.shape(), "[Cin, H]");
   if (w_down.dimension() != 2) detail::fail_shape(function, "w_down", w_down.shape(), "[H, Cout]");
   const std::size_t in = w_up.shape()[0], hidden = w_up.shape()[1], out = w_down.shape()[1];
-  const std::string from_up =
-      "Cin = " + std::to_string(in) + ", H = " + std::to_string(hidden) + " from w_up [Cin, H]";
+  const auto from_up = [&] {
+    return "Cin = " + std::to_string(in) + ", H = " + std::to_string(hidden) +
+           " from w_up [Cin, H]";
+  };
   if (x.dimension() == 0 || x.shape().back() != in)
     detail::fail_shape(function, "x", x.shape(),
-                       "[..., " + std::to_string(in) + "] (" + from_up + ")");
-  expect_shape(function, "w_gate", w_gate, shape_of(in, hidden), from_up);
+                       "[..., " + std::to_string(in) + "] (" + from_up() + ")");
+  expect_shape(function, "w_gate", w_gate, {in, hidden}, from_up);
   if (w_down.shape()[0] != hidden)
     detail::fail_shape(function, "w_down", w_down.shape(),
-                       "[" + std::to_string(hidden) + ", Cout] (" + from_up + ")");
-  if (b_up) expect_shape(function, "b_up", *b_up, shape_of(hidden), from_up);
-  if (b_gate) expect_shape(function, "b_gate", *b_gate, shape_of(hidden), from_up);
+                       "[" + std::to_string(hidden) + ", Cout] (" + from_up() + ")");
+  if (b_up) expect_shape(function, "b_up", *b_up, {hidden}, from_up);
+  if (b_gate) expect_shape(function, "b_gate", *b_gate, {hidden}, from_up);
   if (b_down)
-    expect_shape(function, "b_down", *b_down, shape_of(out),
-                 "Cout = " + std::to_string(out) + " from w_down [H, Cout]");
+    expect_shape(function, "b_down", *b_down, {out},
+                 [&] { return "Cout = " + std::to_string(out) + " from w_down [H, Cout]"; });
+  // validates the activation before anything is recorded
+  detail::activation_name(activation, function, "activation");
 
   const Var<T> u = linear(x, w_up, b_up, WeightLayout::in_out);      // [..., H]
   const Var<T> g = linear(x, w_gate, b_gate, WeightLayout::in_out);  // [..., H]
-  return linear(gated(u, g, activation), w_down, b_down, WeightLayout::in_out);
+  // (u * f(g)) w_down + b_down, the gated product fused into the down
+  // projection: it is never stored (ops/fused_linear.hpp).
+  return gated_linear(u, g, activation, w_down, b_down, WeightLayout::in_out);
 }
 
 template <class T>
@@ -119,7 +142,7 @@ Var<T> gated_feedforward(const Var<T>& x, const Var<T>& w_up, const Var<T>& w_ga
                          const std::optional<Var<NoDeduce<T>>>& b_down,
                          std::string_view activation) {
   return gated_feedforward(x, w_up, w_gate, w_down, b_up, b_gate, b_down,
-                           parse_activation(activation));
+                           parse_argument("gated_feedforward", activation));
 }
 
 #define XTGRAD_INSTANTIATE_FUNCTIONAL(T)                                                           \

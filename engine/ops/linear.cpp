@@ -21,12 +21,30 @@ detail::MatrixRef<T> matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols
 
 }  // namespace
 
+namespace detail {
+
+void check_layout(const char* op, WeightLayout layout) {
+  if (layout != WeightLayout::out_in && layout != WeightLayout::in_out)
+    fail_argument(op, "layout",
+                  "is WeightLayout(" + std::to_string(static_cast<int>(layout)) +
+                      "), expected WeightLayout::out_in or WeightLayout::in_out");
+}
+
+std::size_t leading_rows(const Shape& shape) {
+  std::size_t rows = 1;
+  for (std::size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  return rows;
+}
+
+}  // namespace detail
+
 template <class T>
 Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
               WeightLayout layout) {
   static constexpr const char* op = "linear";
   Tape<T>& tape = detail::common_tape<T>(
       op, {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
+  detail::check_layout(op, layout);
   const bool out_in = layout == WeightLayout::out_in;
 
   const Shape w_shape = weight.shape();  // copies: record() may move the nodes
@@ -46,7 +64,7 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
 
   Shape y_shape = x_shape;
   y_shape.back() = out;
-  const std::size_t n = detail::rows_of(x.size(), in);
+  const std::size_t n = detail::leading_rows(x_shape);
   const std::size_t xi = x.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
   const bool needs_grad =
@@ -56,10 +74,7 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
   // y[N,out] = b broadcast over rows, then += x[N,in] . op(W)   (bias fused as GEMM beta = 1)
-  if (bi) {
-    const T* b = tape.value(*bi).data();
-    for (std::size_t r = 0; r < n; ++r) std::copy(b, b + out, y.data() + r * out);
-  }
+  if (bi) detail::broadcast_rows(tape.value(*bi).data(), y.data(), n, out);
   const xt::xarray<T>& w = tape.value(wi);
   detail::gemm<T>(op, matrix(tape.value(xi), n, in), false, matrix(w, w_shape[0], w_shape[1]),
                   out_in, matrix(y, n, out), bi.has_value());
@@ -87,12 +102,7 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
     if (bi && t.requires_grad(*bi)) {
       GradSlot<T> db = t.grad_slot(*bi);
       // db[out] (+)= sum_r dy[r, out]
-      T* d = db.buffer.data();
-      if (!db.accumulate) std::fill(d, d + out, T(0));
-      for (std::size_t r = 0; r < n; ++r) {
-        const T* row = dy.data() + r * out;
-        for (std::size_t j = 0; j < out; ++j) d[j] += row[j];
-      }
+      detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
     }
   });
   return tape.var(yi);

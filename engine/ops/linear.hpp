@@ -14,7 +14,7 @@
 //   db = sum over the N rows of dy
 // Each is one GEMM with BLAS transpose flags; nothing is transposed in memory.
 // Throws std::invalid_argument naming the argument and both shapes when the
-// shapes do not fit.
+// shapes do not fit, and naming 'layout' for a WeightLayout outside the enumeration.
 
 #include <optional>
 
@@ -23,6 +23,15 @@
 namespace xtgrad {
 
 enum class WeightLayout { out_in, in_out };
+
+namespace detail {
+// std::invalid_argument naming `op` and the argument 'layout' for a value
+// outside the enumeration.
+void check_layout(const char* op, WeightLayout layout);
+// The rows of a [..., features] tensor seen as a matrix: the product of its
+// leading axes (also when features is 0, where size / features cannot tell).
+std::size_t leading_rows(const Shape& shape);
+}  // namespace detail
 
 template <class T>
 Var<T> linear(const Var<T>& x, const Var<T>& weight,

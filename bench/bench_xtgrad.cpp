@@ -1,0 +1,445 @@
+// bench_xtgrad: the speed of xtgrad against its floors and against LibTorch,
+// side by side in one run (issue 5). Prints a table and optionally writes it
+// as CSV and JSON. Every figure is a median over interleaved rounds (see
+// harness.hpp); compare ratios within one run, not times across runs.
+//
+//   ffn         forward and forward+backward of the three FFN families at
+//               D = 512, H = 2048, N in {128, 1024, 4096}, against the GEMM floor
+//   toy         one training step of the toy model, microseconds
+//   activation  each activation over 4M floats, forward and backward, against a copy
+//   memory      peak resident memory of one forward+backward at N = 4096, each
+//               measured in a fresh child process (this program, re-run with
+//               --peak-memory-child) so that earlier cases do not count
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cases.hpp"
+#include "harness.hpp"
+
+namespace xtgrad::bench {
+
+namespace {
+
+constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
+constexpr std::size_t k_activation_floats = std::size_t(1) << 22;  // 4M
+constexpr std::size_t k_quick_activation_floats = std::size_t(1) << 20;
+constexpr std::size_t k_memory_tokens = 4096;
+constexpr std::size_t k_quick_tokens = 128;
+constexpr double k_kib_per_mib = 1024.0;
+
+const Family k_families[] = {Family::relu, Family::gelu, Family::swiglu};
+const Activation k_activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                                    Activation::gelu_sigmoid, Activation::silu};
+
+struct Options {
+  bool quick = false;
+  int threads = 2;
+  bool libtorch = true;  // when compiled in
+  std::vector<std::size_t> tokens{128, 1024, 4096};
+  std::vector<std::string> sections{"ffn", "toy", "activation", "memory"};
+  std::string csv, json;
+  std::string peak_memory_child;  // internal: "family:tokens:impl"
+  TimingOptions timing;
+};
+
+// One line of the table. `floor` is the GEMM floor (ffn) or the copy floor
+// (activation); NaN where a column does not apply. The ratios of timed rows
+// are medians of per-round ratios (paired_ratio), not ratios of the medians.
+struct Row {
+  std::string section;
+  std::string name;
+  std::string unit;
+  double xtgrad = k_nan;
+  double floor = k_nan;
+  double libtorch = k_nan;
+  double xtgrad_over_floor = k_nan;
+  double libtorch_over_floor = k_nan;
+  double xtgrad_over_libtorch = k_nan;
+};
+
+bool wants(const Options& o, const std::string& section) {
+  for (const std::string& s : o.sections)
+    if (s == section) return true;
+  return false;
+}
+
+bool libtorch_on(const Options& o) {
+#ifdef XTGRAD_BENCH_LIBTORCH
+  return o.libtorch;
+#else
+  (void)o;
+  return false;
+#endif
+}
+
+Family parse_family(const std::string& name) {
+  for (Family f : k_families)
+    if (name == family_name(f)) return f;
+  throw std::invalid_argument("bench_xtgrad: unknown FFN family '" + name +
+                              "' (relu, gelu, swiglu)");
+}
+
+// Times the contestants xtgrad, floor and libtorch (an empty Runner is
+// skipped: its columns stay NaN) into a row, in `unit_seconds` units.
+Row time_row(const std::string& section, const std::string& name, const std::string& unit,
+             double unit_seconds, const Runner& xtgrad, const Runner& floor, const Runner& libtorch,
+             const TimingOptions& timing) {
+  std::vector<Contestant> present;
+  for (const Runner* r : {&xtgrad, &floor, &libtorch})
+    if (*r) present.push_back({"", *r});
+  const std::vector<Timing> timings = measure_interleaved(present, timing);
+  std::optional<Timing> t[3];
+  std::size_t k = 0;
+  for (int i = 0; i < 3; ++i)
+    if (*std::array<const Runner*, 3>{&xtgrad, &floor, &libtorch}[i]) t[i] = timings[k++];
+  Row row{section, name, unit};
+  const auto value = [&](int i) { return t[i] ? t[i]->median / unit_seconds : k_nan; };
+  const auto paired = [&](int i, int j) {
+    return t[i] && t[j] ? paired_ratio(*t[i], *t[j]) : k_nan;
+  };
+  row.xtgrad = value(0);
+  row.floor = value(1);
+  row.libtorch = value(2);
+  row.xtgrad_over_floor = paired(0, 1);
+  row.libtorch_over_floor = paired(2, 1);
+  row.xtgrad_over_libtorch = paired(0, 2);
+  return row;
+}
+
+void ffn_rows(const Options& o, std::vector<Row>& rows) {
+  for (Family family : k_families)
+    for (std::size_t tokens : o.tokens)
+      for (Pass pass : {Pass::forward, Pass::forward_backward}) {
+        const FfnShape shape{tokens};
+        Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+        if (libtorch_on(o)) libtorch = libtorch_ffn(family, pass, shape);
+#endif
+        std::ostringstream name;
+        name << family_name(family) << " N=" << tokens << ' ' << pass_name(pass);
+        rows.push_back(time_row("ffn", name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
+                                gemm_floor(family, pass, shape), libtorch, o.timing));
+        std::cerr << "  " << name.str() << "\n";
+      }
+}
+
+void toy_rows(const Options& o, std::vector<Row>& rows) {
+  Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+  if (libtorch_on(o)) libtorch = libtorch_toy_step();
+#endif
+  rows.push_back(time_row("toy", "train step N=128 D=2 H=16 (Adam)", "us", 1e-6, xtgrad_toy_step(),
+                          {}, libtorch, o.timing));
+}
+
+void activation_rows(const Options& o, std::vector<Row>& rows) {
+  const std::size_t n = o.quick ? k_quick_activation_floats : k_activation_floats;
+  for (Activation a : k_activations)
+    for (Pass pass : {Pass::forward, Pass::forward_backward}) {
+      Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+      if (libtorch_on(o)) libtorch = libtorch_activation(a, pass, n);
+#endif
+      std::ostringstream name;
+      name << to_string(a) << ' ' << (pass == Pass::forward ? "fwd" : "bwd")
+           << " n=" << n / (1 << 20) << "M";
+      rows.push_back(time_row("activation", name.str(), "ms", 1e-3, xtgrad_activation(a, pass, n),
+                              copy_floor(n), libtorch, o.timing));
+    }
+}
+
+// ---- peak memory ----
+
+// In the child: one forward+backward of `spec` ("family:tokens:impl"); prints
+// "<peak KiB during the step> <resident KiB before the model was built>".
+int peak_memory_child(const Options& o) {
+  const std::size_t first = o.peak_memory_child.find(':');
+  const std::size_t second = o.peak_memory_child.find(':', first + 1);
+  if (first == std::string::npos || second == std::string::npos)
+    throw std::invalid_argument("bench_xtgrad: --peak-memory-child wants family:tokens:impl");
+  const Family family = parse_family(o.peak_memory_child.substr(0, first));
+  const std::size_t tokens = std::stoul(o.peak_memory_child.substr(first + 1, second - first - 1));
+  const std::string impl = o.peak_memory_child.substr(second + 1);
+  const FfnShape tiny{8, 8, 16};
+  Runner (*factory)(Family, Pass, FfnShape) = nullptr;
+  if (impl == "xtgrad") factory = xtgrad_ffn;
+#ifdef XTGRAD_BENCH_LIBTORCH
+  if (impl == "libtorch") factory = libtorch_ffn;
+#endif
+  if (!factory) throw std::invalid_argument("bench_xtgrad: unknown implementation '" + impl + "'");
+  // A tiny step first, so that thread pools and BLAS buffers exist before the baseline.
+  factory(family, Pass::forward_backward, tiny)();
+  std::ofstream("/proc/self/clear_refs") << "5";  // reset VmHWM (Linux >= 4.0); best effort
+  const long base = resident_kib();
+  Runner step = factory(family, Pass::forward_backward, FfnShape{tokens});
+  step();
+  std::cout << peak_resident_kib() << ' ' << base << std::endl;
+  return 0;
+}
+
+// Peak minus baseline of one child run, in MiB; NaN when the child failed.
+double child_peak_mib(const Options& o, Family family, std::size_t tokens, const char* impl) {
+  char exe[4096];
+  const ssize_t length = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (length <= 0) return k_nan;
+  exe[length] = '\0';
+  std::ostringstream command;
+  command << '"' << exe << "\" --threads " << o.threads << " --peak-memory-child "
+          << family_name(family) << ':' << tokens << ':' << impl;
+  FILE* pipe = popen(command.str().c_str(), "r");
+  if (!pipe) return k_nan;
+  long peak = -1, base = -1;
+  const int read = std::fscanf(pipe, "%ld %ld", &peak, &base);
+  const int status = pclose(pipe);
+  if (read != 2 || status != 0 || peak < 0 || base < 0) return k_nan;
+  return static_cast<double>(peak - base) / k_kib_per_mib;
+}
+
+void memory_rows(const Options& o, std::vector<Row>& rows) {
+  const std::size_t tokens = o.quick ? k_quick_tokens : k_memory_tokens;
+  for (Family family : k_families) {
+    Row row{"memory",
+            std::string(family_name(family)) + " N=" + std::to_string(tokens) + " fwd+bwd peak",
+            "MiB"};
+    row.xtgrad = child_peak_mib(o, family, tokens, "xtgrad");
+    if (libtorch_on(o)) row.libtorch = child_peak_mib(o, family, tokens, "libtorch");
+    row.xtgrad_over_libtorch = row.xtgrad / row.libtorch;
+    rows.push_back(row);
+  }
+}
+
+// ---- output ----
+
+std::string number(double v, int precision) {
+  if (std::isnan(v)) return "-";
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(precision) << v;
+  return out.str();
+}
+
+std::string floor_label(const std::string& section) {
+  return section == "ffn" ? "GEMM floor" : section == "activation" ? "copy" : "floor";
+}
+
+void print_table(const std::vector<Row>& rows, std::ostream& out) {
+  std::string section;
+  for (const Row& r : rows) {
+    if (r.section != section) {
+      section = r.section;
+      out << '\n'
+          << std::left << std::setw(36) << section << std::right << std::setw(10)
+          << ("xtgrad " + r.unit) << std::setw(12) << floor_label(section) << std::setw(12)
+          << ("LibTorch") << std::setw(12) << "xt/floor" << std::setw(12) << "LT/floor"
+          << std::setw(10) << "xt/LT" << '\n';
+    }
+    const int precision = r.unit == "ms" ? 3 : 1;
+    out << "  " << std::left << std::setw(34) << r.name << std::right << std::setw(10)
+        << number(r.xtgrad, precision) << std::setw(12) << number(r.floor, precision)
+        << std::setw(12) << number(r.libtorch, precision) << std::setw(12)
+        << number(r.xtgrad_over_floor, 3) << std::setw(12) << number(r.libtorch_over_floor, 3)
+        << std::setw(10) << number(r.xtgrad_over_libtorch, 3) << '\n';
+  }
+}
+
+std::string csv_number(double v) {
+  if (std::isnan(v)) return "";
+  std::ostringstream out;
+  out << std::setprecision(6) << v;
+  return out.str();
+}
+
+void write_csv(const std::vector<Row>& rows, const std::string& path) {
+  std::ofstream out(path);
+  out << "section,name,unit,xtgrad,floor,libtorch,xtgrad_over_floor,libtorch_over_floor,"
+         "xtgrad_over_libtorch\n";
+  for (const Row& r : rows)
+    out << r.section << ',' << r.name << ',' << r.unit << ',' << csv_number(r.xtgrad) << ','
+        << csv_number(r.floor) << ',' << csv_number(r.libtorch) << ','
+        << csv_number(r.xtgrad_over_floor) << ',' << csv_number(r.libtorch_over_floor) << ','
+        << csv_number(r.xtgrad_over_libtorch) << '\n';
+  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + '"';
+}
+
+std::string json_number(double v) {
+  return std::isnan(v) ? "null" : csv_number(v);
+}
+
+void write_json(const std::vector<Row>& rows,
+                const std::vector<std::pair<std::string, std::string>>& meta,
+                const std::string& path) {
+  std::ofstream out(path);
+  out << "{\n  \"meta\": {";
+  for (std::size_t i = 0; i < meta.size(); ++i)
+    out << (i ? ", " : "") << "\n    " << json_string(meta[i].first) << ": "
+        << json_string(meta[i].second);
+  out << "\n  },\n  \"rows\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << (i ? "," : "") << "\n    {\"section\": " << json_string(r.section)
+        << ", \"name\": " << json_string(r.name) << ", \"unit\": " << json_string(r.unit)
+        << ", \"xtgrad\": " << json_number(r.xtgrad) << ", \"floor\": " << json_number(r.floor)
+        << ", \"libtorch\": " << json_number(r.libtorch)
+        << ", \"xtgrad_over_floor\": " << json_number(r.xtgrad_over_floor)
+        << ", \"libtorch_over_floor\": " << json_number(r.libtorch_over_floor)
+        << ", \"xtgrad_over_libtorch\": " << json_number(r.xtgrad_over_libtorch) << '}';
+  }
+  out << "\n  ]\n}\n";
+  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
+}
+
+std::string omp_wait_policy() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy ? policy : "unset (libgomp's default: spin, then sleep)";
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+int run(const Options& o) {
+  const std::string openblas = init_openblas(o.threads);
+  std::string libtorch = "off (configure with -DXTGRAD_BENCH_LIBTORCH=ON)";
+#ifdef XTGRAD_BENCH_LIBTORCH
+  libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
+#endif
+  if (!o.peak_memory_child.empty()) return peak_memory_child(o);
+
+  const std::vector<std::pair<std::string, std::string>> meta{
+      {"threads", std::to_string(o.threads)},
+      {"openblas", openblas},
+      {"libtorch", libtorch},
+      {"cpu", cpu_model()},
+      {"dtype", "float32"},
+      {"quick", o.quick ? "true" : "false"},
+      {"OMP_WAIT_POLICY", omp_wait_policy()},
+      {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
+  std::cout << "bench_xtgrad: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
+            << "  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch << " (OMP_WAIT_POLICY "
+            << omp_wait_policy() << ")"
+            << "\n  CPU: " << cpu_model()
+            << (o.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
+
+  std::vector<Row> rows;
+  if (wants(o, "ffn")) ffn_rows(o, rows);
+  if (wants(o, "toy")) toy_rows(o, rows);
+  if (wants(o, "activation")) activation_rows(o, rows);
+  if (wants(o, "memory")) memory_rows(o, rows);
+
+  print_table(rows, std::cout);
+  std::cout
+      << "\nxt/floor, LT/floor: time over the floor (the GEMMs alone; a copy of the same size)."
+         "\nxt/LT < 1: xtgrad is faster (or smaller). Activation bwd for xtgrad is the "
+         "backward kernel.\n";
+  if (!o.csv.empty()) write_csv(rows, o.csv);
+  if (!o.json.empty()) write_json(rows, meta, o.json);
+  return 0;
+}
+
+}  // namespace
+
+const char* family_name(Family family) {
+  switch (family) {
+    case Family::relu:
+      return "relu";
+    case Family::gelu:
+      return "gelu";
+    case Family::swiglu:
+      return "swiglu";
+  }
+  return "?";
+}
+
+const char* pass_name(Pass pass) {
+  return pass == Pass::forward ? "fwd" : "fwd+bwd";
+}
+
+}  // namespace xtgrad::bench
+
+int main(int argc, char** argv) {
+  using namespace xtgrad::bench;
+#ifdef XTGRAD_BENCH_LIBTORCH
+  // LibTorch's OpenMP workers (libgomp) spin-wait after every parallel region
+  // by default. On a shared or loaded machine the spinning costs them their
+  // scheduler credit, so that a parallel region then waits for a descheduled
+  // worker, and it steals a core from whatever runs next (xtgrad, the GEMM
+  // floor): measured here, LibTorch's activations 3-4x slower and the floor up
+  // to 2x. Passive waiting removes both. libgomp reads the variable when it
+  // is loaded, hence the re-execution; --omp-default keeps libgomp's default.
+  bool omp_default = false;
+  for (int i = 1; i < argc; ++i)
+    omp_default = omp_default || std::string(argv[i]) == "--omp-default";
+  if (!omp_default && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then measure as we are
+  }
+#endif
+  Options o;
+  CLI::App app{"bench_xtgrad: xtgrad against the GEMM and copy floors and LibTorch (issue 5)"};
+  app.add_flag("--quick", o.quick, "smoke run for CI: N = 128 only, 1M floats, two rounds");
+  app.add_option("--threads", o.threads, "OpenBLAS (and LibTorch) threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
+  app.add_option("--sections", o.sections, "which of: ffn toy activation memory")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ffn", "toy", "activation", "memory"}));
+  app.add_option("--csv", o.csv, "also write the table as CSV to this path");
+  app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
+  app.add_option("--min-seconds", o.timing.min_seconds,
+                 "measure each contestant of a row for at least this long")
+      ->capture_default_str();
+  app.add_option("--settle-seconds", o.timing.settle_seconds,
+                 "idle pause before every sample (lets other libraries' spinning threads sleep)")
+      ->capture_default_str();
+  bool omp_default_flag = false;
+  app.add_flag("--omp-default", omp_default_flag,
+               "keep libgomp's default OMP_WAIT_POLICY (spinning) instead of PASSIVE");
+  bool no_libtorch = false;
+  app.add_flag("--no-libtorch", no_libtorch, "skip LibTorch even when it is compiled in");
+  app.add_option("--peak-memory-child", o.peak_memory_child)->group("");  // internal
+  CLI11_PARSE(app, argc, argv);
+  o.libtorch = !no_libtorch;
+  if (o.quick) {
+    o.tokens = {k_quick_tokens};
+    o.timing.warmup = 1;
+    o.timing.min_rounds = 2;
+    o.timing.max_rounds = 2;
+    o.timing.min_seconds = 0;
+    o.timing.min_sample_seconds = 1e-4;
+    o.timing.settle_seconds = 0;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << '\n';
+    return 1;
+  }
+}

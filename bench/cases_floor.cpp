@@ -1,0 +1,145 @@
+// The floors: the GEMMs of an FFN called straight through cblas on
+// preallocated buffers, and a plain memory copy.
+#include <cblas.h>
+
+#include <xsimd/xsimd.hpp>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "cases.hpp"
+
+extern "C" {
+// OpenBLAS's own API (its cblas.h declares them too, the reference cblas.h does not).
+void openblas_set_num_threads(int num_threads);
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+}
+
+namespace xtgrad::bench {
+
+namespace {
+
+constexpr unsigned k_seed = 99;
+
+std::vector<float> random_buffer(std::size_t n, unsigned seed) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(engine);
+  return v;
+}
+
+// c[m, n] = op(a) op(b) (+ c when accumulate), row-major, lda/ldb/ldc from the shapes.
+void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, const float* a, const float* b,
+          float* c, bool accumulate = false) {
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, transpose_a ? m : k, b,
+              transpose_b ? k : n, accumulate ? 1.0f : 0.0f, c, n);
+}
+
+// The buffers of both layouts: two-layer weights are [out, in] (PyTorch), the
+// gated ones [in, out] (GatedFFN), exactly as the modules store them.
+struct FloorState {
+  Family family;
+  Pass pass;
+  int n, d, h;
+  std::vector<float> x, w1, w2, w3, hidden, gate, product, y;          // forward
+  std::vector<float> dy, dproduct, dhidden, dgate, dx, dw1, dw2, dw3;  // backward
+
+  FloorState(Family family_, Pass pass_, FfnShape s)
+      : family(family_),
+        pass(pass_),
+        n(static_cast<int>(s.tokens)),
+        d(static_cast<int>(s.d_model)),
+        h(static_cast<int>(s.d_hidden)) {
+    const std::size_t nd = s.tokens * s.d_model, nh = s.tokens * s.d_hidden,
+                      dh = s.d_model * s.d_hidden;
+    x = random_buffer(nd, k_seed);
+    dy = random_buffer(nd, k_seed + 1);
+    w1 = random_buffer(dh, k_seed + 2);
+    w2 = random_buffer(dh, k_seed + 3);
+    hidden.resize(nh);
+    y.resize(nd);
+    dhidden.resize(nh);
+    dx.resize(nd);
+    dw1.resize(dh);
+    dw2.resize(dh);
+    if (family == Family::swiglu) {
+      w3 = random_buffer(dh, k_seed + 4);
+      gate.resize(nh);
+      product = random_buffer(nh, k_seed + 5);  // stands for u * silu(g), which the floor skips
+      dproduct.resize(nh);
+      dgate.resize(nh);
+      dw3.resize(dh);
+    }
+  }
+
+  void run() { family == Family::swiglu ? run_gated() : run_two_layer(); }
+
+  // relu / gelu, W1 [H, D], W2 [D, H]
+  void run_two_layer() {
+    gemm(false, true, n, h, d, x.data(), w1.data(), hidden.data());  // hidden = x W1^T
+    gemm(false, true, n, d, h, hidden.data(), w2.data(), y.data());  // y = hidden W2^T
+    if (pass == Pass::forward) return;
+    gemm(false, false, n, h, d, dy.data(), w2.data(), dhidden.data());  // dhidden = dy W2
+    gemm(true, false, d, h, n, dy.data(), hidden.data(), dw2.data());   // dW2 = dy^T hidden
+    gemm(false, false, n, d, h, dhidden.data(), w1.data(), dx.data());  // dx = dhidden W1
+    gemm(true, false, h, d, n, dhidden.data(), x.data(), dw1.data());   // dW1 = dhidden^T x
+  }
+
+  // swiglu, Wu = w1, Wg = w2 [D, H], Wd = w3 [H, D]
+  void run_gated() {
+    gemm(false, false, n, h, d, x.data(), w1.data(), hidden.data());   // u = x Wu
+    gemm(false, false, n, h, d, x.data(), w2.data(), gate.data());     // g = x Wg
+    gemm(false, false, n, d, h, product.data(), w3.data(), y.data());  // y = p Wd
+    if (pass == Pass::forward) return;
+    gemm(false, true, n, h, d, dy.data(), w3.data(), dproduct.data());  // dp = dy Wd^T
+    gemm(true, false, h, d, n, product.data(), dy.data(), dw3.data());  // dWd = p^T dy
+    // du and dg would come from dp; the floor reuses dp and dhidden for them.
+    gemm(true, false, d, h, n, x.data(), dproduct.data(), dw1.data());       // dWu = x^T du
+    gemm(true, false, d, h, n, x.data(), dhidden.data(), dw2.data());        // dWg = x^T dg
+    gemm(false, true, n, d, h, dproduct.data(), w1.data(), dx.data());       // dx = du Wu^T
+    gemm(false, true, n, d, h, dhidden.data(), w2.data(), dx.data(), true);  // dx += dg Wg^T
+  }
+};
+
+// A copy loop with ordinary vector loads and stores, as the activation kernels
+// write. (std::memcpy switches to non-temporal stores above a size tied to the
+// cache, here below 16 MB: it would then measure the DRAM round trip that a
+// cache-resident kernel never makes, and the floor would sit above the kernels.)
+struct CopyState {
+  std::vector<float> source, destination;
+  void run() {
+    using Batch = xsimd::batch<float>;
+    const std::size_t n = source.size();
+    const float* from = source.data();
+    float* to = destination.data();
+    std::size_t i = 0;
+    for (; i + Batch::size <= n; i += Batch::size)
+      Batch::load_unaligned(from + i).store_unaligned(to + i);
+    for (; i < n; ++i) to[i] = from[i];
+  }
+};
+
+}  // namespace
+
+Runner gemm_floor(Family family, Pass pass, FfnShape shape) {
+  auto state = std::make_shared<FloorState>(family, pass, shape);
+  return [state] { state->run(); };
+}
+
+Runner copy_floor(std::size_t n) {
+  auto state = std::make_shared<CopyState>();
+  state->source = random_buffer(n, k_seed + 6);
+  state->destination.assign(n, 0.0f);
+  return [state] { state->run(); };
+}
+
+std::string init_openblas(int threads) {
+  openblas_set_num_threads(threads);
+  return std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
+}
+
+}  // namespace xtgrad::bench

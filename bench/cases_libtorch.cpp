@@ -1,0 +1,147 @@
+// The LibTorch side of bench_xtgrad (CMake option XTGRAD_BENCH_LIBTORCH): the
+// same shapes and steps written as a LibTorch user would write them, with
+// LibTorch's fastest settings (zero_grad(set_to_none), no copies of inputs).
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "cases.hpp"
+
+namespace xtgrad::bench {
+
+namespace {
+
+constexpr std::int64_t k_seed = 7;
+constexpr std::int64_t k_toy_tokens = 128;
+constexpr std::int64_t k_toy_model = 2;
+constexpr std::int64_t k_toy_hidden = 16;
+constexpr double k_toy_lr = 1e-2;
+
+struct FfnState {
+  Family family;
+  Pass pass;
+  torch::nn::Linear first{nullptr}, second{nullptr}, third{nullptr};
+  torch::Tensor x, dy;
+
+  torch::Tensor forward() {
+    switch (family) {
+      case Family::relu:
+        return second(torch::relu(first(x)));
+      case Family::gelu:
+        return second(torch::gelu(first(x)));  // approximate = "none": the exact GELU
+      case Family::swiglu:                     // first = up, second = gate, third = down
+        return third(first(x) * torch::silu(second(x)));
+    }
+    return {};
+  }
+
+  void zero_grad() {
+    for (torch::nn::Linear* l : {&first, &second, &third})
+      if (!l->is_empty()) (*l)->zero_grad(/*set_to_none=*/true);
+    x.mutable_grad() = torch::Tensor();
+  }
+
+  void run() {
+    if (pass == Pass::forward) {
+      forward();
+      return;
+    }
+    zero_grad();
+    forward().backward(dy);
+  }
+};
+
+struct ToyState {
+  torch::nn::Linear first{k_toy_model, k_toy_hidden}, second{k_toy_hidden, k_toy_model};
+  std::unique_ptr<torch::optim::Adam> adam;
+  torch::Tensor x, target;
+
+  ToyState() {
+    std::vector<torch::Tensor> params = first->parameters();
+    for (const torch::Tensor& p : second->parameters()) params.push_back(p);
+    adam = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(k_toy_lr));
+    x = torch::rand({k_toy_tokens, k_toy_model}) * 2 - 1;
+    const torch::Tensor x1 = x.select(1, 0), x2 = x.select(1, 1);
+    target = torch::stack({x1.abs() + 0.3 * x2, torch::relu(x2 - 0.2) - 0.4 * x1}, 1);
+  }
+
+  void run() {
+    adam->zero_grad();
+    torch::Tensor loss = torch::mse_loss(second(torch::relu(first(x))), target);
+    loss.backward();
+    adam->step();
+  }
+};
+
+}  // namespace
+
+std::string init_libtorch(int threads) {
+  torch::set_num_threads(threads);
+  torch::manual_seed(k_seed);
+  return TORCH_VERSION;
+}
+
+Runner libtorch_ffn(Family family, Pass pass, FfnShape shape) {
+  auto state = std::make_shared<FfnState>();
+  state->family = family;
+  state->pass = pass;
+  const auto d = static_cast<std::int64_t>(shape.d_model);
+  const auto h = static_cast<std::int64_t>(shape.d_hidden);
+  const auto n = static_cast<std::int64_t>(shape.tokens);
+  if (family == Family::swiglu) {
+    state->first = torch::nn::Linear(torch::nn::LinearOptions(d, h).bias(false));
+    state->second = torch::nn::Linear(torch::nn::LinearOptions(d, h).bias(false));
+    state->third = torch::nn::Linear(torch::nn::LinearOptions(h, d).bias(false));
+  } else {
+    state->first = torch::nn::Linear(d, h);
+    state->second = torch::nn::Linear(h, d);
+  }
+  state->x = torch::rand({n, d}) * 2 - 1;
+  state->x.requires_grad_(pass == Pass::forward_backward);
+  state->dy = torch::rand({n, d}) * 2 - 1;
+  return [state] { state->run(); };
+}
+
+Runner libtorch_toy_step() {
+  auto state = std::make_shared<ToyState>();
+  return [state] { state->run(); };
+}
+
+Runner libtorch_activation(Activation activation, Pass pass, std::size_t n) {
+  if (activation == Activation::gelu_sigmoid) return {};  // no such op in LibTorch
+  // The kernels alone: the *_out variants write into a preallocated tensor
+  // (torch::gelu(x) would also allocate, and page-fault, 16 MB per call).
+  const auto size = static_cast<std::int64_t>(n);
+  const torch::Tensor x = torch::rand({size}) * 12 - 6;
+  const torch::Tensor dy = torch::rand({size}) * 2 - 1;
+  torch::Tensor out = torch::empty({size});
+  if (pass == Pass::forward) {
+    switch (activation) {
+      case Activation::relu:
+        return [x, out]() mutable { at::relu_out(out, x); };
+      case Activation::gelu:
+        return [x, out]() mutable { at::gelu_out(out, x); };
+      case Activation::gelu_tanh:
+        return [x, out]() mutable { at::gelu_out(out, x, "tanh"); };
+      case Activation::silu:
+        return [x, out]() mutable { at::silu_out(out, x); };
+      default:
+        return {};
+    }
+  }
+  // The backward kernels autograd calls for these ops.
+  switch (activation) {
+    case Activation::relu:  // relu saves its result; y > 0 exactly where x > 0
+      return [x, dy, out]() mutable { at::threshold_backward_out(out, dy, x, 0); };
+    case Activation::gelu:
+      return [x, dy, out]() mutable { at::gelu_backward_out(out, dy, x); };
+    case Activation::gelu_tanh:
+      return [x, dy, out]() mutable { at::gelu_backward_out(out, dy, x, "tanh"); };
+    case Activation::silu:
+      return [x, dy, out]() mutable { at::silu_backward_out(out, dy, x); };
+    default:
+      return {};
+  }
+}
+
+}  // namespace xtgrad::bench

@@ -1,0 +1,148 @@
+// The xtgrad side of bench_xtgrad: the FFN modules, the toy training step and
+// the activation kernels, used as a training loop would use them (one tape
+// reused across steps: clear() keeps its buffers).
+#include <cmath>
+#include <memory>
+#include <random>
+#include <stdexcept>
+
+#include <xtgrad/engine/activation_kernels.hpp>
+#include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/modules.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+#include "cases.hpp"
+
+namespace xtgrad::bench {
+
+namespace {
+
+constexpr unsigned k_seed = 2024;
+constexpr std::size_t k_toy_tokens = 128;
+constexpr std::size_t k_toy_model = 2;
+constexpr std::size_t k_toy_hidden = 16;
+constexpr double k_toy_lr = 1e-2;
+
+xt::xarray<float> uniform(const Shape& shape, unsigned seed, float scale = 1.0f) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  xt::xarray<float> a = xt::xarray<float>::from_shape(shape);
+  for (float& v : a) v = dist(engine);
+  return a;
+}
+
+// One FFN and what a training step feeds it.
+struct FfnState {
+  Pass pass;
+  std::unique_ptr<FeedForward<float>> two_layer;  // relu, gelu
+  std::unique_ptr<GatedFFN<float>> gated;         // swiglu
+  xt::xarray<float> x;
+  xt::xarray<float> dy;
+  Tape<float> tape;
+
+  Module<float>& module() {
+    if (two_layer) return *two_layer;
+    return *gated;
+  }
+  Var<float> forward(const Var<float>& in) { return two_layer ? (*two_layer)(in) : (*gated)(in); }
+
+  void run() {
+    tape.clear();
+    if (pass == Pass::forward_backward) module().zero_grad();
+    const Var<float> y = forward(tape.leaf(x, pass == Pass::forward_backward));
+    if (pass == Pass::forward_backward) tape.backward(y, dy);
+  }
+};
+
+struct ToyState {
+  PositionwiseFFN<float> ffn;
+  optim::Adam<float> adam;
+  xt::xarray<float> x;
+  xt::xarray<float> target;
+  Tape<float> tape;
+
+  ToyState(Generator& generator)
+      : ffn(k_toy_model, k_toy_hidden, generator),
+        adam(ffn.parameters(), optim::AdamOptions(k_toy_lr)),
+        x(uniform({k_toy_tokens, k_toy_model}, k_seed)),
+        target(xt::xarray<float>::from_shape({k_toy_tokens, k_toy_model})) {
+    // The target of demos/train_toy: y1 = |x1| + 0.3 x2, y2 = max(0, x2 - 0.2) - 0.4 x1.
+    for (std::size_t i = 0; i < k_toy_tokens; ++i) {
+      const float x1 = x(i, 0), x2 = x(i, 1);
+      target(i, 0) = std::abs(x1) + 0.3f * x2;
+      target(i, 1) = std::max(0.0f, x2 - 0.2f) - 0.4f * x1;
+    }
+  }
+
+  void run() {
+    const Var<float> loss = mse(ffn(tape.leaf(x, false)), tape.leaf(target, false));
+    tape.backward(loss);
+    adam.step();
+    adam.zero_grad();
+    tape.clear();
+  }
+};
+
+struct ActivationState {
+  Activation activation;
+  Pass pass;
+  Parameter<float> x;  // recorded with Tape::param, which does not copy it
+  xt::xarray<float> dy;
+  xt::xarray<float> dx;
+  Tape<float> tape;
+
+  void run() {
+    if (pass == Pass::forward) {
+      tape.clear();
+      xtgrad::activation(tape.param(x), activation);
+    } else {
+      detail::activation_backward(activation, x.value.data(), dy.data(), dx.data(), dx.size(),
+                                  false);
+    }
+  }
+};
+
+}  // namespace
+
+Runner xtgrad_ffn(Family family, Pass pass, FfnShape shape) {
+  auto state = std::make_shared<FfnState>();
+  state->pass = pass;
+  Generator generator(k_seed);
+  switch (family) {
+    case Family::relu:
+      state->two_layer =
+          std::make_unique<PositionwiseFFN<float>>(shape.d_model, shape.d_hidden, generator);
+      break;
+    case Family::gelu:
+      state->two_layer = std::make_unique<FeedForward<float>>(shape.d_model, shape.d_hidden,
+                                                              Activation::gelu, generator);
+      break;
+    case Family::swiglu:
+      state->gated =
+          std::make_unique<GatedFFN<float>>(shape.d_model, shape.d_hidden, shape.d_model,
+                                            Activation::silu, GatedBias::none(), generator);
+      break;
+  }
+  state->x = uniform({shape.tokens, shape.d_model}, k_seed + 1);
+  state->dy = uniform({shape.tokens, shape.d_model}, k_seed + 2);
+  return [state] { state->run(); };
+}
+
+Runner xtgrad_toy_step() {
+  Generator generator(k_seed);
+  auto state = std::make_shared<ToyState>(generator);
+  return [state] { state->run(); };
+}
+
+Runner xtgrad_activation(Activation activation, Pass pass, std::size_t n) {
+  auto state = std::make_shared<ActivationState>();
+  state->activation = activation;
+  state->pass = pass;
+  // Inputs in [-6, 6]: every branch of the kernels (GELU's erf/erfc regions) is taken.
+  state->x = Parameter<float>("x", uniform({n}, k_seed + 3, 6.0f));
+  state->dy = uniform({n}, k_seed + 4);
+  state->dx = xt::zeros<float>({n});
+  return [state] { state->run(); };
+}
+
+}  // namespace xtgrad::bench

@@ -1,0 +1,27 @@
+# Runs `bench_xtgrad --quick` and checks that its CSV and JSON hold every
+# section. It asserts no time: CI machines are too noisy for that.
+#   cmake -DBENCH=<bench_xtgrad> -DOUT=<dir> -P quick_check.cmake
+file(MAKE_DIRECTORY ${OUT})
+execute_process(COMMAND ${BENCH} --quick --csv ${OUT}/bench.csv --json ${OUT}/bench.json
+  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE errors)
+message("${output}")
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "bench_xtgrad --quick failed (${result}): ${errors}")
+endif()
+file(READ ${OUT}/bench.csv csv)
+file(READ ${OUT}/bench.json json)
+# Every section, each with a number in the xtgrad column.
+foreach(expected "ffn,relu N=128 fwd\\+bwd,ms,[0-9]" "ffn,swiglu N=128 fwd,ms,[0-9]"
+                 "toy,train step[^,]*,us,[0-9]" "activation,gelu fwd n=1M,ms,[0-9]"
+                 "memory,swiglu N=128 fwd\\+bwd peak,MiB,[0-9]")
+  string(REGEX MATCH "${expected}" found "${csv}")
+  if(NOT found)
+    message(FATAL_ERROR "bench.csv has no row matching '${expected}':\n${csv}")
+  endif()
+endforeach()
+foreach(expected "\"threads\": \"2\"" "\"section\": \"memory\"")
+  string(FIND "${json}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "bench.json lacks ${expected}:\n${json}")
+  endif()
+endforeach()

@@ -1,0 +1,199 @@
+#include "fused_linear.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "../activation_kernels.hpp"
+#include "../check.hpp"
+#include "../gemm.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+// A block of a (or da) is about k_block_bytes, so that it is still in cache
+// when the GEMM after it reads it, and at least k_min_block_rows rows, so that
+// the GEMMs stay as fast as one big call (OpenBLAS, [4096, 2048] . [2048, 512]
+// on this project's 2-core machine: blocks of 128 to 4096 rows within noise).
+constexpr std::size_t k_block_bytes = std::size_t(2) << 20;
+constexpr std::size_t k_min_block_rows = 64;
+
+template <class T>
+std::size_t block_rows(std::size_t n, std::size_t in) {
+  const std::size_t fit = k_block_bytes / (sizeof(T) * std::max<std::size_t>(in, 1));
+  return std::max<std::size_t>(std::min(std::max(fit, k_min_block_rows), n), 1);
+}
+
+template <class T>
+detail::MatrixRef<const T> matrix(const T* data, std::size_t rows, std::size_t cols) {
+  return {data, rows, cols};
+}
+template <class T>
+detail::MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
+  return {data, rows, cols};
+}
+
+// thread_scratch slots of a block of a and of da (gemm uses others).
+constexpr std::size_t k_a_slot = 0;
+constexpr std::size_t k_da_slot = 1;
+
+// The two ops differ only in the input a: f(h) (u null, g = h) or u * f(g).
+template <class T>
+Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char* g_name,
+                    Activation f, const Var<T>& weight, const std::optional<Var<T>>& bias,
+                    WeightLayout layout) {
+  Tape<T>& tape = detail::common_tape<T>(
+      op, {{"u", u}, {g_name, &g}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
+  detail::activation_name(f, op, "f");  // validates f
+  detail::check_layout(op, layout);
+  const bool out_in = layout == WeightLayout::out_in;
+
+  const Shape w_shape = weight.shape();  // copies: a tape may move its nodes while recording
+  if (w_shape.size() != 2)
+    detail::fail_shape(op, "weight", w_shape, out_in ? "[out, in]" : "[in, out]");
+  const std::size_t in = out_in ? w_shape[1] : w_shape[0];
+  const std::size_t out = out_in ? w_shape[0] : w_shape[1];
+  const Var<T>& first = u ? *u : g;
+  const Shape x_shape = first.shape();
+  if (x_shape.empty() || x_shape.back() != in)
+    detail::fail_shape(
+        op, u ? "u" : g_name, x_shape,
+        "[..., " + std::to_string(in) + "] to match weight " + detail::shape_str(w_shape));
+  if (u && g.shape() != x_shape)
+    detail::fail_shape(op, g_name, g.shape(), detail::shape_str(x_shape) + " (the shape of 'u')");
+  if (bias && (bias->shape().size() != 1 || bias->shape()[0] != out))
+    detail::fail_shape(
+        op, "bias", bias->shape(),
+        "[" + std::to_string(out) + "] to match weight " + detail::shape_str(w_shape));
+
+  Shape y_shape = x_shape;
+  y_shape.back() = out;
+  const std::size_t n = detail::leading_rows(x_shape);
+  const std::optional<std::size_t> ui = u ? std::optional(u->index()) : std::nullopt;
+  const std::size_t gi = g.index(), wi = weight.index();
+  const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
+  const bool needs_grad = (u && u->requires_grad()) || g.requires_grad() ||
+                          weight.requires_grad() || (bias && bias->requires_grad());
+  // An input that is also the weight or the bias shares its gradient buffer
+  // with it: then backward runs as one block, each gradient complete before
+  // the next is added onto it.
+  const bool one_block = gi == wi || (bi && gi == *bi) || (ui && (*ui == wi || (bi && *ui == *bi)));
+
+  const std::size_t yi = ui ? tape.record(op, {*ui, gi, wi, bi.value_or(gi)}, needs_grad)
+                            : tape.record(op, {gi, wi, bi.value_or(gi)}, needs_grad);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(y_shape);
+  const T* uv = ui ? tape.value(*ui).data() : nullptr;
+  const T* gv = tape.value(gi).data();
+  const T* wv = tape.value(wi).data();
+  const T* bv = bi ? tape.value(*bi).data() : nullptr;
+  const std::size_t w_rows = w_shape[0], w_cols = w_shape[1];
+  const std::size_t block = block_rows<T>(n, in);
+  T* const a = detail::thread_scratch<T>(k_a_slot, block * in);
+  for (std::size_t r0 = 0; r0 < n; r0 += block) {
+    const std::size_t rows = std::min(block, n - r0);
+    // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
+    if (uv)
+      detail::gated_forward(f, uv + r0 * in, gv + r0 * in, a, rows * in);
+    else
+      detail::activation_forward(f, gv + r0 * in, a, rows * in);
+    // y[rows, out] = b broadcast, then += a[rows, in] . op(W)   (bias as GEMM beta = 1)
+    T* yb = y.data() + r0 * out;
+    if (bv) detail::broadcast_rows(bv, yb, rows, out);
+    detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), false,
+                    matrix(wv, w_rows, w_cols), out_in, matrix(yb, rows, out), bv != nullptr);
+  }
+
+  tape.set_backward(yi, [op, ui, gi, wi, bi, n, in, out, out_in, f, one_block](
+                            Tape<T>& t, const xt::xarray<T>& dy) {
+    // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
+    T *du = nullptr, *dg = nullptr, *dw = nullptr;
+    bool du_accumulate = false, dg_accumulate = false, dw_accumulate = false;
+    if (ui && t.requires_grad(*ui)) {
+      GradSlot<T> s = t.grad_slot(*ui);
+      du = s.buffer.data();
+      du_accumulate = s.accumulate;
+    }
+    if (t.requires_grad(gi)) {
+      GradSlot<T> s = t.grad_slot(gi);
+      dg = s.buffer.data();
+      dg_accumulate = s.accumulate;
+    }
+    if (t.requires_grad(wi)) {
+      GradSlot<T> s = t.grad_slot(wi);
+      dw = s.buffer.data();
+      dw_accumulate = s.accumulate;
+      // no rows: dW is an empty sum
+      if (n == 0 && !dw_accumulate) std::fill(dw, dw + s.buffer.size(), T(0));
+    }
+    const T* uv = ui ? t.value(*ui).data() : nullptr;
+    const T* gv = t.value(gi).data();
+    const T* wv = t.value(wi).data();
+    const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
+    const bool want_input = du || dg;
+    const std::size_t block = one_block ? std::max<std::size_t>(n, 1) : block_rows<T>(n, in);
+    T* const da = want_input ? detail::thread_scratch<T>(k_da_slot, block * in) : nullptr;
+    T* const a = dw ? detail::thread_scratch<T>(k_a_slot, block * in) : nullptr;
+    for (std::size_t r0 = 0; r0 < n && (want_input || dw); r0 += block) {
+      const std::size_t rows = std::min(block, n - r0), offset = r0 * in, count = rows * in;
+      const T* dyb = dy.data() + r0 * out;
+      // out_in: da[rows,in] = dy[rows,out] . W[out,in];  in_out: da[rows,in] = dy[rows,out] .
+      // W^T[out,in]
+      if (want_input)
+        detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, w_rows, w_cols), !out_in,
+                        matrix(da, rows, in), false);
+      // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
+      // dh (+)= da * f'(h), or du (+)= da * f(g) and dg (+)= da * u * f'(g)
+      if (uv)
+        detail::gated_value_and_backward(f, uv + offset, gv + offset, want_input ? da : nullptr,
+                                         du ? du + offset : nullptr, du_accumulate,
+                                         dg ? dg + offset : nullptr, dg_accumulate, a, count);
+      else if (dg)
+        detail::activation_value_and_backward(f, gv + offset, da, dg + offset, dg_accumulate, a,
+                                              count);
+      else
+        detail::activation_forward(f, gv + offset, a, count);
+      if (dw) {
+        if (out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
+          detail::gemm<T>(op, matrix(dyb, rows, out), true,
+                          matrix(static_cast<const T*>(a), rows, in), false, matrix(dw, out, in),
+                          dw_accumulate);
+        else  // dW[in,out] (+)= a^T[in,rows] . dy[rows,out]
+          detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), true,
+                          matrix(dyb, rows, out), false, matrix(dw, in, out), dw_accumulate);
+        dw_accumulate = true;  // the next blocks add their rows' share
+      }
+    }
+    if (bi && t.requires_grad(*bi)) {
+      GradSlot<T> db = t.grad_slot(*bi);
+      // db[out] (+)= sum_r dy[r, out]
+      detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
+    }
+  });
+  return tape.var(yi);
+}
+
+}  // namespace
+
+template <class T>
+Var<T> activation_linear(const Var<T>& h, Activation f, const Var<T>& weight,
+                         const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
+  return fused_linear<T>("activation_linear", nullptr, h, "h", f, weight, bias, layout);
+}
+
+template <class T>
+Var<T> gated_linear(const Var<T>& u, const Var<T>& g, Activation f, const Var<T>& weight,
+                    const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
+  return fused_linear<T>("gated_linear", &u, g, "g", f, weight, bias, layout);
+}
+
+#define XTGRAD_INSTANTIATE_FUSED_LINEAR(T)                                              \
+  template Var<T> activation_linear(const Var<T>&, Activation, const Var<T>&,           \
+                                    const std::optional<Var<T>>&, WeightLayout);        \
+  template Var<T> gated_linear(const Var<T>&, const Var<T>&, Activation, const Var<T>&, \
+                               const std::optional<Var<T>>&, WeightLayout);
+XTGRAD_INSTANTIATE_FUSED_LINEAR(float)
+XTGRAD_INSTANTIATE_FUSED_LINEAR(double)
+#undef XTGRAD_INSTANTIATE_FUSED_LINEAR
+
+}  // namespace xtgrad

@@ -1,0 +1,52 @@
+#pragma once
+// Fused ops: a linear layer that consumes an activation, or a gated product,
+// without ever storing it (the layout of `weight` as in linear.hpp).
+//
+//   activation_linear(h, f, W, b, layout)  ==  linear(activation(h, f), W, b, layout)
+//     y[..., out] = f(h)[..., in] . op(W) + b
+//   gated_linear(u, g, f, W, b, layout)     ==  linear(gated(u, g, f), W, b, layout)
+//     y[..., out] = (u * f(g))[..., in] . op(W) + b
+//   op(W) = W^T for WeightLayout::out_in (W [out, in]), W for in_out (W [in, out]);
+//   b [out] optional; f as in activation.hpp.
+//
+// Derivatives, with a = f(h) or u * f(g) seen as [N, in] and dy [N, out]:
+//   da = dy . op(W)^T
+//   dh = da * f'(h)                       (activation_linear)
+//   du = da * f(g),  dg = da * u * f'(g)  (gated_linear)
+//   dW = dy^T . a (out_in) or a^T . dy (in_out),   db = sum over the N rows of dy
+//
+// Why fused: a is [N, in], in a feed-forward block the widest tensor there is
+// (in = d_ff). Unfused, the tape keeps a and its gradient da for the whole
+// step, and spends a pass over memory writing and reading each. Here a and da
+// exist only a block of rows at a time: forward computes a block of a and
+// multiplies it while it is still in cache; backward computes a block of da
+// (one GEMM), then in one pass a (again, bit for bit) and the input
+// gradients, then the block's share of dW. The tape holds h (or u and g), y
+// and their gradients. Values equal the unfused composition up to the
+// rounding of the per-block sums of dW.
+//
+// Shapes: h (u, g) [..., in], any leading axes, [0, in] and [in] included;
+// y [..., out]. Errors (std::invalid_argument naming the op, the argument and
+// both shapes): weight not 2-D, h's (u's) last axis not `in`, g's shape not
+// u's, bias not [out]; and for an Activation or WeightLayout outside its
+// enumeration.
+
+#include <optional>
+
+#include "../activation.hpp"
+#include "../tape.hpp"
+#include "linear.hpp"
+
+namespace xtgrad {
+
+template <class T>
+Var<T> activation_linear(const Var<T>& h, Activation f, const Var<T>& weight,
+                         const std::optional<Var<NoDeduce<T>>>& bias = {},
+                         WeightLayout layout = WeightLayout::out_in);
+
+template <class T>
+Var<T> gated_linear(const Var<T>& u, const Var<T>& g, Activation f, const Var<T>& weight,
+                    const std::optional<Var<NoDeduce<T>>>& bias = {},
+                    WeightLayout layout = WeightLayout::out_in);
+
+}  // namespace xtgrad
