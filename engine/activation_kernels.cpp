@@ -148,6 +148,20 @@ constexpr double k_erfc_far = 8;  // where erfc switches from P/Q to R/S
 // there keeps x^2 finite and changes no result.
 constexpr double k_normal_clamp = 40;
 
+// xsimd::exp with its undefined behaviour taken out: xsimd 8.1 converts
+// round(v / ln 2) to an integer, which is undefined for NaN, +-inf and
+// |v| beyond the integer range (UBSan: float-cast-overflow). Beyond +-limit
+// the result is already inf or 0 in T, so v is clamped there; NaN is passed
+// around the call and put back.
+template <class B>
+B exp_no_ub(const B& v) {
+  constexpr bool is_float = std::is_same_v<typename B::value_type, float>;
+  const B limit = broadcast<B>(is_float ? 110 : 750);  // exp(+-limit) is inf / 0 in T
+  const auto nan = xsimd::isnan(v);  // not v != v: xsimd 8.1 on AVX-512 says NaN == NaN
+  const B clamped = xsimd::select(v > limit, limit, xsimd::select(v < -limit, -limit, v));
+  return xsimd::select(nan, v, xsimd::exp(xsimd::select(nan, broadcast<B>(0), clamped)));
+}
+
 template <class B>
 struct Normal {
   B cdf;  // Phi(x)
@@ -169,7 +183,7 @@ Normal<B> normal(const B& x) {
   const B square = a * a;
   const B square_error = square_rounding_error(a, square);  // a^2 = square + square_error
   // exp(-a^2 / 2) = exp(-square / 2) exp(-square_error / 2), the second factor to first order
-  const B gauss = xsimd::exp(broadcast<B>(-0.5) * square) *
+  const B gauss = exp_no_ub(broadcast<B>(-0.5) * square) *
                   fused_multiply_add(broadcast<B>(-0.5), square_error, one);
   const B z = a * broadcast<B>(k_inv_sqrt_2);
 
@@ -234,7 +248,7 @@ struct SigmoidGated {
   // 1 - s = e s for z >= 0, where 1 - s itself would cancel.
   template <class B>
   static Sigmoid<B> sigmoid(const B& z) {
-    const B e = xsimd::exp(-z);
+    const B e = exp_no_ub(-z);
     const B s = broadcast<B>(1) / (broadcast<B>(1) + e);
     return {s, xsimd::select(z >= broadcast<B>(0), e * s, broadcast<B>(1) - s)};
   }
@@ -246,7 +260,7 @@ struct SigmoidGated {
   }
   template <class B>
   static B value(const B& x) {
-    const B s = broadcast<B>(1) / (broadcast<B>(1) + xsimd::exp(-Gate::z(x)));
+    const B s = broadcast<B>(1) / (broadcast<B>(1) + exp_no_ub(-Gate::z(x)));
     return mul_or_zero(x, s);
   }
   template <class B>
@@ -493,18 +507,18 @@ void gated_backward_pass(const T* u, const T* g, const T* dy, T* du, T* dg, T* y
       const GatedGrads<Batch<T>> r = gated_grads<Act, want_du, want_dg, want_y>(
           Batch<T>::load_unaligned(u + i), Batch<T>::load_unaligned(g + i),
           want_du || want_dg ? Batch<T>::load_unaligned(dy + i) : Batch<T>(T(0)));
-      store<du_mode>(du + i, r.du);
-      store<dg_mode>(dg + i, r.dg);  // after du: they may alias
-      store<y_mode>(y + i, r.y);
+      store<du_mode>(du_mode == Output::skip ? du : du + i, r.du);
+      store<dg_mode>(dg_mode == Output::skip ? dg : dg + i, r.dg);  // after du: they may alias
+      store<y_mode>(y_mode == Output::skip ? y : y + i, r.y);
     }
     if (i < n) {
       const std::size_t rest = n - i;
       const GatedGrads<Batch<T>> r = gated_grads<Act, want_du, want_dg, want_y>(
           Padded<T>(u + i, rest).load(), Padded<T>(g + i, rest).load(),
           want_du || want_dg ? Padded<T>(dy + i, rest).load() : Batch<T>(T(0)));
-      store_tail<du_mode>(du + i, r.du, rest);
-      store_tail<dg_mode>(dg + i, r.dg, rest);
-      store_tail<y_mode>(y + i, r.y, rest);
+      store_tail<du_mode>(du_mode == Output::skip ? du : du + i, r.du, rest);
+      store_tail<dg_mode>(dg_mode == Output::skip ? dg : dg + i, r.dg, rest);
+      store_tail<y_mode>(y_mode == Output::skip ? y : y + i, r.y, rest);
     }
   }
 }

@@ -54,8 +54,19 @@ std::string GradcheckResult::report() const {
 
 GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarray<double>>& inputs,
                           const GradcheckOptions& options) {
-  if (!(options.eps > 0.0) || !(options.atol >= 0.0) || !(options.rtol >= 0.0))
-    throw std::invalid_argument("xtgrad::gradcheck: options need eps > 0, atol >= 0, rtol >= 0");
+  const auto check_option = [](const char* name, double value, bool ok, const char* expected) {
+    if (ok) return;
+    std::ostringstream got;
+    got << value;
+    throw std::invalid_argument(std::string("xtgrad::gradcheck: argument 'options.") + name +
+                                "' is " + got.str() + ", expected " + expected);
+  };
+  check_option("eps", options.eps, std::isfinite(options.eps) && options.eps > 0.0,
+               "a finite number > 0");
+  check_option("atol", options.atol, std::isfinite(options.atol) && options.atol >= 0.0,
+               "a finite number >= 0");
+  check_option("rtol", options.rtol, std::isfinite(options.rtol) && options.rtol >= 0.0,
+               "a finite number >= 0");
 
   Tape<double> tape;
   std::vector<Var<double>> vars;

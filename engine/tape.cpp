@@ -1,11 +1,39 @@
 #include "tape.hpp"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "check.hpp"
 
 namespace xtgrad {
+
+namespace {
+
+// Index of the first NaN or Inf of `a`, or a.size() when all are finite.
+template <class T>
+std::size_t first_non_finite(const xt::xarray<T>& a) {
+  const T* data = a.data();
+  const std::size_t n = a.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(data[i])) return i;
+  return n;
+}
+
+// "nan at [1, 2]" for element `flat` of `a`.
+template <class T>
+std::string element_str(const xt::xarray<T>& a, std::size_t flat) {
+  const T v = a.data()[flat];
+  std::vector<std::size_t> index(a.dimension());
+  for (std::size_t d = a.dimension(); d-- > 0;) {
+    index[d] = flat % a.shape()[d];
+    flat /= a.shape()[d];
+  }
+  const std::string what = std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  return what + " at " + detail::shape_str(index);
+}
+
+}  // namespace
 
 // ---- Var ----
 
@@ -15,7 +43,7 @@ Tape<T>& Var<T>::tape_for(const char* op, const char* arg) const {
     throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
                            "' is an empty Var handle; obtain Vars from Tape::leaf, Tape::param "
                            "or an op");
-  tape_->check_live(*this, op);
+  tape_->check_live(*this, op, arg);
   return *tape_;
 }
 
@@ -31,26 +59,25 @@ const xt::xarray<T>& Var<T>::grad() const {
 
 template <class T>
 bool Var<T>::requires_grad() const {
-  return tape().requires_grad(index_);
+  return tape_for("Var::requires_grad", "this").requires_grad(index_);
 }
 
 // ---- Tape ----
 
 template <class T>
-void Tape<T>::check_live(const Var<T>& v, const char* where) const {
+void Tape<T>::check_live(const Var<T>& v, const char* op, const char* arg) const {
   if (v.generation_ != generation_ || v.index_ >= size_)
-    throw std::logic_error(std::string("xtgrad::") + where +
-                           ": this Var belongs to a tape that was cleared since it was "
-                           "recorded; record the computation again after Tape::clear()");
+    throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
+                           "' is a Var of a tape that was cleared since it was recorded; "
+                           "record the computation again after Tape::clear()");
 }
 
 template <class T>
 void Tape<T>::check_owns(const Var<T>& v, const char* op, const char* arg) const {
-  if (v.tape_ != this)
+  if (&v.tape_for(op, arg) != this)  // an empty or stale handle throws here
     throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
                            "' belongs to a different tape; record all inputs of one "
                            "computation on the same Tape");
-  check_live(v, op);
 }
 
 template <class T>
@@ -74,6 +101,7 @@ std::size_t Tape<T>::record(const char* op, std::initializer_list<std::size_t> p
 
 template <class T>
 void Tape<T>::set_backward(std::size_t index, BackwardFn<T> backward) {
+  if (detect_anomaly_) check_forward(index);
   Node& node = nodes_[index];
   if (node.requires_grad) node.backward = std::move(backward);
 }
@@ -83,15 +111,31 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
   if (p.grad.shape() != p.value.shape()) p.zero_grad();
   const std::size_t index = record("param", {}, true);
   nodes_[index].param = &p;
+  nodes_[index].param_shape = p.value.shape();
   nodes_[index].is_leaf = true;
-  nodes_[index].value = xt::xarray<T>();  // a kept buffer is not needed here
+  // value stays unused for a Parameter node (value() reads p.value); resetting
+  // it would allocate (a default xarray holds one element) every step.
+  if (detect_anomaly_) check_forward(index);
   return var(index);
 }
 
 template <class T>
 const xt::xarray<T>& Tape<T>::value(std::size_t index) const {
   const Node& node = nodes_[index];
-  return node.param ? node.param->value : node.value;
+  if (!node.param) return node.value;
+  // Ops and backward rules size their loops by the recorded shape.
+  if (node.param->value.shape() != node.param_shape) fail_param_changed(index, "Tape::value");
+  return node.param->value;
+}
+
+template <class T>
+void Tape<T>::fail_param_changed(std::size_t index, const char* where) const {
+  const Node& node = nodes_[index];
+  throw std::logic_error(
+      std::string("xtgrad::") + where + ": Parameter '" + node.param->name + "' (node " +
+      std::to_string(index) + ") had shape " + detail::shape_str(node.param_shape) +
+      " when it was recorded and has shape " + detail::shape_str(node.param->value.shape()) +
+      " now; record the computation again after changing a Parameter");
 }
 
 template <class T>
@@ -130,8 +174,9 @@ void Tape<T>::backward(const Var<T>& y) {
                            detail::shape_str(value.shape()) +
                            "; backward(y) needs a one-element y, call backward(y, dy) with an "
                            "upstream gradient dy of y's shape");
-  xt::xarray<T> ones = xt::ones<T>(value.shape());
-  backward(y, ones);
+  ones_.resize(value.shape());  // kept across calls: no allocation per step
+  ones_.fill(T(1));
+  backward(y, ones_);
 }
 
 template <class T>
@@ -145,6 +190,14 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
     throw std::logic_error(
         "xtgrad::Tape::backward: y does not require a gradient (no input of it was recorded "
         "with requires_grad, or it was computed with recording off)");
+  // Backward rules read parameter values with the shapes of the forward:
+  // refuse before anything is written.
+  for (std::size_t i = 0; i <= root; ++i) {
+    const Node& node = nodes_[i];
+    if (node.param && node.param->value.shape() != node.param_shape)
+      fail_param_changed(i, "Tape::backward");
+  }
+  if (detect_anomaly_) check_backward_start(root, dy);
 
   for (std::size_t i = 0; i < size_; ++i)
     if (!nodes_[i].is_leaf) nodes_[i].grad_ready = false;
@@ -157,7 +210,10 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
 
   for (std::size_t i = root + 1; i-- > 0;) {
     Node& node = nodes_[i];
-    if (node.backward && node.grad_ready) node.backward(*this, node.grad);
+    if (node.backward && node.grad_ready) {
+      node.backward(*this, node.grad);
+      if (detect_anomaly_) check_backward(i);
+    }
   }
 }
 
@@ -184,6 +240,85 @@ void Tape<T>::release() {
   clear();
   nodes_.clear();
   nodes_.shrink_to_fit();
+}
+
+// ---- Anomaly mode ----
+
+template <class T>
+std::string Tape<T>::describe(std::size_t index) const {
+  const Node& node = nodes_[index];
+  std::string out = "node " + std::to_string(index) + " ('" + node.op + "'";
+  if (node.param) out += " '" + node.param->name + "'";
+  return out + ", shape " + detail::shape_str(value(index).shape()) + ")";
+}
+
+template <class T>
+const xt::xarray<T>* Tape<T>::accumulated_grad(std::size_t index) const {
+  const Node& node = nodes_[index];
+  if (!node.requires_grad) return nullptr;
+  if (node.param) return node.param->has_grad ? &node.param->grad : nullptr;
+  return node.grad_ready ? &node.grad : nullptr;
+}
+
+template <class T>
+void Tape<T>::check_forward(std::size_t index) {
+  const xt::xarray<T>& v = value(index);
+  const std::size_t bad = first_non_finite(v);
+  if (bad == v.size()) return;
+  const Node& node = nodes_[index];
+  std::string what = "xtgrad::Tape (anomaly mode): the forward value of " + describe(index) +
+                     " is not finite: " + element_str(v, bad);
+  if (node.parent_count > 0) {
+    what += "; its inputs are";
+    for (std::size_t k = 0; k < node.parent_count; ++k)
+      what += (k ? ", " : " ") + describe(node.parents[k]);
+  }
+  what += "; the node was not recorded";
+  const std::string op = node.op;
+  if (index + 1 == size_) {  // un-record it: the tape is as before the op was called
+    nodes_[index].param = nullptr;
+    --size_;
+  }
+  throw AnomalyError(what, AnomalyError::Phase::forward, op, index, index);
+}
+
+template <class T>
+void Tape<T>::check_backward(std::size_t index) {
+  const Node& node = nodes_[index];
+  for (std::size_t k = 0; k < node.parent_count; ++k) {
+    const std::size_t parent = node.parents[k];
+    const xt::xarray<T>* grad = accumulated_grad(parent);
+    if (grad == nullptr) continue;
+    const std::size_t bad = first_non_finite(*grad);
+    if (bad == grad->size()) continue;
+    // Every gradient was finite before this rule ran (checked after each
+    // earlier rule and at the start), so this rule made it non-finite.
+    throw AnomalyError("xtgrad::Tape (anomaly mode): the backward of " + describe(index) +
+                           " made the gradient of its input " + describe(parent) +
+                           " not finite: " + element_str(*grad, bad) +
+                           " (the upstream gradient of the node was finite)",
+                       AnomalyError::Phase::backward, node.op, index, parent);
+  }
+}
+
+template <class T>
+void Tape<T>::check_backward_start(std::size_t root, const xt::xarray<T>& dy) const {
+  const std::size_t bad = first_non_finite(dy);
+  if (bad < dy.size())
+    throw AnomalyError("xtgrad::Tape::backward (anomaly mode): the upstream gradient dy of " +
+                           describe(root) + " is not finite: " + element_str(dy, bad),
+                       AnomalyError::Phase::backward, nodes_[root].op, root, root);
+  for (std::size_t i = 0; i <= root; ++i) {
+    if (!nodes_[i].is_leaf) continue;
+    const xt::xarray<T>* grad = accumulated_grad(i);
+    if (grad == nullptr) continue;
+    const std::size_t at = first_non_finite(*grad);
+    if (at < grad->size())
+      throw AnomalyError("xtgrad::Tape::backward (anomaly mode): the gradient accumulated in " +
+                             describe(i) + " by an earlier backward is not finite: " +
+                             element_str(*grad, at) + "; zero_grad() before this backward",
+                         AnomalyError::Phase::backward, nodes_[i].op, i, i);
+  }
 }
 
 template class Tape<float>;

@@ -15,17 +15,31 @@
 //    backward twice on one recording is well defined;
 //  * Var::grad() of a node that no gradient reached is all zeros.
 //
+// Anomaly mode (torch.autograd.detect_anomaly, but per tape, no global
+// state): off by default. When on, each node's value is checked for NaN and
+// Inf as soon as it exists (a leaf or Parameter when recorded, an op's
+// result when the op hands over its backward rule), and during backward the
+// gradients each node's rule wrote into its parents are checked right after
+// the rule ran. The first non-finite element throws AnomalyError naming the
+// op, the node index and the shapes. Off, it costs one branch per node.
+// Without it NaN and Inf simply propagate as IEEE arithmetic says.
+//
 // Lifetime: clear() invalidates every Var of the tape (using one afterwards
 // throws std::logic_error) but keeps the node buffers, so the next step of a
 // training loop reuses them instead of allocating; release() frees them.
 // A Parameter recorded with param() must outlive the recording, and its value
-// must not change between the forward and the backward that reads it.
+// must not change between the forward and the backward that reads it (a
+// change of shape is caught: using the recorded Var, or backward, throws
+// std::logic_error).
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -55,12 +69,16 @@ class Var {
  public:
   Var() = default;  // an empty handle; any use throws std::logic_error
 
+  // The references returned by value() and grad() stay valid until the tape
+  // is cleared (a later backward may change what grad() holds).
   const xt::xarray<T>& value() const;
   // d(output)/d(this) after backward; zeros if no gradient reached this node.
   const xt::xarray<T>& grad() const;
-  const Shape& shape() const { return value().shape(); }
-  std::size_t size() const { return value().size(); }
-  std::size_t dimension() const { return value().dimension(); }
+  const Shape& shape() const { return tape_for("Var::shape", "this").value(index_).shape(); }
+  std::size_t size() const { return tape_for("Var::size", "this").value(index_).size(); }
+  std::size_t dimension() const {
+    return tape_for("Var::dimension", "this").value(index_).dimension();
+  }
   bool requires_grad() const;
 
   Tape<T>& tape() const { return tape_for("Var::tape", "this"); }
@@ -93,6 +111,37 @@ struct GradSlot {
 template <class T>
 using BackwardFn = std::function<void(Tape<T>& tape, const xt::xarray<T>& grad_output)>;
 
+// Thrown in anomaly mode (Tape::set_detect_anomaly) for the first non-finite
+// value or gradient. what() is one readable paragraph; the fields let a test
+// or a training loop react to it.
+class AnomalyError : public std::runtime_error {
+ public:
+  enum class Phase { forward, backward };
+
+  AnomalyError(const std::string& what, Phase phase, std::string op, std::size_t node,
+               std::size_t gradient_node)
+      : std::runtime_error(what),
+        phase_(phase),
+        op_(std::move(op)),
+        node_(node),
+        gradient_node_(gradient_node) {}
+
+  // forward: the node's value is non-finite; backward: the backward rule of
+  // `node` wrote a non-finite gradient into node `gradient_node()`.
+  Phase phase() const { return phase_; }
+  // The op of `node` ("linear", "leaf", "param", ...).
+  const std::string& op() const { return op_; }
+  std::size_t node() const { return node_; }
+  // backward: the parent whose gradient became non-finite; forward: node().
+  std::size_t gradient_node() const { return gradient_node_; }
+
+ private:
+  Phase phase_;
+  std::string op_;
+  std::size_t node_;
+  std::size_t gradient_node_;
+};
+
 template <class T>
 class Tape {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -110,6 +159,7 @@ class Tape {
     const std::size_t index = record("leaf", {}, requires_grad);
     nodes_[index].value = expr.derived_cast();
     nodes_[index].is_leaf = true;
+    if (detect_anomaly_) check_forward(index);
     return var(index);
   }
   Var<T> leaf(const xt::xarray<T>& value, bool requires_grad = true) {
@@ -141,14 +191,24 @@ class Tape {
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
 
+  // Anomaly mode (see the top of this file). When a forward value is
+  // non-finite, AnomalyError is thrown and that node is not recorded (the
+  // tape is as before the call). When a gradient is, backward stops there:
+  // gradients already accumulated stay as they are (zero_grad before retrying).
+  bool detect_anomaly() const { return detect_anomaly_; }
+  void set_detect_anomaly(bool enabled) { detect_anomaly_ = enabled; }
+
   // ---- For op implementations (engine/ops). Not needed by users. ----
 
   // Append a node for op `op` with the given parents; it requires a gradient
   // when recording is on and `requires_grad` is true. Returns its index. The
-  // value is left to the caller (value_mut). Appending may move other nodes:
-  // take references to parent values after this call, not before.
+  // value is left to the caller (value_mut). Nodes never move (a deque), so
+  // references to values and shapes stay valid while the tape grows.
   std::size_t record(const char* op, std::initializer_list<std::size_t> parents,
                      bool requires_grad);
+  // Every op calls this once, after its value is complete (also when
+  // recording is off: the rule is then dropped); anomaly mode checks the
+  // value here.
   void set_backward(std::size_t index, BackwardFn<T> backward);
   Var<T> var(std::size_t index) { return Var<T>(this, index, generation_); }
 
@@ -169,6 +229,7 @@ class Tape {
     xt::xarray<T> value;  // unused for Parameter nodes
     xt::xarray<T> grad;   // unused for Parameter nodes
     Parameter<T>* param = nullptr;
+    Shape param_shape;  // param->value's shape when recorded
     BackwardFn<T> backward;
     std::array<std::size_t, k_max_parents> parents{};
     std::size_t parent_count = 0;
@@ -177,13 +238,28 @@ class Tape {
     bool grad_ready = false;  // grad holds a value for the current backward
   };
 
-  void check_live(const Var<T>& v, const char* where) const;
+  void check_live(const Var<T>& v, const char* op, const char* arg) const;
   const xt::xarray<T>& grad_of(std::size_t index);
 
-  std::vector<Node> nodes_;  // nodes_[0, size_) are live; the rest are kept buffers
+  // Anomaly mode. check_forward throws (and un-records `index` when it is the
+  // last node) if its value is non-finite; check_backward if the rule of node
+  // `index` left a non-finite gradient in a parent; check_backward_start if dy
+  // or a gradient accumulated by an earlier backward already is.
+  void check_forward(std::size_t index);
+  void check_backward(std::size_t index);
+  void check_backward_start(std::size_t root, const xt::xarray<T>& dy) const;
+  std::string describe(std::size_t index) const;
+  [[noreturn]] void fail_param_changed(std::size_t index, const char* where) const;
+  const xt::xarray<T>* accumulated_grad(std::size_t index) const;
+
+  // nodes_[0, size_) are live; the rest are kept buffers. A deque, so that a
+  // reference to a node's value stays valid while later nodes are appended.
+  std::deque<Node> nodes_;
   std::size_t size_ = 0;
   std::uint64_t generation_ = 1;  // bumped by clear(); Vars remember theirs
   bool grad_enabled_ = true;
+  xt::xarray<T> ones_;  // the upstream gradient of backward(y)
+  bool detect_anomaly_ = false;
 };
 
 // Turns recording off for a scope (like torch::NoGradGuard), restoring the
@@ -197,6 +273,24 @@ class NoGradGuard {
   ~NoGradGuard() { tape_.set_grad_enabled(previous_); }
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  Tape<T>& tape_;
+  bool previous_;
+};
+
+// Turns anomaly mode on for a scope (like torch.autograd.detect_anomaly),
+// restoring the previous state at exit.
+template <class T>
+class DetectAnomalyGuard {
+ public:
+  explicit DetectAnomalyGuard(Tape<T>& tape, bool enabled = true)
+      : tape_(tape), previous_(tape.detect_anomaly()) {
+    tape_.set_detect_anomaly(enabled);
+  }
+  ~DetectAnomalyGuard() { tape_.set_detect_anomaly(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
 
  private:
   Tape<T>& tape_;

@@ -6,12 +6,31 @@ namespace xtgrad {
 
 template <class T>
 FeedForward<T>::FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation)
-    : FeedForward(d_model, d_ff, activation, detail::lvalue(Generator(k_default_seed))) {}
+    : FeedForward("FeedForward", d_model, d_ff, activation,
+                  detail::lvalue(Generator(k_default_seed))) {}
+
+namespace {
+
+// Every argument checked, in order, before any parameter is built; returns d_model.
+std::size_t checked(const char* owner, std::size_t d_model, std::size_t d_ff,
+                    Activation activation) {
+  detail::check_positive_size(owner, "d_model", d_model);
+  detail::check_positive_size(owner, "d_ff", d_ff);
+  detail::activation_name(activation, owner, "activation");
+  return d_model;
+}
+
+}  // namespace
 
 template <class T>
 FeedForward<T>::FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation,
                             Generator& generator)
-    : w1(d_model, d_ff, true, generator),
+    : FeedForward("FeedForward", d_model, d_ff, activation, generator) {}
+
+template <class T>
+FeedForward<T>::FeedForward(const char* owner, std::size_t d_model, std::size_t d_ff,
+                            Activation activation, Generator& generator)
+    : w1(checked(owner, d_model, d_ff, activation), d_ff, true, generator),
       w2(d_ff, d_model, true, generator),
       activation_(activation) {}
 

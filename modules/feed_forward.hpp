@@ -30,6 +30,11 @@ class FeedForward : public Module<T> {
   void collect_parameters(const std::string& prefix,
                           typename Module<T>::NamedParameters& out) override;
 
+ protected:
+  // For PositionwiseFFN: errors name `owner` instead of FeedForward.
+  FeedForward(const char* owner, std::size_t d_model, std::size_t d_ff, Activation activation,
+              Generator& generator);
+
  private:
   Activation activation_;
 };

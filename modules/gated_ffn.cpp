@@ -19,6 +19,7 @@ GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
   detail::check_positive_size("GatedFFN", "d_in", d_in);
   detail::check_positive_size("GatedFFN", "d_hidden", d_hidden);
   detail::check_positive_size("GatedFFN", "d_out", d_out);
+  detail::activation_name(activation, "GatedFFN", "activation");
   w_up = Parameter<T>("w_up", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
   w_gate = Parameter<T>("w_gate", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
   w_down =

@@ -274,7 +274,10 @@ class HeaderParser {
 };
 
 InputFile open_input(const char* fn, const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (a hostile
+  // checkpoint could hang load); it is refused below as not a regular file,
+  // and has no effect on reading a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_io(fn, "open", path, errno);
   InputFile file{fn, path, FileDescriptor(fd), 0};
   struct ::stat info {};

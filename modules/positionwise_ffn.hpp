@@ -14,9 +14,9 @@ template <class T>
 class PositionwiseFFN : public FeedForward<T> {
  public:
   PositionwiseFFN(std::size_t d_model, std::size_t d_ff)
-      : FeedForward<T>(d_model, d_ff, Activation::relu) {}
+      : PositionwiseFFN(d_model, d_ff, detail::lvalue(Generator(k_default_seed))) {}
   PositionwiseFFN(std::size_t d_model, std::size_t d_ff, Generator& generator)
-      : FeedForward<T>(d_model, d_ff, Activation::relu, generator) {}
+      : FeedForward<T>("PositionwiseFFN", d_model, d_ff, Activation::relu, generator) {}
 };
 
 }  // namespace xtgrad

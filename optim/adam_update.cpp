@@ -110,18 +110,22 @@ void adam_kernel(T* p, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_
 template <class T>
 void adam_step(const std::string& owner, const std::vector<Parameter<T>*>& params,
                std::vector<std::optional<AdamParamState<T>>>& state, const AdamStepConfig& config) {
+  // Every check first, so that a failed step changes nothing.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Parameter<T>& p = *params[i];
+    if (!p.has_grad) continue;
+    check_gradient(owner, i, p);
+    if (state[i]) check_state_shape(owner, i, p, state[i]->exp_avg);
+  }
   for (std::size_t i = 0; i < params.size(); ++i) {
     Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
-    check_gradient(owner, i, p);
     std::optional<AdamParamState<T>>& slot = state[i];
     if (!slot) {
       slot.emplace();
       slot->exp_avg = xt::zeros<T>(p.value.shape());
       slot->exp_avg_sq = xt::zeros<T>(p.value.shape());
       if (config.amsgrad) slot->max_exp_avg_sq = xt::zeros<T>(p.value.shape());
-    } else {
-      check_state_shape(owner, i, p, slot->exp_avg);
     }
     const std::int64_t t = ++slot->step;
     const double bias_correction1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));

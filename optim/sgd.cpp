@@ -66,10 +66,17 @@ void SGD<T>::step() {
   const T momentum = static_cast<T>(options_.momentum());
   const T one_minus_dampening = static_cast<T>(1.0 - options_.dampening());
   const auto& params = this->parameters();
+  // Every check first, so that a failed step changes nothing.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Parameter<T>& p = *params[i];
+    if (!p.has_grad) continue;
+    detail::check_gradient(this->name(), i, p);
+    if (options_.momentum() != 0.0 && state_[i])
+      detail::check_state_shape(this->name(), i, p, state_[i]->momentum_buffer);
+  }
   for (std::size_t i = 0; i < params.size(); ++i) {
     Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
-    detail::check_gradient(this->name(), i, p);
     const std::size_t n = p.value.size();
     if (options_.momentum() == 0.0) {
       sgd_plain(p.value.data(), p.grad.data(), n, lr, weight_decay);
@@ -77,10 +84,7 @@ void SGD<T>::step() {
     }
     std::optional<SGDParamState<T>>& slot = state_[i];
     const bool first = !slot.has_value();
-    if (first)
-      slot.emplace(SGDParamState<T>{xt::zeros<T>(p.value.shape())});
-    else
-      detail::check_state_shape(this->name(), i, p, slot->momentum_buffer);
+    if (first) slot.emplace(SGDParamState<T>{xt::zeros<T>(p.value.shape())});
     const T keep = first ? T(0) : momentum;
     const T take = first ? T(1) : one_minus_dampening;
     if (options_.nesterov())
