@@ -4,18 +4,7 @@
 #include <type_traits>
 #include <utility>
 
-// GCC 12.1-12.2 warn about the deliberately undefined pass-through operand of
-// the AVX-512 intrinsics (_mm512_undefined_*) once xsimd's math is inlined
-// here: GCC bug 105593, fixed in 12.3. The warning is about GCC's own header.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xsimd/xsimd.hpp>
-#pragma GCC diagnostic pop
-#else
-#include <xsimd/xsimd.hpp>
-#endif
+#include "simd.hpp"  // first: see simd.hpp
 
 namespace xtgrad::detail {
 

@@ -1,18 +1,6 @@
 #include "gemm.hpp"
 
-// GCC 12.1-12.2 warn about the deliberately undefined pass-through operand of
-// the AVX-512 intrinsics once xsimd is inlined (GCC bug 105593, fixed in
-// 12.3), as in activation_kernels.cpp. The pragma covers the lines of
-// <immintrin.h>, so xsimd comes before xtensor, which would include it first.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xsimd/xsimd.hpp>
-#pragma GCC diagnostic pop
-#else
-#include <xsimd/xsimd.hpp>
-#endif
+#include "simd.hpp"  // first: see simd.hpp
 
 #include <algorithm>
 #include <array>

@@ -1,17 +1,4 @@
-// GCC 12.1-12.2 warn about the deliberately undefined pass-through operand of
-// the AVX-512 intrinsics once xsimd's math is inlined (GCC bug 105593, fixed
-// in 12.3), as in engine/activation_kernels.cpp. The pragma applies to the
-// lines of <immintrin.h>, so xsimd (which includes it) comes before
-// adam_update.hpp (whose xtensor would include it first, outside the pragma).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xsimd/xsimd.hpp>
-#pragma GCC diagnostic pop
-#else
-#include <xsimd/xsimd.hpp>
-#endif
+#include "../engine/simd.hpp"  // first: see simd.hpp
 
 #include <cmath>
 #include <type_traits>
