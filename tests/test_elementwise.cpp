@@ -216,7 +216,11 @@ TEST_CASE_TEMPLATE("elementwise: broadcasting matches hand-computed values and g
 TEST_CASE_TEMPLATE("elementwise: every broadcast layout matches an element-by-element reference", T,
                    float, double) {
   std::uint32_t seed = 100;
-  for (const auto& [ad, bd] : k_shape_pairs) {
+  for (const auto& shapes : k_shape_pairs) {
+    // Named references, not structured bindings: INFO captures them in a
+    // lambda, which C++17 allows only for variables.
+    const Dims& ad = shapes.first;
+    const Dims& bd = shapes.second;
     for (Op op : {Op::add, Op::sub, Op::mul}) {
       INFO(name(op), " ", describe(ad, bd));
       const xt::xarray<T> av = random_array<T>(ad, ++seed);
@@ -236,7 +240,11 @@ TEST_CASE_TEMPLATE("elementwise: every broadcast layout matches an element-by-el
 }
 
 TEST_CASE("elementwise: gradcheck for every op and broadcast layout") {
-  for (const auto& [ad, bd] : k_shape_pairs) {
+  for (const auto& shapes : k_shape_pairs) {
+    // Named references, not structured bindings: INFO captures them in a
+    // lambda, which C++17 allows only for variables.
+    const Dims& ad = shapes.first;
+    const Dims& bd = shapes.second;
     for (Op op : {Op::add, Op::sub, Op::mul}) {
       INFO(name(op), " ", describe(ad, bd));
       check_gradients(
