@@ -108,6 +108,14 @@ struct GradSlot {
 // The backward rule of one node: given d(output)/d(node) it adds the parents'
 // gradients through tape.grad_slot(parent_index). Captures indices, shapes and
 // evaluated containers by value, never views or references.
+// grad_slot for kernels that take raw pointers: null (and nothing touched)
+// when the node needs no gradient.
+template <class T>
+struct GradPointer {
+  T* data = nullptr;
+  bool accumulate = false;
+};
+
 template <class T>
 using BackwardFn = std::function<void(Tape<T>& tape, const xt::xarray<T>& grad_output)>;
 
@@ -216,6 +224,11 @@ class Tape {
   xt::xarray<T>& value_mut(std::size_t index) { return nodes_[index].value; }
   bool requires_grad(std::size_t index) const { return nodes_[index].requires_grad; }
   GradSlot<T> grad_slot(std::size_t index);
+  GradPointer<T> grad_pointer(std::size_t index) {
+    if (!requires_grad(index)) return {};
+    GradSlot<T> slot = grad_slot(index);
+    return {slot.buffer.data(), slot.accumulate};
+  }
 
   // Throws std::logic_error unless v is a live handle of this tape.
   void check_owns(const Var<T>& v, const char* op, const char* arg) const;

@@ -45,30 +45,17 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
   Tape<T>& tape = detail::common_tape<T>(
       op, {{"u", u}, {g_name, &g}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
   detail::activation_name(f, op, "f");  // validates f
-  detail::check_layout(op, layout);
   const bool out_in = layout == WeightLayout::out_in;
-
-  const Shape w_shape = weight.shape();  // copies: a tape may move its nodes while recording
-  if (w_shape.size() != 2)
-    detail::fail_shape(op, "weight", w_shape, out_in ? "[out, in]" : "[in, out]");
-  const std::size_t in = out_in ? w_shape[1] : w_shape[0];
-  const std::size_t out = out_in ? w_shape[0] : w_shape[1];
   const Var<T>& first = u ? *u : g;
-  const Shape x_shape = first.shape();
-  if (x_shape.empty() || x_shape.back() != in)
-    detail::fail_shape(
-        op, u ? "u" : g_name, x_shape,
-        "[..., " + std::to_string(in) + "] to match weight " + detail::shape_str(w_shape));
-  if (u && g.shape() != x_shape)
-    detail::fail_shape(op, g_name, g.shape(), detail::shape_str(x_shape) + " (the shape of 'u')");
-  if (bias && (bias->shape().size() != 1 || bias->shape()[0] != out))
-    detail::fail_shape(
-        op, "bias", bias->shape(),
-        "[" + std::to_string(out) + "] to match weight " + detail::shape_str(w_shape));
-
-  Shape y_shape = x_shape;
-  y_shape.back() = out;
-  const std::size_t n = detail::leading_rows(x_shape);
+  const Shape w_shape = weight.shape();
+  const Shape bias_shape = bias ? bias->shape() : Shape{};
+  const detail::LinearDims dims = detail::check_linear_shapes(
+      op, u ? "u" : g_name, first.shape(), w_shape, bias ? &bias_shape : nullptr, layout);
+  if (u && g.shape() != first.shape())
+    detail::fail_shape(op, g_name, g.shape(),
+                       detail::shape_str(first.shape()) + " (the shape of 'u')");
+  const std::size_t in = dims.in, out = dims.out, n = dims.rows;
+  const Shape& y_shape = dims.y_shape;
   const std::optional<std::size_t> ui = u ? std::optional(u->index()) : std::nullopt;
   const std::size_t gi = g.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
@@ -107,25 +94,14 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
   tape.set_backward(yi, [op, ui, gi, wi, bi, n, in, out, out_in, f, one_block](
                             Tape<T>& t, const xt::xarray<T>& dy) {
     // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
-    T *du = nullptr, *dg = nullptr, *dw = nullptr;
-    bool du_accumulate = false, dg_accumulate = false, dw_accumulate = false;
-    if (ui && t.requires_grad(*ui)) {
-      GradSlot<T> s = t.grad_slot(*ui);
-      du = s.buffer.data();
-      du_accumulate = s.accumulate;
-    }
-    if (t.requires_grad(gi)) {
-      GradSlot<T> s = t.grad_slot(gi);
-      dg = s.buffer.data();
-      dg_accumulate = s.accumulate;
-    }
-    if (t.requires_grad(wi)) {
-      GradSlot<T> s = t.grad_slot(wi);
-      dw = s.buffer.data();
-      dw_accumulate = s.accumulate;
-      // no rows: dW is an empty sum
-      if (n == 0 && !dw_accumulate) std::fill(dw, dw + s.buffer.size(), T(0));
-    }
+    const GradPointer<T> du_slot = ui ? t.grad_pointer(*ui) : GradPointer<T>{};
+    const GradPointer<T> dg_slot = t.grad_pointer(gi);
+    const GradPointer<T> dw_slot = t.grad_pointer(wi);
+    T *du = du_slot.data, *dg = dg_slot.data, *dw = dw_slot.data;
+    const bool du_accumulate = du_slot.accumulate, dg_accumulate = dg_slot.accumulate;
+    bool dw_accumulate = dw_slot.accumulate;  // set once the first block has written dW
+    // no rows: dW is an empty sum
+    if (dw && n == 0 && !dw_accumulate) std::fill(dw, dw + t.value(wi).size(), T(0));
     const T* uv = ui ? t.value(*ui).data() : nullptr;
     const T* gv = t.value(gi).data();
     const T* wv = t.value(wi).data();

@@ -24,22 +24,11 @@ Var<T> gated(const Var<T>& u, const Var<T>& g, Activation a) {
   tape.set_backward(yi, [ui, gi, a](Tape<T>& t, const xt::xarray<T>& dy) {
     // When u and g are one node, both slots are its one buffer (the second
     // accumulates); the kernel writes du before it reads dg.
-    T* du = nullptr;
-    T* dg = nullptr;
-    bool du_accumulate = false, dg_accumulate = false;
-    if (t.requires_grad(ui)) {
-      GradSlot<T> s = t.grad_slot(ui);
-      du = s.buffer.data();
-      du_accumulate = s.accumulate;
-    }
-    if (t.requires_grad(gi)) {
-      GradSlot<T> s = t.grad_slot(gi);
-      dg = s.buffer.data();
-      dg_accumulate = s.accumulate;
-    }
+    const GradPointer<T> du = t.grad_pointer(ui);
+    const GradPointer<T> dg = t.grad_pointer(gi);
     // du[...] (+)= dy[...] * f(g[...]);  dg[...] (+)= dy[...] * u[...] * f'(g[...])
-    detail::gated_backward(a, t.value(ui).data(), t.value(gi).data(), dy.data(), du, du_accumulate,
-                           dg, dg_accumulate, dy.size());
+    detail::gated_backward(a, t.value(ui).data(), t.value(gi).data(), dy.data(), du.data,
+                           du.accumulate, dg.data, dg.accumulate, dy.size());
   });
   return tape.var(yi);
 }

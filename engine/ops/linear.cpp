@@ -30,6 +30,24 @@ void check_layout(const char* op, WeightLayout layout) {
                       "), expected WeightLayout::out_in or WeightLayout::in_out");
 }
 
+LinearDims check_linear_shapes(const char* op, const char* x_name, const Shape& x_shape,
+                               const Shape& w_shape, const Shape* bias_shape, WeightLayout layout) {
+  check_layout(op, layout);
+  const bool out_in = layout == WeightLayout::out_in;
+  if (w_shape.size() != 2) fail_shape(op, "weight", w_shape, out_in ? "[out, in]" : "[in, out]");
+  const std::size_t in = out_in ? w_shape[1] : w_shape[0];
+  const std::size_t out = out_in ? w_shape[0] : w_shape[1];
+  if (x_shape.empty() || x_shape.back() != in)
+    fail_shape(op, x_name, x_shape,
+               "[..., " + std::to_string(in) + "] to match weight " + shape_str(w_shape));
+  if (bias_shape && (bias_shape->size() != 1 || (*bias_shape)[0] != out))
+    fail_shape(op, "bias", *bias_shape,
+               "[" + std::to_string(out) + "] to match weight " + shape_str(w_shape));
+  Shape y_shape = x_shape;
+  y_shape.back() = out;
+  return {in, out, leading_rows(x_shape), y_shape};
+}
+
 std::size_t leading_rows(const Shape& shape) {
   std::size_t rows = 1;
   for (std::size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
@@ -44,27 +62,13 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
   static constexpr const char* op = "linear";
   Tape<T>& tape = detail::common_tape<T>(
       op, {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
-  detail::check_layout(op, layout);
   const bool out_in = layout == WeightLayout::out_in;
 
-  const Shape w_shape = weight.shape();  // copies: record() may move the nodes
-  if (w_shape.size() != 2)
-    detail::fail_shape(op, "weight", w_shape, out_in ? "[out, in]" : "[in, out]");
-  const std::size_t in = out_in ? w_shape[1] : w_shape[0];
-  const std::size_t out = out_in ? w_shape[0] : w_shape[1];
-  const Shape x_shape = x.shape();
-  if (x_shape.empty() || x_shape.back() != in)
-    detail::fail_shape(
-        op, "x", x_shape,
-        "[..., " + std::to_string(in) + "] to match weight " + detail::shape_str(w_shape));
-  if (bias && (bias->shape().size() != 1 || bias->shape()[0] != out))
-    detail::fail_shape(
-        op, "bias", bias->shape(),
-        "[" + std::to_string(out) + "] to match weight " + detail::shape_str(w_shape));
-
-  Shape y_shape = x_shape;
-  y_shape.back() = out;
-  const std::size_t n = detail::leading_rows(x_shape);
+  const Shape w_shape = weight.shape();
+  const Shape bias_shape = bias ? bias->shape() : Shape{};
+  const detail::LinearDims dims = detail::check_linear_shapes(op, "x", x.shape(), w_shape,
+                                                              bias ? &bias_shape : nullptr, layout);
+  const std::size_t in = dims.in, out = dims.out, n = dims.rows;
   const std::size_t xi = x.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
   const bool needs_grad =
@@ -72,7 +76,7 @@ Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoD
 
   const std::size_t yi = tape.record(op, {xi, wi, bi.value_or(xi)}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(y_shape);
+  y.resize(dims.y_shape);
   // y[N,out] = b broadcast over rows, then += x[N,in] . op(W)   (bias fused as GEMM beta = 1)
   if (bi) detail::broadcast_rows(tape.value(*bi).data(), y.data(), n, out);
   const xt::xarray<T>& w = tape.value(wi);

@@ -31,6 +31,16 @@ void check_layout(const char* op, WeightLayout layout);
 // The rows of a [..., features] tensor seen as a matrix: the product of its
 // leading axes (also when features is 0, where size / features cannot tell).
 std::size_t leading_rows(const Shape& shape);
+
+// The dimensions of one linear map, after checking x [..., in] (named
+// `x_name`), weight [out, in] or [in, out] by `layout`, and bias [out] when
+// present; std::invalid_argument naming `op`, the argument and both shapes.
+struct LinearDims {
+  std::size_t in, out, rows;  // rows: the product of x's leading axes
+  Shape y_shape;              // x's shape with the last axis set to out
+};
+LinearDims check_linear_shapes(const char* op, const char* x_name, const Shape& x_shape,
+                               const Shape& w_shape, const Shape* bias_shape, WeightLayout layout);
 }  // namespace detail
 
 template <class T>
