@@ -6,7 +6,7 @@
 #include <random>
 #include <stdexcept>
 
-#include <xtgrad/engine/activation_kernels.hpp>
+#include <xtgrad/engine/kernels/activation_kernels.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>

@@ -7,7 +7,7 @@
 
 #include <xtensor/xview.hpp>
 
-#include "check.hpp"
+#include "errors.hpp"
 
 namespace xtgrad {
 
@@ -55,11 +55,9 @@ std::string GradcheckResult::report() const {
 GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarray<double>>& inputs,
                           const GradcheckOptions& options) {
   const auto check_option = [](const char* name, double value, bool ok, const char* expected) {
-    if (ok) return;
-    std::ostringstream got;
-    got << value;
-    throw std::invalid_argument(std::string("xtgrad::gradcheck: argument 'options.") + name +
-                                "' is " + got.str() + ", expected " + expected);
+    if (!ok)
+      detail::fail_argument("gradcheck", std::string("options.") + name,
+                            "is " + detail::number_str(value) + ", expected " + expected);
   };
   check_option("eps", options.eps, std::isfinite(options.eps) && options.eps > 0.0,
                "a finite number > 0");
@@ -74,7 +72,7 @@ GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarr
   for (const auto& input : inputs) vars.push_back(tape.leaf(input, true));
   const Var<double> y = f(vars);
   if (&y.tape() != &tape)
-    throw std::logic_error("xtgrad::gradcheck: f must record on the tape of its arguments");
+    detail::fail_logic("gradcheck", "f must record on the tape of its arguments");
 
   std::mt19937 generator(options.seed);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "check.hpp"
+#include "errors.hpp"
 
 namespace xtgrad {
 
@@ -40,9 +40,9 @@ std::string element_str(const xt::xarray<T>& a, std::size_t flat) {
 template <class T>
 Tape<T>& Var<T>::tape_for(const char* op, const char* arg) const {
   if (tape_ == nullptr)
-    throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
-                           "' is an empty Var handle; obtain Vars from Tape::leaf, Tape::param "
-                           "or an op");
+    detail::fail_logic(op, "argument " + detail::quoted(arg) +
+                               " is an empty Var handle; obtain Vars from Tape::leaf, "
+                               "Tape::param or an op");
   tape_->check_live(*this, op, arg);
   return *tape_;
 }
@@ -67,25 +67,30 @@ bool Var<T>::requires_grad() const {
 template <class T>
 void Tape<T>::check_live(const Var<T>& v, const char* op, const char* arg) const {
   if (v.generation_ != generation_ || v.index_ >= size_)
-    throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
-                           "' is a Var of a tape that was cleared since it was recorded; "
-                           "record the computation again after Tape::clear()");
+    detail::fail_logic(op, "argument " + detail::quoted(arg) +
+                               " is a Var of a tape that was cleared since it was recorded; "
+                               "record the computation again after Tape::clear()");
+  // Ops size their results by their arguments' shapes: a resized Parameter is
+  // refused here, before the op records anything.
+  const Node& node = nodes_[v.index_];
+  if (node.param && node.param->value.shape() != node.param_shape) fail_param_changed(v.index_, op);
 }
 
 template <class T>
 void Tape<T>::check_owns(const Var<T>& v, const char* op, const char* arg) const {
   if (&v.tape_for(op, arg) != this)  // an empty or stale handle throws here
-    throw std::logic_error(std::string("xtgrad::") + op + ": argument '" + arg +
-                           "' belongs to a different tape; record all inputs of one "
-                           "computation on the same Tape");
+    detail::fail_logic(op, "argument " + detail::quoted(arg) +
+                               " belongs to a different tape; record all inputs of one "
+                               "computation on the same Tape");
 }
 
 template <class T>
 std::size_t Tape<T>::record(const char* op, std::initializer_list<std::size_t> parents,
                             bool requires_grad) {
   if (parents.size() > k_max_parents)
-    throw std::logic_error(std::string("xtgrad::Tape::record: op '") + op +
-                           "' has too many parents");
+    detail::fail_logic("Tape::record", "op " + detail::quoted(op) + " has " +
+                                           std::to_string(parents.size()) + " parents, at most " +
+                                           std::to_string(k_max_parents) + " are supported");
   if (size_ == nodes_.size()) nodes_.emplace_back();
   Node& node = nodes_[size_];
   node.op = op;
@@ -108,7 +113,18 @@ void Tape<T>::set_backward(std::size_t index, BackwardFn<T> backward) {
 
 template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p) {
-  if (p.grad.shape() != p.value.shape()) p.zero_grad();
+  if (p.grad.shape() != p.value.shape()) {
+    // A gradient accumulated for the old shape is never dropped silently.
+    if (p.has_grad)
+      detail::fail_logic("Tape::param",
+                         "Parameter " + detail::quoted(p.name) + " has shape " +
+                             detail::shape_str(p.value.shape()) +
+                             " but holds a gradient of shape " + detail::shape_str(p.grad.shape()) +
+                             " accumulated before it changed; call zero_grad() on it (or on its "
+                             "module or optimizer) before recording it again");
+    p.grad.resize(p.value.shape());  // no gradient yet: the buffer only follows the new shape
+    p.grad.fill(T(0));
+  }
   const std::size_t index = record("param", {}, true);
   nodes_[index].param = &p;
   nodes_[index].param_shape = p.value.shape();
@@ -131,11 +147,12 @@ const xt::xarray<T>& Tape<T>::value(std::size_t index) const {
 template <class T>
 void Tape<T>::fail_param_changed(std::size_t index, const char* where) const {
   const Node& node = nodes_[index];
-  throw std::logic_error(
-      std::string("xtgrad::") + where + ": Parameter '" + node.param->name + "' (node " +
-      std::to_string(index) + ") had shape " + detail::shape_str(node.param_shape) +
-      " when it was recorded and has shape " + detail::shape_str(node.param->value.shape()) +
-      " now; record the computation again after changing a Parameter");
+  detail::fail_logic(where, "Parameter " + detail::quoted(node.param->name) + " (node " +
+                                std::to_string(index) + ") had shape " +
+                                detail::shape_str(node.param_shape) +
+                                " when it was recorded and has shape " +
+                                detail::shape_str(node.param->value.shape()) +
+                                " now; record the computation again after changing a Parameter");
 }
 
 template <class T>
@@ -170,8 +187,8 @@ void Tape<T>::backward(const Var<T>& y) {
   check_owns(y, "Tape::backward", "y");
   const xt::xarray<T>& value = this->value(y.index_);
   if (value.size() != 1)
-    throw std::logic_error("xtgrad::Tape::backward: y has shape " +
-                           detail::shape_str(value.shape()) +
+    detail::fail_logic("Tape::backward",
+                       "y has shape " + detail::shape_str(value.shape()) +
                            "; backward(y) needs a one-element y, call backward(y, dy) with an "
                            "upstream gradient dy of y's shape");
   ones_.resize(value.shape());  // kept across calls: no allocation per step
@@ -187,9 +204,9 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
     detail::fail_shape("Tape::backward", "dy", dy.shape(),
                        detail::shape_str(value(root).shape()) + " (the shape of y)");
   if (!nodes_[root].requires_grad)
-    throw std::logic_error(
-        "xtgrad::Tape::backward: y does not require a gradient (no input of it was recorded "
-        "with requires_grad, or it was computed with recording off)");
+    detail::fail_logic("Tape::backward",
+                       "y does not require a gradient (no input of it was recorded with "
+                       "requires_grad, or it was computed with recording off)");
   // Backward rules read parameter values with the shapes of the forward:
   // refuse before anything is written.
   for (std::size_t i = 0; i <= root; ++i) {

@@ -1,4 +1,4 @@
-#include "../engine/simd.hpp"  // first: see simd.hpp
+#include "../engine/kernels/simd.hpp"  // first: see simd.hpp
 
 #include <cmath>
 #include <type_traits>

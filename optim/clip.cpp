@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "../engine/check.hpp"
+#include "../engine/errors.hpp"
 #include "optimizer.hpp"
 
 namespace xtgrad::optim {

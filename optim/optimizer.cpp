@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "../engine/check.hpp"
+#include "../engine/errors.hpp"
 
 namespace xtgrad::optim {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "../engine/check.hpp"
+#include "../engine/errors.hpp"
 
 namespace xtgrad::optim {
 

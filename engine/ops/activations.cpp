@@ -1,6 +1,6 @@
 #include "activations.hpp"
 
-#include "../activation_kernels.hpp"
+#include "../kernels/activation_kernels.hpp"
 #include "../check.hpp"
 
 namespace xtgrad {

@@ -3,7 +3,7 @@
 #include <functional>
 
 #include "../check.hpp"
-#include "broadcast.hpp"
+#include "../kernels/broadcast.hpp"
 
 namespace xtgrad {
 

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <string>
 
-#include "../activation_kernels.hpp"
 #include "../check.hpp"
-#include "../gemm.hpp"
+#include "../kernels/activation_kernels.hpp"
+#include "../kernels/gemm.hpp"
+#include "../kernels/scratch.hpp"
 
 namespace xtgrad {
 
@@ -32,10 +33,6 @@ template <class T>
 detail::MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
   return {data, rows, cols};
 }
-
-// thread_scratch slots of a block of a and of da (gemm uses others).
-constexpr std::size_t k_a_slot = 0;
-constexpr std::size_t k_da_slot = 1;
 
 // The two ops differ only in the input a: f(h) (u null, g = h) or u * f(g).
 template <class T>
@@ -76,7 +73,7 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
   const T* bv = bi ? tape.value(*bi).data() : nullptr;
   const std::size_t w_rows = w_shape[0], w_cols = w_shape[1];
   const std::size_t block = block_rows<T>(n, in);
-  T* const a = detail::thread_scratch<T>(k_a_slot, block * in);
+  T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
   for (std::size_t r0 = 0; r0 < n; r0 += block) {
     const std::size_t rows = std::min(block, n - r0);
     // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
@@ -108,8 +105,11 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
     const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
     const bool want_input = du || dg;
     const std::size_t block = one_block ? std::max<std::size_t>(n, 1) : block_rows<T>(n, in);
-    T* const da = want_input ? detail::thread_scratch<T>(k_da_slot, block * in) : nullptr;
-    T* const a = dw ? detail::thread_scratch<T>(k_a_slot, block * in) : nullptr;
+    T* const da = want_input
+                      ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient, block * in)
+                      : nullptr;
+    T* const a =
+        dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in) : nullptr;
     for (std::size_t r0 = 0; r0 < n && (want_input || dw); r0 += block) {
       const std::size_t rows = std::min(block, n - r0), offset = r0 * in, count = rows * in;
       const T* dyb = dy.data() + r0 * out;

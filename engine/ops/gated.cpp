@@ -1,6 +1,6 @@
 #include "gated.hpp"
 
-#include "../activation_kernels.hpp"
+#include "../kernels/activation_kernels.hpp"
 #include "../check.hpp"
 
 namespace xtgrad {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "../check.hpp"
-#include "../gemm.hpp"
+#include "../kernels/gemm.hpp"
 
 namespace xtgrad {
 

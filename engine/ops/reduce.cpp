@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "../check.hpp"
-#include "broadcast.hpp"
+#include "../kernels/broadcast.hpp"
 
 namespace xtgrad {
 

@@ -1,0 +1,76 @@
+#pragma once
+// The one set of error helpers of xtgrad: how messages are formatted and
+// which exception each kind of mistake throws. Engine, modules, the I/O code
+// and optim all raise through these, so every message starts with
+// "xtgrad::<function>:" and reads the same way (Stan Math's check_* style).
+//
+//   std::invalid_argument  a shape, name, index or value the caller passed
+//   std::logic_error       misuse of a tape or of an object's protocol
+//   std::runtime_error     an I/O failure (a file that cannot be read or written)
+//
+// Plain formatting only: nothing here knows about tapes or Vars (the
+// Var-aware checks are in check.hpp, above the tape).
+
+#include <cstddef>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace xtgrad::detail {
+
+// "[2, 3]" for any container of sizes; "[]" for a 0-d shape.
+template <class S>
+std::string shape_str(const S& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// A number as messages print it: "-0.5", "1e-08", "inf", "nan".
+inline std::string number_str(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+// 'text', the quoting every message uses for names, paths and values.
+inline std::string quoted(const std::string& text) {
+  return "'" + text + "'";
+}
+
+// "xtgrad::<function>: argument '<arg>' <message>" as std::invalid_argument.
+[[noreturn]] inline void fail_argument(const std::string& function, const std::string& arg,
+                                       const std::string& message) {
+  throw std::invalid_argument("xtgrad::" + function + ": argument " + quoted(arg) + " " + message);
+}
+
+// "argument 'w1' has shape [3, 5], expected [4, 5] (...)".
+template <class S>
+[[noreturn]] void fail_shape(const std::string& function, const std::string& arg, const S& got,
+                             const std::string& expected) {
+  fail_argument(function, arg, "has shape " + shape_str(got) + ", expected " + expected);
+}
+
+// "xtgrad::<function>: <message>" as std::invalid_argument, for bad content
+// that is not one argument (a file, a manifest line, a state dict entry).
+[[noreturn]] inline void fail_value(const std::string& function, const std::string& message) {
+  throw std::invalid_argument("xtgrad::" + function + ": " + message);
+}
+
+// "xtgrad::<function>: <message>" as std::logic_error.
+[[noreturn]] inline void fail_logic(const std::string& function, const std::string& message) {
+  throw std::logic_error("xtgrad::" + function + ": " + message);
+}
+
+// "xtgrad::<function>: <message>" as std::runtime_error.
+[[noreturn]] inline void fail_io(const std::string& function, const std::string& message) {
+  throw std::runtime_error("xtgrad::" + function + ": " + message);
+}
+
+// A size argument of a constructor: std::invalid_argument when it is 0.
+inline void check_positive_size(const std::string& function, const std::string& arg,
+                                std::size_t value) {
+  if (value == 0) fail_argument(function, arg, "is 0, expected a positive size");
+}
+
+}  // namespace xtgrad::detail

@@ -1,0 +1,43 @@
+#pragma once
+// The one way xtgrad calls BLAS. Every GEMM in the engine goes through
+// detail::gemm, which checks shapes (xtensor's gemm does not: a wrong shape
+// only prints a BLAS warning), skips empty products (BLAS rejects a zero
+// leading dimension) and passes transposes as flags, never materialized.
+// Beside it, the two row loops every linear layer needs around its GEMMs
+// (the bias broadcast before, the bias gradient after).
+
+#include <cstddef>
+
+namespace xtgrad::detail {
+
+// A row-major, contiguous [rows, cols] matrix over a flat buffer.
+template <class T>
+struct MatrixRef {
+  T* data;
+  std::size_t rows;
+  std::size_t cols;
+};
+
+// c = op(a) . op(b) when !accumulate (BLAS beta = 0, c's old contents are
+// ignored), c += op(a) . op(b) when accumulate (beta = 1). op(m) is m or m^T.
+// Throws std::logic_error naming `op` on inconsistent shapes.
+// Products of at most k_small_gemm_macs multiply-adds (the toy model's layers)
+// run in a plain vectorized loop here: handing them to OpenBLAS (argument
+// checks, a lock, packing both operands) costs more than computing them.
+template <class T>
+void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
+          bool transpose_b, MatrixRef<T> c, bool accumulate);
+
+inline constexpr std::size_t k_small_gemm_macs = 16384;
+
+// y[r, :] = b for each of the n rows of y [n, cols]: a bias written before a
+// GEMM that adds onto it (beta = 1), so that the bias costs no pass of its own.
+template <class T>
+void broadcast_rows(const T* b, T* y, std::size_t n, std::size_t cols);
+
+// db[cols] = (or +=, when accumulate) the sum of the n rows of dy [n, cols]:
+// the gradient of a bias.
+template <class T>
+void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumulate);
+
+}  // namespace xtgrad::detail

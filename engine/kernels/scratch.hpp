@@ -1,0 +1,25 @@
+#pragma once
+// Per-thread scratch memory of the kernels (internal), in named slots.
+//
+// Each slot is a buffer of this thread, kept from call to call (grown, never
+// shrunk), so that the fused ops and the small-product GEMM path cost no
+// allocation per call once warm. Buffers of different slots may be used at
+// the same time; one slot is never used by two callers at once, which is why
+// every user has a slot of its own below. Contents are garbage until written.
+
+#include <cstddef>
+
+namespace xtgrad::detail {
+
+enum class ScratchSlot : std::size_t {
+  fused_activation,  // ops/fused_linear: a block of rows of f(h) or u * f(g)
+  fused_gradient,    // ops/fused_linear: the same block of its gradient
+  gemm_pack,         // kernels/gemm: an operand of a small product, repacked
+  count
+};
+
+// At least `size` elements of `slot`'s buffer for this thread.
+template <class T>
+T* thread_scratch(ScratchSlot slot, std::size_t size);
+
+}  // namespace xtgrad::detail

@@ -1,0 +1,446 @@
+#pragma once
+// The fuzz harnesses of issue 6, item 4, shared by the libFuzzer targets
+// (tests/hardening/fuzz/fuzz_*.cpp, built with clang when XTGRAD_FUZZ is on) and by the
+// corpus replay in tests/hardening/test_bad_input.cpp (every build), so that each input
+// saved under tests/hardening/fuzz/corpus/ -- seeds and former crashes -- is a
+// regression test everywhere.
+//
+// Each harness feeds one input to the library and lets only the documented
+// exceptions through: std::invalid_argument for bad content or arguments,
+// std::logic_error (exactly) for misuse of handles, std::runtime_error for
+// I/O, AnomalyError in anomaly mode. Anything else -- another exception type,
+// an input or a module changed by a failed call, a result of the wrong shape
+// -- escapes as an exception, which libFuzzer reports as a crash (and doctest
+// as a failure). Crashes, leaks and undefined behaviour are the sanitizers'.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/modules.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+namespace xtgrad::fuzz {
+
+// A broken invariant: never caught by the harnesses.
+struct Violation : std::exception {
+  explicit Violation(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+  std::string what_;
+};
+
+inline void require(bool ok, const std::string& what) {
+  if (!ok) throw Violation("fuzz invariant broken: " + what);
+}
+
+// The input as a stream of decisions; reads past the end give zeros.
+class Bytes {
+ public:
+  Bytes(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  bool empty() const { return pos_ >= size_; }
+  std::uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  std::size_t below(std::size_t n) { return n == 0 ? 0 : byte() % n; }
+  bool flag() { return byte() & 1; }
+  // Mostly small integers and halves; now and then a special value.
+  double number() {
+    static constexpr double k_special[] = {0.0,
+                                           -0.0,
+                                           1.0,
+                                           -1.0,
+                                           std::numeric_limits<double>::quiet_NaN(),
+                                           std::numeric_limits<double>::infinity(),
+                                           -std::numeric_limits<double>::infinity(),
+                                           1e30,
+                                           -1e-30,
+                                           std::numeric_limits<double>::max(),
+                                           std::numeric_limits<double>::denorm_min(),
+                                           1e-8};
+    const std::uint8_t b = byte();
+    if (b >= 244) return k_special[b - 244];
+    return (static_cast<int>(b) - 122) / 8.0;
+  }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+// Lets through exactly the documented types (std::runtime_error only when
+// `io`: files are read); anything else propagates. True when f returned.
+template <class F>
+bool documented(F&& f, bool io = true) {
+  try {
+    f();
+    return true;
+  } catch (const AnomalyError&) {
+  } catch (const std::invalid_argument&) {
+  } catch (const std::logic_error& e) {
+    if (typeid(e) != typeid(std::logic_error))  // out_of_range, length_error, ...
+      throw Violation(std::string("undocumented exception ") + typeid(e).name() + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    if (!io || typeid(e) != typeid(std::runtime_error))
+      throw Violation(std::string("undocumented exception ") + typeid(e).name() + ": " + e.what());
+  }
+  return false;
+}
+
+template <class T>
+bool bit_equal(const xt::xarray<T>& a, const xt::xarray<T>& b) {
+  return a.shape() == b.shape() &&
+         (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// A scratch directory for this process, on tmpfs when there is one; removed
+// at exit.
+inline std::filesystem::path& scratch_path() {
+  static std::filesystem::path path;
+  return path;
+}
+inline void remove_scratch() {
+  std::error_code ignored;
+  if (!scratch_path().empty()) std::filesystem::remove_all(scratch_path(), ignored);
+}
+inline const std::filesystem::path& scratch() {
+  static const bool made = [] {
+    const std::filesystem::path base = std::filesystem::exists("/dev/shm")
+                                           ? std::filesystem::path("/dev/shm")
+                                           : std::filesystem::temp_directory_path();
+    scratch_path() = base / ("xtgrad-fuzz-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(scratch_path());
+    std::atexit(remove_scratch);
+    return true;
+  }();
+  (void)made;
+  return scratch_path();
+}
+
+inline void write_file(const std::filesystem::path& path, const std::uint8_t* data,
+                       std::size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  require(out.good(), "cannot write " + path.string());
+}
+
+// ---------------------------------------------------------------- .npy files
+
+template <class T>
+void load_one_npy(const std::filesystem::path& file, const std::optional<NpyHeader>& header) {
+  std::optional<xt::xarray<T>> loaded;
+  documented([&] { loaded = load_npy<T>(file); });
+  if (!loaded) return;
+  require(header.has_value(), "load_npy accepted a file read_npy_header refused");
+  require(header->dtype == npy_dtype_name<T>(), "load_npy accepted the other dtype");
+  require(std::equal(loaded->shape().begin(), loaded->shape().end(), header->shape.begin(),
+                     header->shape.end()),
+          "load_npy gave another shape than the header");
+  require(loaded->size() == header->size, "load_npy gave another size than the header");
+}
+
+// The input is one .npy file.
+inline void npy_one(const std::uint8_t* data, std::size_t size) {
+  const std::filesystem::path file = scratch() / "input.npy";
+  write_file(file, data, size);
+  std::optional<NpyHeader> header;
+  documented([&] { header = read_npy_header(file); });
+  load_one_npy<float>(file, header);
+  load_one_npy<double>(file, header);
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+// The input is a checkpoint directory: chunks separated by "====" become
+// manifest.tsv, weight.npy, bias.npy and extra.npy, in that order. Loading it
+// into Linear(2, 3) of either dtype must succeed with the module's shapes or
+// fail with the module unchanged.
+template <class T>
+void load_checkpoint_into(const std::filesystem::path& dir) {
+  Linear<T> module(2, 3);
+  std::vector<xt::xarray<T>> before;
+  for (Parameter<T>* p : module.parameters()) before.push_back(p->value);
+  const bool loaded = documented([&] { module.load(dir); });
+  const auto params = module.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (loaded)
+      require(params[i]->value.shape() == before[i].shape(), "load changed a parameter's shape");
+    else
+      require(bit_equal(params[i]->value, before[i]), "a failed load changed the module");
+  }
+}
+
+inline void checkpoint_one(const std::uint8_t* data, std::size_t size) {
+  static const char* const k_names[] = {"manifest.tsv", "weight.npy", "bias.npy", "extra.npy"};
+  const std::filesystem::path dir = scratch() / "ckpt";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  std::size_t start = 0;
+  for (std::size_t chunk = 0; chunk < 4; ++chunk) {
+    std::size_t end = input.find("====", start);
+    if (end == std::string::npos || chunk == 3) end = input.size();
+    write_file(dir / k_names[chunk], data + start, end - start);
+    if (end == input.size()) break;
+    start = end + 4;
+  }
+  load_checkpoint_into<float>(dir);
+  load_checkpoint_into<double>(dir);
+}
+
+// ---------------------------------------------------------------- op sequences
+
+// Every byte is consumed in a sequenced statement (never two in one call's
+// arguments), so that an input means the same program with any compiler.
+// Interprets the input as a program of up to 64 calls on two tapes: leaves
+// and Parameters of random shapes (0 to 4 along up to 3 axes) and values
+// (NaN, inf, huge and tiny included), every op, the functional API, a
+// module, backward with right and wrong dy, clear, release, zero_grad,
+// recording and anomaly modes, reshaping a recorded Parameter, optimizer
+// steps and clipping. Arguments are picked among everything recorded so far
+// (stale and empty handles included). Recorded leaves must never change.
+template <class T>
+class TapeProgram {
+ public:
+  explicit TapeProgram(Bytes& in) : in_(in) {}
+
+  void run() {
+    for (int step = 0; step < 64 && !in_.empty(); ++step) {
+      const std::size_t op = in_.below(20);
+      documented([&] { call(op); }, /*io=*/false);
+      check_leaves();
+    }
+  }
+
+ private:
+  struct Leaf {
+    Var<T> var;
+    xt::xarray<T> copy;
+  };
+
+  Shape shape() {
+    Shape s(in_.below(4));
+    for (auto& d : s) d = in_.below(5);
+    return s;
+  }
+
+  xt::xarray<T> values(const Shape& s) {
+    xt::xarray<T> a = xt::xarray<T>::from_shape(s);
+    for (auto& v : a) v = static_cast<T>(in_.number());
+    return a;
+  }
+
+  // Any recorded Var, now and then an empty handle.
+  Var<T> pick() {
+    if (vars_.empty() || in_.below(16) == 0) return Var<T>();
+    return vars_[in_.below(vars_.size())];
+  }
+  std::optional<Var<T>> maybe() {
+    if (in_.flag()) return std::nullopt;
+    return pick();
+  }
+  Activation pick_activation() { return static_cast<Activation>(in_.below(6)); }  // 5: invalid
+
+  void keep(const Var<T>& v) {
+    if (vars_.size() < 256) vars_.push_back(v);
+  }
+
+  std::vector<Parameter<T>*> parameter_pointers() {
+    std::vector<Parameter<T>*> out;
+    for (Parameter<T>& p : params_)
+      if (in_.flag()) out.push_back(&p);
+    return out;
+  }
+
+  void call(std::size_t op) {
+    Tape<T>& tape = tapes_[in_.below(8) == 0 ? 1 : 0];
+    switch (op) {
+      case 0: {  // leaf
+        const xt::xarray<T> v = values(shape());
+        const Var<T> x = tape.leaf(v, in_.flag());
+        leaves_.push_back({x, v});
+        keep(x);
+        break;
+      }
+      case 1: {  // param
+        if (params_.size() < 16) params_.emplace_back("p", values(shape()));
+        keep(tape.param(params_[in_.below(params_.size())]));
+        break;
+      }
+      case 2: {
+        const Var<T> x = pick(), w = pick();
+        const auto b = maybe();
+        const std::size_t layout = in_.below(9);  // 8: outside the enumeration
+        keep(
+            linear(x, w, b, layout == 8 ? static_cast<WeightLayout>(7) : WeightLayout(layout % 2)));
+        break;
+      }
+      case 3: {
+        const Var<T> x = pick();
+        keep(activation(x, pick_activation()));
+        break;
+      }
+      case 4: {
+        const Var<T> u = pick(), g = pick();
+        keep(gated(u, g, pick_activation()));
+        break;
+      }
+      case 5: {
+        const Var<T> a = pick(), b = pick();
+        const std::size_t kind = in_.below(3);
+        keep(kind == 0 ? add(a, b) : kind == 1 ? sub(a, b) : mul(a, b));
+        break;
+      }
+      case 6: {
+        const Var<T> a = pick();
+        keep(scale(a, static_cast<T>(in_.number())));
+        break;
+      }
+      case 7: {
+        const Var<T> a = pick();
+        keep(in_.flag() ? sum(a) : mean(a));
+        break;
+      }
+      case 8: {
+        const Var<T> p = pick(), t = pick();
+        keep(mse(p, t));
+        break;
+      }
+      case 9: {
+        const Var<T> x = pick(), w1 = pick(), b1 = pick(), w2 = pick(), b2 = pick();
+        keep(in_.flag() ? positionwise_ffn(x, w1, b1, w2, b2)
+                        : feedforward_sublayer(x, w1, b1, w2, b2));
+        break;
+      }
+      case 10: {
+        const Var<T> x = pick(), up = pick(), gate = pick(), down = pick();
+        const auto bu = maybe(), bg = maybe(), bd = maybe();
+        if (in_.flag()) {
+          keep(gated_feedforward(x, up, gate, down, bu, bg, bd, pick_activation()));
+        } else {
+          static const char* const k_names[] = {"silu",         "relu",  "gelu", "gelu_tanh",
+                                                "gelu_sigmoid", "swish", ""};
+          keep(gated_feedforward(x, up, gate, down, bu, bg, bd, k_names[in_.below(7)]));
+        }
+        break;
+      }
+      case 11: {  // backward, with the right dy most of the time
+        const Var<T> y = pick();
+        if (in_.flag()) {
+          y.tape().backward(y);
+        } else {
+          const Shape s = in_.below(4) == 0 ? shape() : y.shape();
+          y.tape().backward(y, values(s));
+        }
+        break;
+      }
+      case 12: {
+        const std::size_t what = in_.below(3);
+        if (what == 0) tape.clear();
+        if (what == 1) tape.release();
+        if (what == 2) tape.zero_grad();
+        break;
+      }
+      case 13:
+        tape.set_grad_enabled(in_.flag());
+        break;
+      case 14:
+        tape.set_detect_anomaly(in_.flag());
+        break;
+      case 15: {  // a Parameter changes shape, possibly while recorded
+        if (params_.empty()) break;
+        Parameter<T>& p = params_[in_.below(params_.size())];
+        if (in_.flag())
+          p.value = values(shape());
+        else
+          p.zero_grad();
+        break;
+      }
+      case 16: {  // a module forward (modules outlive the tapes: their Parameters are recorded)
+        const std::size_t in = in_.below(5), out = in_.below(5);
+        if (in_.flag()) {
+          if (linears_.size() < 8) linears_.emplace_back(in, out, in_.flag());
+          keep(linears_[in_.below(linears_.size())](pick()));
+        } else {
+          if (gateds_.size() < 8)
+            gateds_.emplace_back(in, out + 1, in, pick_activation(), GatedBias::all());
+          keep(gateds_[in_.below(gateds_.size())](pick()));
+        }
+        break;
+      }
+      case 17: {  // an optimizer step over some Parameters
+        std::vector<Parameter<T>*> ps = parameter_pointers();
+        const std::size_t kind = in_.below(4);
+        if (kind == 0) optim::SGD<T>(ps, optim::SGDOptions(in_.number()).momentum(0.5)).step();
+        if (kind == 1) optim::Adam<T>(ps, optim::AdamOptions(in_.number())).step();
+        if (kind == 2) optim::AdamW<T>(ps, optim::AdamWOptions(in_.number()).amsgrad(true)).step();
+        if (kind == 3) {
+          const double max_norm = in_.number();
+          optim::clip_grad_norm<T>(ps, max_norm, in_.number());
+        }
+        break;
+      }
+      case 18: {  // read a value or a gradient
+        const Var<T> v = pick();
+        if (in_.flag())
+          (void)v.grad();
+        else
+          (void)v.value();
+        break;
+      }
+      default: {  // with NoGradGuard, an op on the other tape
+        NoGradGuard<T> no_grad(tapes_[1]);
+        keep(relu(pick()));
+        break;
+      }
+    }
+  }
+
+  // Every leaf still recorded holds the values it was given.
+  void check_leaves() {
+    for (const Leaf& leaf : leaves_) {
+      const xt::xarray<T>* value = nullptr;
+      try {
+        value = &leaf.var.value();
+      } catch (const std::logic_error&) {
+        continue;  // its tape was cleared
+      }
+      require(bit_equal(*value, leaf.copy), "a recorded leaf changed");
+    }
+  }
+
+  Bytes& in_;
+  // Parameters and modules are declared first, so they outlive the tapes
+  // that point at them.
+  std::deque<Parameter<T>> params_;  // stable addresses for tape.param
+  std::deque<Linear<T>> linears_;
+  std::deque<GatedFFN<T>> gateds_;
+  Tape<T> tapes_[2];
+  std::vector<Var<T>> vars_;
+  std::vector<Leaf> leaves_;
+};
+
+// The first byte picks float or double.
+inline void tape_one(const std::uint8_t* data, std::size_t size) {
+  Bytes in(data, size);
+  if (in.flag()) {
+    TapeProgram<float>(in).run();
+  } else {
+    TapeProgram<double>(in).run();
+  }
+}
+
+}  // namespace xtgrad::fuzz
