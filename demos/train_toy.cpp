@@ -77,7 +77,7 @@ class LinearBaseline : public Module<T> {
  public:
   LinearBaseline(std::size_t d_model, std::size_t hidden, Generator& generator)
       : first(d_model, hidden, true, generator), second(hidden, d_model, true, generator) {}
-  Var<T> operator()(const Var<T>& x) { return second(first(x)); }
+  Var<T> forward(const Var<T>& x) override { return second(first(x)); }
   Linear<T> first, second;
 
  protected:

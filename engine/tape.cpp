@@ -113,7 +113,9 @@ void Tape<T>::set_backward(std::size_t index, BackwardFn<T> backward) {
 
 template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p) {
-  if (p.grad.shape() != p.value.shape()) {
+  // Without recording no gradient will reach p: p.grad is not even looked at
+  // (Module::infer relies on this to only read its Parameters).
+  if (grad_enabled_ && p.grad.shape() != p.value.shape()) {
     // A gradient accumulated for the old shape is never dropped silently.
     if (p.has_grad)
       detail::fail_logic("Tape::param",

@@ -175,6 +175,8 @@ class Tape {
   }
 
   // Record a Parameter: backward accumulates into p.grad. No copy of p.value.
+  // Recording on, a gradient accumulated for an older shape of p.value is
+  // refused (std::logic_error), never dropped; recording off, p is only read.
   Var<T> param(Parameter<T>& p);
 
   // Reverse pass from a one-element y (upstream gradient 1), or from any y

@@ -35,10 +35,16 @@ FeedForward<T>::FeedForward(const char* owner, std::size_t d_model, std::size_t 
       activation_(activation) {}
 
 template <class T>
-Var<T> FeedForward<T>::operator()(const Var<T>& x) {
+Var<T> FeedForward<T>::forward(const Var<T>& x) {
   Tape<T>& tape = x.tape_for("FeedForward", "x");
-  return feedforward(x, tape.param(w1.weight), tape.param(w1.bias), tape.param(w2.weight),
-                     tape.param(w2.bias), activation_);
+  // Every shape is checked before the Parameters are recorded: a bad x leaves the tape as it was.
+  const detail::TwoLayerDims dims =
+      detail::check_two_layer("feedforward", {"x", "w1.weight", "w1.bias", "w2.weight", "w2.bias"},
+                              x.shape(), w1.weight.value.shape(), w1.bias.value.shape(),
+                              w2.weight.value.shape(), w2.bias.value.shape(), activation_);
+  const Var<T> w1_weight = tape.param(w1.weight), w1_bias = tape.param(w1.bias);
+  const Var<T> w2_weight = tape.param(w2.weight), w2_bias = tape.param(w2.bias);
+  return detail::record_two_layer(dims, x, w1_weight, w1_bias, w2_weight, w2_bias, activation_);
 }
 
 template <class T>

@@ -17,7 +17,7 @@ class FeedForward : public Module<T> {
   FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation = Activation::gelu);
   FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation, Generator& generator);
 
-  Var<T> operator()(const Var<T>& x);
+  Var<T> forward(const Var<T>& x) override;
 
   Activation activation() const { return activation_; }
   std::size_t d_model() const { return w1.in_features(); }

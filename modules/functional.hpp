@@ -11,10 +11,12 @@
 // argument and both shapes; arguments from different tapes throw
 // std::logic_error.
 
+#include <array>
 #include <optional>
 #include <string_view>
 
 #include "../engine/activation.hpp"
+#include "../engine/ops/linear.hpp"
 #include "../engine/tape.hpp"
 
 namespace xtgrad {
@@ -60,5 +62,39 @@ Var<T> gated_feedforward(const Var<T>& x, const Var<T>& w_up, const Var<T>& w_ga
                          const std::optional<Var<NoDeduce<T>>>& b_gate,
                          const std::optional<Var<NoDeduce<T>>>& b_down,
                          std::string_view activation);
+
+namespace detail {
+
+// The checked-once halves of the blocks above, for the modules: check every
+// shape (and the activation) of a block up front, before anything is
+// recorded, then record its ops without checking again. Errors name
+// `function` and the argument names given.
+using TwoLayerNames = std::array<const char*, 5>;  // x, w1, b1, w2, b2
+struct TwoLayerDims {
+  LinearDims first, second;  // x [..., D] -> [..., H] -> [..., D]
+};
+TwoLayerDims check_two_layer(const char* function, const TwoLayerNames& names, const Shape& x,
+                             const Shape& w1, const Shape& b1, const Shape& w2, const Shape& b2,
+                             Activation activation);
+template <class T>
+Var<T> record_two_layer(const TwoLayerDims& dims, const Var<T>& x, const Var<T>& w1,
+                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2,
+                        Activation activation);
+
+// For gated_feedforward (errors name it); absent biases are null.
+struct GatedDims {
+  LinearDims up, gate, down;  // x [..., Cin] -> u, g [..., H] -> [..., Cout]
+};
+GatedDims check_gated(const Shape& x, const Shape& w_up, const Shape& w_gate, const Shape& w_down,
+                      const Shape* b_up, const Shape* b_gate, const Shape* b_down,
+                      Activation activation);
+template <class T>
+Var<T> record_gated(const GatedDims& dims, const Var<T>& x, const Var<T>& w_up,
+                    const Var<T>& w_gate, const Var<T>& w_down,
+                    const std::optional<Var<NoDeduce<T>>>& b_up,
+                    const std::optional<Var<NoDeduce<T>>>& b_gate,
+                    const std::optional<Var<NoDeduce<T>>>& b_down, Activation activation);
+
+}  // namespace detail
 
 }  // namespace xtgrad

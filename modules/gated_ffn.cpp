@@ -32,15 +32,25 @@ GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
 }
 
 template <class T>
-Var<T> GatedFFN<T>::operator()(const Var<T>& x) {
+Var<T> GatedFFN<T>::forward(const Var<T>& x) {
   Tape<T>& tape = x.tape_for("GatedFFN", "x");
-  auto optional_param = [&tape](bool present, Parameter<T>& p) -> std::optional<Var<T>> {
+  // Every shape is checked before the Parameters are recorded: a bad x leaves the tape as it was.
+  const auto bias_shape = [](bool present, const Parameter<T>& p) {
+    return present ? &p.value.shape() : nullptr;
+  };
+  const detail::GatedDims dims =
+      detail::check_gated(x.shape(), w_up.value.shape(), w_gate.value.shape(), w_down.value.shape(),
+                          bias_shape(bias_.up, b_up), bias_shape(bias_.gate, b_gate),
+                          bias_shape(bias_.down, b_down), activation_);
+  const auto optional_param = [&tape](bool present, Parameter<T>& p) -> std::optional<Var<T>> {
     if (!present) return std::nullopt;
     return tape.param(p);
   };
-  return gated_feedforward(x, tape.param(w_up), tape.param(w_gate), tape.param(w_down),
-                           optional_param(bias_.up, b_up), optional_param(bias_.gate, b_gate),
-                           optional_param(bias_.down, b_down), activation_);
+  const Var<T> up = tape.param(w_up), gate = tape.param(w_gate), down = tape.param(w_down);
+  const std::optional<Var<T>> up_bias = optional_param(bias_.up, b_up);
+  const std::optional<Var<T>> gate_bias = optional_param(bias_.gate, b_gate);
+  const std::optional<Var<T>> down_bias = optional_param(bias_.down, b_down);
+  return detail::record_gated(dims, x, up, gate, down, up_bias, gate_bias, down_bias, activation_);
 }
 
 template <class T>

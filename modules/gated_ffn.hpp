@@ -48,7 +48,7 @@ class GatedFFN : public Module<T> {
     return GatedFFN(d_in, d_hidden, d_out, Activation::relu, bias);
   }
 
-  Var<T> operator()(const Var<T>& x);
+  Var<T> forward(const Var<T>& x) override;
 
   Activation activation() const { return activation_; }
   GatedBias bias() const { return bias_; }

@@ -23,10 +23,16 @@ Linear<T>::Linear(std::size_t in_features, std::size_t out_features, bool bias,
 }
 
 template <class T>
-Var<T> Linear<T>::operator()(const Var<T>& x) {
+Var<T> Linear<T>::forward(const Var<T>& x) {
   Tape<T>& tape = x.tape_for("Linear", "x");
-  if (has_bias_) return linear(x, tape.param(weight), tape.param(bias));
-  return linear(x, tape.param(weight));
+  // Every shape is checked before the Parameters are recorded: a bad x leaves the tape as it was.
+  const Shape bias_shape = has_bias_ ? bias.value.shape() : Shape{};
+  const detail::LinearDims dims =
+      detail::check_linear_shapes("linear", "x", x.shape(), weight.value.shape(),
+                                  has_bias_ ? &bias_shape : nullptr, WeightLayout::out_in);
+  const Var<T> w = tape.param(weight);
+  if (!has_bias_) return detail::record_linear<T>(dims, x, w, std::nullopt, WeightLayout::out_in);
+  return detail::record_linear<T>(dims, x, w, tape.param(bias), WeightLayout::out_in);
 }
 
 template <class T>

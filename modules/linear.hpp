@@ -18,7 +18,7 @@ class Linear : public Module<T> {
   Linear(std::size_t in_features, std::size_t out_features, bool bias, Generator& generator);
 
   // x [..., in] -> [..., out], recorded on x's tape.
-  Var<T> operator()(const Var<T>& x);
+  Var<T> forward(const Var<T>& x) override;
 
   std::size_t in_features() const { return weight.value.shape()[1]; }
   std::size_t out_features() const { return weight.value.shape()[0]; }

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "../engine/errors.hpp"
 #include "npy.hpp"
 
 namespace xtgrad {
@@ -301,6 +302,23 @@ std::vector<Parameter<T>*> Module<T>::parameters() {
 template <class T>
 void Module<T>::zero_grad() {
   for (Parameter<T>* p : parameters()) p->zero_grad();
+}
+
+template <class T>
+Var<T> Module<T>::forward(const Var<T>&) {
+  detail::fail_logic("Module::forward",
+                     "this module does not define forward(x); override it to call the module "
+                     "(or infer) on one tensor");
+}
+
+template <class T>
+xt::xarray<T> Module<T>::infer(const xt::xarray<T>& x) const {
+  Tape<T> tape;
+  tape.set_grad_enabled(false);
+  // forward only reads the Parameters when recording is off (Tape::param
+  // touches no gradient then), so calling it through const_cast is safe.
+  const Var<T> y = const_cast<Module<T>*>(this)->forward(tape.leaf(x, false));
+  return std::move(tape.value_mut(y.index()));
 }
 
 template <class T>

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "../engine/parameter.hpp"
+#include "../engine/tape.hpp"
 
 namespace xtgrad {
 
@@ -59,6 +60,21 @@ class Module {
 
   // Parameter<T>::zero_grad() on every parameter.
   void zero_grad();
+
+  // The module's computation, recorded on x's tape: y = module(x). A module
+  // with one input overrides forward; as in torch.nn.Module, the base's
+  // throws std::logic_error (a module that only holds parameters, or whose
+  // inputs are not one tensor, does not need one).
+  Var<T> operator()(const Var<T>& x) { return forward(x); }
+  virtual Var<T> forward(const Var<T>& x);
+
+  // Inference, array in, array out: the same values as forward, computed on
+  // a private tape that does not record and is gone when infer returns, so
+  // nothing is kept between calls (a serving loop cannot grow memory) and no
+  // gradient is touched. Safe to call from several threads at once on one
+  // module, as long as nothing changes the module meanwhile. x may be any
+  // xtensor expression; bad shapes throw as forward does.
+  xt::xarray<T> infer(const xt::xarray<T>& x) const;
 
   // Write a checkpoint directory (see above). `dir` must not exist, be an
   // empty directory, or be an xtgrad checkpoint (which is replaced); anything

@@ -101,8 +101,8 @@ void adam_step(const std::string& owner, const std::vector<Parameter<T>*>& param
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
-    check_gradient(owner, i, p);
-    if (state[i]) check_state_shape(owner, i, p, state[i]->exp_avg);
+    check_gradient(owner + "::step", i, p);
+    if (state[i]) check_state_shape(owner + "::step", i, p, state[i]->exp_avg);
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     Parameter<T>& p = *params[i];
@@ -155,7 +155,8 @@ AdamFamily<T, Options>::AdamFamily(std::vector<Parameter<T>*> params, const Opti
 
 template <class T, class Options>
 const AdamParamState<T>* AdamFamily<T, Options>::state(std::size_t index) const {
-  const auto& slot = state_.at(index);
+  this->check_state_index(index);
+  const auto& slot = state_[index];
   return slot ? &*slot : nullptr;
 }
 

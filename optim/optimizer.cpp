@@ -32,6 +32,14 @@ Optimizer<T>::Optimizer(std::string name, std::vector<Parameter<T>*> params, dou
 }
 
 template <class T>
+void Optimizer<T>::check_state_index(std::size_t index) const {
+  if (index >= params_.size())
+    throw std::out_of_range("xtgrad::" + name_ + "::state: argument 'index' is " +
+                            std::to_string(index) + ", expected less than " +
+                            std::to_string(params_.size()) + " (the number of parameters)");
+}
+
+template <class T>
 void Optimizer<T>::zero_grad() {
   for (Parameter<T>* p : params_) p->zero_grad();
 }
@@ -47,17 +55,12 @@ template class Optimizer<double>;
 
 namespace detail {
 
-std::string number_str(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
-
 void require(bool ok, const std::string& owner, const char* argument, const char* expectation,
              double value) {
   if (!ok)
     xtgrad::detail::fail_argument(
-        owner, argument, std::string("must be ") + expectation + ", got " + number_str(value));
+        owner, argument,
+        std::string("must be ") + expectation + ", got " + xtgrad::detail::number_str(value));
 }
 
 void require_finite_nonnegative(const std::string& owner, const char* argument, double value) {
@@ -73,24 +76,24 @@ void require_at_least(const std::string& owner, const char* argument, std::int64
 }
 
 template <class T>
-void check_gradient(const std::string& owner, std::size_t index, const Parameter<T>& p) {
+void check_gradient(const std::string& function, std::size_t index, const Parameter<T>& p) {
   if (p.grad.shape() != p.value.shape())
-    throw std::invalid_argument(
-        "xtgrad::" + owner + "::step: parameter " + std::to_string(index) + " ('" + p.name +
-        "') has a gradient of shape " + xtgrad::detail::shape_str(p.grad.shape()) +
-        ", expected its value's shape " + xtgrad::detail::shape_str(p.value.shape()));
+    xtgrad::detail::fail_value(
+        function, "parameter " + std::to_string(index) + " (" + xtgrad::detail::quoted(p.name) +
+                      ") has a gradient of shape " + xtgrad::detail::shape_str(p.grad.shape()) +
+                      ", expected its value's shape " + xtgrad::detail::shape_str(p.value.shape()));
 }
 
 template <class T>
-void check_state_shape(const std::string& owner, std::size_t index, const Parameter<T>& p,
+void check_state_shape(const std::string& function, std::size_t index, const Parameter<T>& p,
                        const xt::xarray<T>& state) {
   if (state.shape() != p.value.shape())
-    throw std::logic_error("xtgrad::" + owner + "::step: parameter " + std::to_string(index) +
-                           " ('" + p.name + "') has shape " +
-                           xtgrad::detail::shape_str(p.value.shape()) +
-                           " but its optimizer state was created for shape " +
-                           xtgrad::detail::shape_str(state.shape()) +
-                           "; a parameter must keep its shape while an optimizer holds it");
+    xtgrad::detail::fail_logic(
+        function, "parameter " + std::to_string(index) + " (" + xtgrad::detail::quoted(p.name) +
+                      ") has shape " + xtgrad::detail::shape_str(p.value.shape()) +
+                      " but its optimizer state was created for shape " +
+                      xtgrad::detail::shape_str(state.shape()) +
+                      "; a parameter must keep its shape while an optimizer holds it");
 }
 
 template void check_gradient(const std::string&, std::size_t, const Parameter<float>&);

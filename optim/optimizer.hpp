@@ -50,6 +50,10 @@ class Optimizer {
  protected:
   Optimizer(std::string name, std::vector<Parameter<T>*> params, double lr);
 
+  // For state(index) of the derived classes: std::out_of_range naming the
+  // optimizer, the index and the number of parameters.
+  void check_state_index(std::size_t index) const;
+
  private:
   std::string name_;
   std::vector<Parameter<T>*> params_;
@@ -61,9 +65,6 @@ extern template class Optimizer<double>;
 
 namespace detail {
 
-// The value as printed in error messages ("-0.5", "1e-08").
-std::string number_str(double value);
-
 // Unless ok, throws std::invalid_argument
 //   "xtgrad::<owner>: argument '<argument>' must be <expectation>, got <value>".
 void require(bool ok, const std::string& owner, const char* argument, const char* expectation,
@@ -72,14 +73,15 @@ void require_finite_nonnegative(const std::string& owner, const char* argument, 
 void require_at_least(const std::string& owner, const char* argument, std::int64_t value,
                       std::int64_t minimum);
 
-// Throws std::invalid_argument unless p.grad has p.value's shape.
+// Throws std::invalid_argument naming `function` ("Adam::step",
+// "clip_grad_norm") unless p.grad has p.value's shape.
 template <class T>
-void check_gradient(const std::string& owner, std::size_t index, const Parameter<T>& p);
+void check_gradient(const std::string& function, std::size_t index, const Parameter<T>& p);
 
-// Throws std::logic_error when p.value no longer has the shape its optimizer
-// state was created with.
+// Throws std::logic_error naming `function` when p.value no longer has the
+// shape its optimizer state was created with.
 template <class T>
-void check_state_shape(const std::string& owner, std::size_t index, const Parameter<T>& p,
+void check_state_shape(const std::string& function, std::size_t index, const Parameter<T>& p,
                        const xt::xarray<T>& state);
 
 }  // namespace detail

@@ -49,13 +49,15 @@ SGD<T>::SGD(std::vector<Parameter<T>*> params, const SGDOptions& options)
   if (options.nesterov() && (options.momentum() <= 0.0 || options.dampening() != 0.0))
     xtgrad::detail::fail_argument(owner, "nesterov",
                                   "requires momentum > 0 and dampening == 0, got momentum " +
-                                      detail::number_str(options.momentum()) + " and dampening " +
-                                      detail::number_str(options.dampening()));
+                                      xtgrad::detail::number_str(options.momentum()) +
+                                      " and dampening " +
+                                      xtgrad::detail::number_str(options.dampening()));
 }
 
 template <class T>
 const SGDParamState<T>* SGD<T>::state(std::size_t index) const {
-  const auto& slot = state_.at(index);
+  this->check_state_index(index);
+  const auto& slot = state_[index];
   return slot ? &*slot : nullptr;
 }
 
@@ -70,9 +72,9 @@ void SGD<T>::step() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
-    detail::check_gradient(this->name(), i, p);
+    detail::check_gradient(this->name() + "::step", i, p);
     if (options_.momentum() != 0.0 && state_[i])
-      detail::check_state_shape(this->name(), i, p, state_[i]->momentum_buffer);
+      detail::check_state_shape(this->name() + "::step", i, p, state_[i]->momentum_buffer);
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     Parameter<T>& p = *params[i];

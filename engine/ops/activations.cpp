@@ -1,7 +1,7 @@
 #include "activations.hpp"
 
-#include "../kernels/activation_kernels.hpp"
 #include "../check.hpp"
+#include "../kernels/activation_kernels.hpp"
 
 namespace xtgrad {
 

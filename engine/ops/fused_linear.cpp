@@ -35,29 +35,22 @@ detail::MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
 }
 
 // The two ops differ only in the input a: f(h) (u null, g = h) or u * f(g).
+// f and f' are the formulas of kernels/activation_formulas.hpp (one struct per
+// activation, value() and slope() side by side); the kernels called below
+// apply them a vector at a time.
+// Shapes and tape were checked by the caller (dims from check_linear_shapes).
 template <class T>
-Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char* g_name,
-                    Activation f, const Var<T>& weight, const std::optional<Var<T>>& bias,
-                    WeightLayout layout) {
-  Tape<T>& tape = detail::common_tape<T>(
-      op, {{"u", u}, {g_name, &g}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
-  detail::activation_name(f, op, "f");  // validates f
+Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>* u,
+                    const Var<T>& g, Activation f, const Var<T>& weight,
+                    const std::optional<Var<T>>& bias, WeightLayout layout) {
+  Tape<T>& tape = g.tape();
   const bool out_in = layout == WeightLayout::out_in;
-  const Var<T>& first = u ? *u : g;
-  const Shape w_shape = weight.shape();
-  const Shape bias_shape = bias ? bias->shape() : Shape{};
-  const detail::LinearDims dims = detail::check_linear_shapes(
-      op, u ? "u" : g_name, first.shape(), w_shape, bias ? &bias_shape : nullptr, layout);
-  if (u && g.shape() != first.shape())
-    detail::fail_shape(op, g_name, g.shape(),
-                       detail::shape_str(first.shape()) + " (the shape of 'u')");
   const std::size_t in = dims.in, out = dims.out, n = dims.rows;
-  const Shape& y_shape = dims.y_shape;
   const std::optional<std::size_t> ui = u ? std::optional(u->index()) : std::nullopt;
   const std::size_t gi = g.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
-  const bool needs_grad = (u && u->requires_grad()) || g.requires_grad() ||
-                          weight.requires_grad() || (bias && bias->requires_grad());
+  const bool needs_grad = (ui && tape.requires_grad(*ui)) || tape.requires_grad(gi) ||
+                          tape.requires_grad(wi) || (bi && tape.requires_grad(*bi));
   // An input that is also the weight or the bias shares its gradient buffer
   // with it: then backward runs as one block, each gradient complete before
   // the next is added onto it.
@@ -66,12 +59,12 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
   const std::size_t yi = ui ? tape.record(op, {*ui, gi, wi, bi.value_or(gi)}, needs_grad)
                             : tape.record(op, {gi, wi, bi.value_or(gi)}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(y_shape);
+  y.resize(dims.y_shape);
   const T* uv = ui ? tape.value(*ui).data() : nullptr;
   const T* gv = tape.value(gi).data();
   const T* wv = tape.value(wi).data();
   const T* bv = bi ? tape.value(*bi).data() : nullptr;
-  const std::size_t w_rows = w_shape[0], w_cols = w_shape[1];
+  const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
   const std::size_t block = block_rows<T>(n, in);
   T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
   for (std::size_t r0 = 0; r0 < n; r0 += block) {
@@ -113,8 +106,7 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
     for (std::size_t r0 = 0; r0 < n && (want_input || dw); r0 += block) {
       const std::size_t rows = std::min(block, n - r0), offset = r0 * in, count = rows * in;
       const T* dyb = dy.data() + r0 * out;
-      // out_in: da[rows,in] = dy[rows,out] . W[out,in];  in_out: da[rows,in] = dy[rows,out] .
-      // W^T[out,in]
+      // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
       if (want_input)
         detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, w_rows, w_cols), !out_in,
                         matrix(da, rows, in), false);
@@ -149,25 +141,73 @@ Var<T> fused_linear(const char* op, const Var<T>* u, const Var<T>& g, const char
   return tape.var(yi);
 }
 
+// The checks both ops share: one tape, a valid f, x (u) [..., in] against the
+// weight and bias, and for gated_linear g with the shape of u.
+template <class T>
+detail::LinearDims check_fused(const char* op, const Var<T>* u, const Var<T>& g, const char* g_name,
+                               Activation f, const Var<T>& weight,
+                               const std::optional<Var<T>>& bias, WeightLayout layout) {
+  detail::common_tape<T>(
+      op, {{"u", u}, {g_name, &g}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
+  detail::activation_name(f, op, "f");  // validates f
+  const Var<T>& first = u ? *u : g;
+  const Shape bias_shape = bias ? bias->shape() : Shape{};
+  const detail::LinearDims dims = detail::check_linear_shapes(
+      op, u ? "u" : g_name, first.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
+  if (u && g.shape() != first.shape())
+    detail::fail_shape(op, g_name, g.shape(),
+                       detail::shape_str(first.shape()) + " (the shape of 'u')");
+  return dims;
+}
+
+constexpr const char* k_activation_linear = "activation_linear";
+constexpr const char* k_gated_linear = "gated_linear";
+
 }  // namespace
 
 template <class T>
 Var<T> activation_linear(const Var<T>& h, Activation f, const Var<T>& weight,
                          const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
-  return fused_linear<T>("activation_linear", nullptr, h, "h", f, weight, bias, layout);
+  const detail::LinearDims dims =
+      check_fused<T>(k_activation_linear, nullptr, h, "h", f, weight, bias, layout);
+  return record_fused<T>(k_activation_linear, dims, nullptr, h, f, weight, bias, layout);
 }
 
 template <class T>
 Var<T> gated_linear(const Var<T>& u, const Var<T>& g, Activation f, const Var<T>& weight,
                     const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
-  return fused_linear<T>("gated_linear", &u, g, "g", f, weight, bias, layout);
+  const detail::LinearDims dims =
+      check_fused<T>(k_gated_linear, &u, g, "g", f, weight, bias, layout);
+  return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout);
 }
 
-#define XTGRAD_INSTANTIATE_FUSED_LINEAR(T)                                              \
-  template Var<T> activation_linear(const Var<T>&, Activation, const Var<T>&,           \
-                                    const std::optional<Var<T>>&, WeightLayout);        \
-  template Var<T> gated_linear(const Var<T>&, const Var<T>&, Activation, const Var<T>&, \
-                               const std::optional<Var<T>>&, WeightLayout);
+template <class T>
+Var<T> detail::record_activation_linear(const LinearDims& dims, const Var<T>& h, Activation f,
+                                        const Var<T>& weight,
+                                        const std::optional<Var<NoDeduce<T>>>& bias,
+                                        WeightLayout layout) {
+  return record_fused<T>(k_activation_linear, dims, nullptr, h, f, weight, bias, layout);
+}
+
+template <class T>
+Var<T> detail::record_gated_linear(const LinearDims& dims, const Var<T>& u, const Var<T>& g,
+                                   Activation f, const Var<T>& weight,
+                                   const std::optional<Var<NoDeduce<T>>>& bias,
+                                   WeightLayout layout) {
+  return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout);
+}
+
+#define XTGRAD_INSTANTIATE_FUSED_LINEAR(T)                                                       \
+  template Var<T> activation_linear(const Var<T>&, Activation, const Var<T>&,                    \
+                                    const std::optional<Var<T>>&, WeightLayout);                 \
+  template Var<T> gated_linear(const Var<T>&, const Var<T>&, Activation, const Var<T>&,          \
+                               const std::optional<Var<T>>&, WeightLayout);                      \
+  template Var<T> detail::record_activation_linear(const LinearDims&, const Var<T>&, Activation, \
+                                                   const Var<T>&, const std::optional<Var<T>>&,  \
+                                                   WeightLayout);                                \
+  template Var<T> detail::record_gated_linear(const LinearDims&, const Var<T>&, const Var<T>&,   \
+                                              Activation, const Var<T>&,                         \
+                                              const std::optional<Var<T>>&, WeightLayout);
 XTGRAD_INSTANTIATE_FUSED_LINEAR(float)
 XTGRAD_INSTANTIATE_FUSED_LINEAR(double)
 #undef XTGRAD_INSTANTIATE_FUSED_LINEAR

@@ -49,4 +49,17 @@ Var<T> gated_linear(const Var<T>& u, const Var<T>& g, Activation f, const Var<T>
                     const std::optional<Var<NoDeduce<T>>>& bias = {},
                     WeightLayout layout = WeightLayout::out_in);
 
+namespace detail {
+// The two ops without their checks, for a caller that has checked tape, f
+// and shapes already (dims from check_linear_shapes; see record_linear).
+template <class T>
+Var<T> record_activation_linear(const LinearDims& dims, const Var<T>& h, Activation f,
+                                const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
+                                WeightLayout layout);
+template <class T>
+Var<T> record_gated_linear(const LinearDims& dims, const Var<T>& u, const Var<T>& g, Activation f,
+                           const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
+                           WeightLayout layout);
+}  // namespace detail
+
 }  // namespace xtgrad

@@ -4,11 +4,14 @@
 #include <string>
 
 #include "../check.hpp"
+#include "../errors.hpp"
 #include "../kernels/gemm.hpp"
 
 namespace xtgrad {
 
 namespace {
+
+constexpr const char* op_name = "linear";
 
 template <class T>
 detail::MatrixRef<const T> matrix(const xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
@@ -59,62 +62,71 @@ std::size_t leading_rows(const Shape& shape) {
 template <class T>
 Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
               WeightLayout layout) {
-  static constexpr const char* op = "linear";
-  Tape<T>& tape = detail::common_tape<T>(
-      op, {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
-  const bool out_in = layout == WeightLayout::out_in;
-
-  const Shape w_shape = weight.shape();
+  detail::common_tape<T>(op_name,
+                         {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
   const Shape bias_shape = bias ? bias->shape() : Shape{};
-  const detail::LinearDims dims = detail::check_linear_shapes(op, "x", x.shape(), w_shape,
-                                                              bias ? &bias_shape : nullptr, layout);
+  const detail::LinearDims dims = detail::check_linear_shapes(
+      op_name, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
+  return detail::record_linear(dims, x, weight, bias, layout);
+}
+
+template <class T>
+Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<T>& weight,
+                             const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
+  Tape<T>& tape = x.tape();
+  const bool out_in = layout == WeightLayout::out_in;
   const std::size_t in = dims.in, out = dims.out, n = dims.rows;
   const std::size_t xi = x.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
   const bool needs_grad =
-      x.requires_grad() || weight.requires_grad() || (bias && bias->requires_grad());
+      tape.requires_grad(xi) || tape.requires_grad(wi) || (bi && tape.requires_grad(*bi));
 
-  const std::size_t yi = tape.record(op, {xi, wi, bi.value_or(xi)}, needs_grad);
+  const std::size_t yi = tape.record(op_name, {xi, wi, bi.value_or(xi)}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(dims.y_shape);
+  const xt::xarray<T>& w = tape.value(wi);
+  const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
   // y[N,out] = b broadcast over rows, then += x[N,in] . op(W)   (bias fused as GEMM beta = 1)
   if (bi) detail::broadcast_rows(tape.value(*bi).data(), y.data(), n, out);
-  const xt::xarray<T>& w = tape.value(wi);
-  detail::gemm<T>(op, matrix(tape.value(xi), n, in), false, matrix(w, w_shape[0], w_shape[1]),
-                  out_in, matrix(y, n, out), bi.has_value());
+  detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols), out_in,
+                  matrix(y, n, out), bi.has_value());
 
-  tape.set_backward(yi, [xi, wi, bi, n, in, out, out_in](Tape<T>& t, const xt::xarray<T>& dy) {
-    const xt::xarray<T>& w = t.value(wi);
-    const std::size_t w_rows = out_in ? out : in;
-    const std::size_t w_cols = out_in ? in : out;
-    if (t.requires_grad(xi)) {
-      GradSlot<T> dx = t.grad_slot(xi);
-      // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T[out,in]
-      detail::gemm<T>(op, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
-                      matrix(dx.buffer, n, in), dx.accumulate);
-    }
-    if (t.requires_grad(wi)) {
-      GradSlot<T> dw = t.grad_slot(wi);
-      const xt::xarray<T>& x = t.value(xi);
-      if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-        detail::gemm<T>(op, matrix(dy, n, out), true, matrix(x, n, in), false,
-                        matrix(dw.buffer, out, in), dw.accumulate);
-      else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-        detail::gemm<T>(op, matrix(x, n, in), true, matrix(dy, n, out), false,
-                        matrix(dw.buffer, in, out), dw.accumulate);
-    }
-    if (bi && t.requires_grad(*bi)) {
-      GradSlot<T> db = t.grad_slot(*bi);
-      // db[out] (+)= sum_r dy[r, out]
-      detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
-    }
-  });
+  tape.set_backward(
+      yi, [xi, wi, bi, n, in, out, out_in, w_rows, w_cols](Tape<T>& t, const xt::xarray<T>& dy) {
+        const xt::xarray<T>& w = t.value(wi);
+        if (t.requires_grad(xi)) {
+          GradSlot<T> dx = t.grad_slot(xi);
+          // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] .
+          // W^T[out,in]
+          detail::gemm<T>(op_name, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
+                          matrix(dx.buffer, n, in), dx.accumulate);
+        }
+        if (t.requires_grad(wi)) {
+          GradSlot<T> dw = t.grad_slot(wi);
+          const xt::xarray<T>& x = t.value(xi);
+          if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
+            detail::gemm<T>(op_name, matrix(dy, n, out), true, matrix(x, n, in), false,
+                            matrix(dw.buffer, out, in), dw.accumulate);
+          else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
+            detail::gemm<T>(op_name, matrix(x, n, in), true, matrix(dy, n, out), false,
+                            matrix(dw.buffer, in, out), dw.accumulate);
+        }
+        if (bi && t.requires_grad(*bi)) {
+          GradSlot<T> db = t.grad_slot(*bi);
+          // db[out] (+)= sum_r dy[r, out]
+          detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
+        }
+      });
   return tape.var(yi);
 }
 
-template Var<float> linear(const Var<float>&, const Var<float>&, const std::optional<Var<float>>&,
-                           WeightLayout);
-template Var<double> linear(const Var<double>&, const Var<double>&,
-                            const std::optional<Var<double>>&, WeightLayout);
+#define XTGRAD_INSTANTIATE_LINEAR(T)                                                     \
+  template Var<T> linear(const Var<T>&, const Var<T>&, const std::optional<Var<T>>&,     \
+                         WeightLayout);                                                  \
+  template Var<T> detail::record_linear(const LinearDims&, const Var<T>&, const Var<T>&, \
+                                        const std::optional<Var<T>>&, WeightLayout);
+XTGRAD_INSTANTIATE_LINEAR(float)
+XTGRAD_INSTANTIATE_LINEAR(double)
+#undef XTGRAD_INSTANTIATE_LINEAR
 
 }  // namespace xtgrad

@@ -41,6 +41,14 @@ struct LinearDims {
 };
 LinearDims check_linear_shapes(const char* op, const char* x_name, const Shape& x_shape,
                                const Shape& w_shape, const Shape* bias_shape, WeightLayout layout);
+
+// linear without its checks, for a caller that has checked the shapes with
+// check_linear_shapes (giving `dims`) and the tape with common_tape: the
+// functional forms and the modules check all their shapes once, up front,
+// before they record anything.
+template <class T>
+Var<T> record_linear(const LinearDims& dims, const Var<T>& x, const Var<T>& weight,
+                     const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout);
 }  // namespace detail
 
 template <class T>

@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xmanipulation.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/kernels/activation_kernels.hpp>
+#include <xtgrad/engine/ops/elementwise.hpp>
 #include <xtgrad/engine/ops/fused_linear.hpp>
 
 #include "support/activation_reference.hpp"
@@ -566,4 +569,47 @@ TEST_CASE_TEMPLATE("fused: linear with zero input features gives y = b on every 
   CHECK(b.grad() == xt::xarray<T>{9, 12});
   CHECK(w.grad().shape() == Shape{2, 0});
   CHECK(x.grad().shape() == Shape{3, 0});
+}
+
+TEST_CASE_TEMPLATE(
+    "fused: every weight gradient accumulates, in both layouts and across row blocks", T, float,
+    double) {
+  // Two backwards over one recording must leave twice the gradient of one in
+  // every weight: linear, activation_linear and gated_linear, [out, in] and
+  // [in, out], with 130 rows of 8192 features so that the fused ops take
+  // several row blocks (each block adds its share). A gradient that is
+  // overwritten instead of accumulated comes out as one share, not two.
+  constexpr std::size_t rows = 130, in = 8192, out = 3;
+  for (const WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
+    CAPTURE(static_cast<int>(layout));
+    const bool out_in = layout == WeightLayout::out_in;
+    const std::vector<std::size_t> w_shape =
+        out_in ? std::vector<std::size_t>{out, in} : std::vector<std::size_t>{in, out};
+    Parameter<T> w_linear("w_linear", random_array<T>(w_shape, 911));
+    Parameter<T> w_activation("w_activation", random_array<T>(w_shape, 912));
+    Parameter<T> w_gated("w_gated", random_array<T>(w_shape, 913));
+    Parameter<T> bias("bias", random_array<T>({out}, 914));
+    Tape<T> tape;
+    const Var<T> h = tape.leaf(random_array<T>({rows, in}, 915), false);
+    const Var<T> u = tape.leaf(random_array<T>({rows, in}, 916), false);
+    const Var<T> b = tape.param(bias);
+    const Var<T> y =
+        add(add(linear(h, tape.param(w_linear), b, layout),
+                activation_linear(h, Activation::gelu, tape.param(w_activation), b, layout)),
+            gated_linear(u, h, Activation::silu, tape.param(w_gated), b, layout));
+    const xt::xarray<T> dy = random_array<T>({rows, out}, 917);
+    tape.backward(y, dy);
+    const xt::xarray<T> once_linear = w_linear.grad, once_activation = w_activation.grad,
+                        once_gated = w_gated.grad;
+    CHECK(xt::amax(xt::abs(once_gated))() > T(0));
+    tape.backward(y, dy);
+    const double rtol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+    for (const auto& [p, once] :
+         {std::pair{&w_linear, &once_linear}, std::pair{&w_activation, &once_activation},
+          std::pair{&w_gated, &once_gated}}) {
+      CAPTURE(p->name);
+      const double atol = rtol * static_cast<double>(xt::amax(xt::abs(*once))());
+      check_close(p->grad, xt::xarray<T>(T(2) * *once), rtol, atol);
+    }
+  }
 }

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include <xtensor/xview.hpp>
-#include <xtgrad/engine/ops/linear.hpp>
+#include <xtgrad/engine/engine.hpp>
 
 #include "support/test_helpers.hpp"
 
@@ -189,4 +189,46 @@ TEST_CASE("tape: two threads with their own tapes give the single-thread results
     CHECK(got_a[i] == expected_a[i]);
     CHECK(got_b[i] == expected_b[i]);
   }
+}
+
+TEST_CASE("tape: an op on a Parameter that changed shape throws and records nothing") {
+  // Every op checks its arguments' Parameters before it records: the tape is
+  // left exactly as it was, whatever op is called.
+  Parameter<double> p("p", xt::xarray<double>{{1.0, -2.0, 3.0}});
+  Tape<double> tape;
+  const Var<double> v = tape.param(p);
+  p.value = xt::xarray<double>{1.0, 2.0};  // resized after recording
+  const std::size_t nodes = tape.size();
+  const auto expect_refused = [&](const char* op, auto call) {
+    CAPTURE(op);
+    CHECK_THROWS_WITH_PARTS(call(), std::logic_error, {op, "'p'", "[1, 3]", "[2]"});
+    CHECK(tape.size() == nodes);
+  };
+  expect_refused("xtgrad::activation", [&] { return relu(v); });
+  expect_refused("xtgrad::sum", [&] { return sum(v); });
+  expect_refused("xtgrad::mean", [&] { return mean(v); });
+  expect_refused("xtgrad::scale", [&] { return scale(v, 2.0); });
+  expect_refused("xtgrad::add", [&] { return add(v, v); });
+  expect_refused("xtgrad::linear", [&] { return linear(v, v); });
+  expect_refused("xtgrad::mse", [&] { return mse(v, v); });
+}
+
+TEST_CASE("tape: param() refuses to drop a gradient accumulated for a Parameter's old shape") {
+  Parameter<double> p("p", xt::xarray<double>{2.0, 3.0});
+  {
+    Tape<double> tape;
+    tape.backward(sum(mul(tape.param(p), tape.param(p))));  // dp = 2 p
+  }
+  REQUIRE(p.has_grad);
+  p.value = xt::xarray<double>{1.0, 1.0, 1.0};
+  Tape<double> tape;
+  CHECK_THROWS_WITH_PARTS(tape.param(p), std::logic_error,
+                          {"xtgrad::Tape::param", "'p'", "[3]", "[2]", "zero_grad"});
+  CHECK(tape.size() == 0);
+  CHECK(p.grad == xt::xarray<double>{4.0, 6.0});  // kept
+  // Without a gradient the buffer simply follows the new shape.
+  p.zero_grad();
+  const Var<double> v = tape.param(p);
+  tape.backward(sum(v));
+  CHECK(p.grad == xt::xarray<double>{1.0, 1.0, 1.0});
 }

@@ -166,3 +166,52 @@ TEST_CASE_TEMPLATE("modules: save, then load into a fresh module, gives identica
   // A checkpoint of another architecture is refused, naming what differs.
   CHECK_THROWS_AS(fresh.load(scratch / "gated"), std::invalid_argument);
 }
+
+TEST_CASE("modules: a forward with a bad x throws before recording anything") {
+  // The shapes are checked before any Parameter is recorded: the tape keeps
+  // its size, and the message names the function the module calls.
+  Linear<double> linear_module(4, 3);
+  FeedForward<double> feed_forward(4, 6);
+  PositionwiseFFN<double> positionwise(4, 6);
+  GatedFFN<double> gated(4, 6, 5, Activation::silu, GatedBias::all());
+  Tape<double> tape;
+  const Var<double> x = tape.leaf(xt::xarray<double>(xt::zeros<double>({2, 5})));
+  const std::size_t nodes = tape.size();
+  CHECK_THROWS_WITH_PARTS(linear_module(x), std::invalid_argument,
+                          {"xtgrad::linear", "'x'", "[2, 5]", "[..., 4]"});
+  CHECK(tape.size() == nodes);
+  CHECK_THROWS_WITH_PARTS(feed_forward(x), std::invalid_argument,
+                          {"xtgrad::feedforward", "'x'", "[2, 5]", "[..., 4]"});
+  CHECK(tape.size() == nodes);
+  CHECK_THROWS_WITH_PARTS(positionwise(x), std::invalid_argument,
+                          {"xtgrad::feedforward", "'x'", "[2, 5]", "[..., 4]"});
+  CHECK(tape.size() == nodes);
+  CHECK_THROWS_WITH_PARTS(gated(x), std::invalid_argument,
+                          {"xtgrad::gated_feedforward", "'x'", "[2, 5]", "[..., 4]"});
+  CHECK(tape.size() == nodes);
+  // A Parameter resized by hand is caught the same way, before recording.
+  feed_forward.w2.bias.value = xt::zeros<double>({7});
+  const Var<double> good_x = tape.leaf(xt::xarray<double>(xt::zeros<double>({2, 4})));
+  const std::size_t nodes_now = tape.size();
+  CHECK_THROWS_WITH_PARTS(feed_forward(good_x), std::invalid_argument,
+                          {"xtgrad::feedforward", "'w2.bias'", "[7]", "[4]"});
+  CHECK(tape.size() == nodes_now);
+}
+
+TEST_CASE("modules: GatedFFN's [in, out] weight gradients accumulate over two backwards") {
+  GatedFFN<double> gated(3, 5, 2, Activation::silu, GatedBias::all());
+  Tape<double> tape;
+  const Var<double> y = gated(tape.leaf(random_array({4, 3}, 931), false));
+  const xt::xarray<double> dy = random_array({4, 2}, 932);
+  tape.backward(y, dy);
+  std::vector<xt::xarray<double>> once;
+  for (const auto& [name, p] : gated.named_parameters()) once.push_back(p->grad);
+  tape.backward(y, dy);
+  std::size_t i = 0;
+  for (const auto& [name, p] : gated.named_parameters()) {
+    CAPTURE(name);
+    CHECK(xt::amax(xt::abs(once[i]))() > 0.0);
+    check_close(p->grad, xt::xarray<double>(2.0 * once[i]), 1e-13, 1e-15);
+    ++i;
+  }
+}

@@ -835,3 +835,29 @@ TEST_CASE_TEMPLATE("lr_scheduler: invalid arguments throw naming schedule, argum
                           {"WarmupCosineLR", "'eta_min'", "-0.01"});
   CHECK(sgd.lr() == 0.1);  // a rejected schedule leaves the optimizer alone
 }
+
+TEST_CASE("optim: state(i) out of range and clip_grad_norm's shape error name the function") {
+  Parameter<double> a("a", xt::xarray<double>{1.0, 2.0});
+  Parameter<double> b("b", xt::xarray<double>{3.0});
+  SGD<double> sgd({&a, &b}, SGDOptions(0.1).momentum(0.9));
+  Adam<double> adam({&a, &b}, AdamOptions(0.1));
+  AdamW<double> adamw({&a, &b}, AdamWOptions(0.1));
+  CHECK(sgd.state(1) == nullptr);  // in range, no state before the first step
+  CHECK_THROWS_WITH_PARTS(sgd.state(2), std::out_of_range,
+                          {"xtgrad::SGD::state", "'index'", "2", "less than 2"});
+  CHECK_THROWS_WITH_PARTS(adam.state(5), std::out_of_range, {"xtgrad::Adam::state", "5"});
+  CHECK_THROWS_WITH_PARTS(adamw.state(7), std::out_of_range, {"xtgrad::AdamW::state", "7"});
+
+  a.grad = xt::xarray<double>{1.0, 2.0, 3.0};  // not a's shape
+  a.has_grad = true;
+  try {
+    clip_grad_norm<double>({&a, &b}, 1.0);
+    FAIL("clip_grad_norm accepted a gradient of the wrong shape");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(what.rfind("xtgrad::clip_grad_norm: parameter 0 ('a')", 0) == 0);
+    CHECK(what.find("::step") == std::string::npos);
+  }
+  CHECK_THROWS_WITH_PARTS(adam.step(), std::invalid_argument,
+                          {"xtgrad::Adam::step", "parameter 0", "'a'", "[3]", "[2]"});
+}
