@@ -1,5 +1,5 @@
 // bench_xtgrad: the speed of xtgrad against its floors and against LibTorch,
-// side by side in one run (issue 5). Prints a table and optionally writes it
+// side by side in one run. Prints a table and optionally writes it
 // as CSV and JSON. Every figure is a median over interleaved rounds (see
 // harness.hpp); compare ratios within one run, not times across runs.
 //
@@ -402,7 +402,7 @@ int main(int argc, char** argv) {
   }
 #endif
   Options o;
-  CLI::App app{"bench_xtgrad: xtgrad against the GEMM and copy floors and LibTorch (issue 5)"};
+  CLI::App app{"bench_xtgrad: xtgrad against the GEMM and copy floors and LibTorch"};
   app.add_flag("--quick", o.quick, "smoke run for CI: N = 128 only, 1M floats, two rounds");
   app.add_option("--threads", o.threads, "OpenBLAS (and LibTorch) threads")
       ->capture_default_str()

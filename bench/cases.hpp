@@ -4,7 +4,7 @@
 // iteration. Nothing is allocated inside a Runner that the measured library
 // would not allocate itself in a training loop.
 //
-// FFN families (issue 5), float32, d_model D = 512, d_hidden H = 2048:
+// FFN families, float32, d_model D = 512, d_hidden H = 2048:
 //   relu    PositionwiseFFN:  relu(x W1^T + b1) W2^T + b2
 //   gelu    FeedForward with the exact (erf) GELU in between
 //   swiglu  GatedFFN, silu gate, no biases: (x Wu * silu(x Wg)) Wd

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "errors.hpp"
+
 namespace xtgrad {
 
 namespace {
@@ -32,8 +34,8 @@ std::string valid_names() {
 Activation parse_activation(std::string_view name) {
   for (const auto& [activation, candidate] : k_activation_names)
     if (name == candidate) return activation;
-  throw std::invalid_argument("xtgrad::parse_activation: unknown activation '" + std::string(name) +
-                              "'; valid names are " + valid_names());
+  detail::fail_value("parse_activation", "unknown activation " + detail::quoted(std::string(name)) +
+                                             "; valid names are " + valid_names());
 }
 
 std::string_view to_string(Activation activation) {
@@ -45,9 +47,9 @@ namespace detail {
 const char* activation_name(Activation activation, const char* op, const char* arg) {
   for (const auto& [candidate, name] : k_activation_names)
     if (candidate == activation) return name;
-  throw std::invalid_argument(std::string("xtgrad::") + op + ": argument '" + arg +
-                              "' is Activation(" + std::to_string(static_cast<int>(activation)) +
-                              "), expected one of " + valid_names());
+  fail_argument(op, arg,
+                "is Activation(" + std::to_string(static_cast<int>(activation)) +
+                    "), expected one of " + valid_names());
 }
 
 }  // namespace detail

@@ -96,26 +96,25 @@ class Var {
   std::uint64_t generation_ = 0;
 };
 
-// Where a backward rule writes a parent's gradient. When `accumulate` is
-// false the buffer holds garbage of the right shape and must be overwritten
-// (a GEMM with beta = 0); when true, add to it (beta = 1).
+// Where a backward rule writes a parent's gradient (Tape::grad_slot states
+// the rule): overwrite `buffer` when `accumulate` is false, add to it when true.
 template <class T>
 struct GradSlot {
   xt::xarray<T>& buffer;
   bool accumulate;
 };
 
-// The backward rule of one node: given d(output)/d(node) it adds the parents'
-// gradients through tape.grad_slot(parent_index). Captures indices, shapes and
-// evaluated containers by value, never views or references.
-// grad_slot for kernels that take raw pointers: null (and nothing touched)
-// when the node needs no gradient.
+// GradSlot as a raw pointer, for kernels (Tape::grad_pointer): null when the
+// node needs no gradient.
 template <class T>
 struct GradPointer {
   T* data = nullptr;
   bool accumulate = false;
 };
 
+// The backward rule of one node: given d(output)/d(node) it adds the parents'
+// gradients through tape.grad_slot(parent_index). Captures indices, shapes and
+// evaluated containers by value, never views or references.
 template <class T>
 using BackwardFn = std::function<void(Tape<T>& tape, const xt::xarray<T>& grad_output)>;
 
@@ -208,24 +207,53 @@ class Tape {
   bool detect_anomaly() const { return detect_anomaly_; }
   void set_detect_anomaly(bool enabled) { detect_anomaly_ = enabled; }
 
-  // ---- For op implementations (engine/ops). Not needed by users. ----
+  // ---- Writing an op ----
+  //
+  // Every op of engine/ops is written with the functions below, and so can
+  // yours (README, "Writing your own op", has a complete example):
+  //
+  //   1. check the arguments first: detail::common_tape (check.hpp) for the
+  //      tape, then shapes and values, throwing through errors.hpp, so that a
+  //      bad call records nothing;
+  //   2. `record` the node and fill its value through `value_mut`;
+  //   3. hand over the backward rule with `set_backward` (always, also when
+  //      recording is off: the rule is then dropped);
+  //   4. return `var(index)`.
+  //
+  // The rule gets d(output)/d(node) and adds each parent's share through
+  // `grad_slot` / `grad_pointer`. It must capture indices, shapes, scalars
+  // and evaluated arrays by value, never Vars' references, views or lazy
+  // expressions, and read values through `value(index)` when it runs.
 
-  // Append a node for op `op` with the given parents; it requires a gradient
-  // when recording is on and `requires_grad` is true. Returns its index. The
-  // value is left to the caller (value_mut). Nodes never move (a deque), so
+  // Append a node for op `op` (a string that outlives the tape, usually a
+  // literal) with the given parent node indices (at most 4); it requires a
+  // gradient when recording is on and `requires_grad` is true (pass "any
+  // parent requires one"). Returns its index. Nodes never move (a deque), so
   // references to values and shapes stay valid while the tape grows.
   std::size_t record(const char* op, std::initializer_list<std::size_t> parents,
                      bool requires_grad);
-  // Every op calls this once, after its value is complete (also when
-  // recording is off: the rule is then dropped); anomaly mode checks the
-  // value here.
+  // The value of a node just recorded, for the op to fill (resize it to the
+  // result's shape; it may hold a buffer kept from an earlier recording).
+  xt::xarray<T>& value_mut(std::size_t index) { return nodes_[index].value; }
+  // Every op calls this once, after its value is complete; anomaly mode
+  // checks the value here. Dropped when the node needs no gradient.
   void set_backward(std::size_t index, BackwardFn<T> backward);
   Var<T> var(std::size_t index) { return Var<T>(this, index, generation_); }
 
   const xt::xarray<T>& value(std::size_t index) const;
-  xt::xarray<T>& value_mut(std::size_t index) { return nodes_[index].value; }
   bool requires_grad(std::size_t index) const { return nodes_[index].requires_grad; }
+
+  // Where a backward rule puts parent `index`'s gradient; call it only when
+  // requires_grad(index). The write-or-accumulate rule: the first rule to
+  // reach a node in a backward pass gets accumulate == false and a buffer of
+  // the node's shape holding garbage, which it must overwrite entirely (BLAS
+  // beta = 0); every later call, in this pass or for a leaf or Parameter
+  // after an earlier backward, gets accumulate == true and must add onto the
+  // buffer (beta = 1). The same parent may be claimed twice by one rule (an
+  // op applied to x and x): the second claim accumulates.
   GradSlot<T> grad_slot(std::size_t index);
+  // grad_slot as a raw pointer for kernels: null (and the node untouched)
+  // when the node needs no gradient, otherwise the same rule.
   GradPointer<T> grad_pointer(std::size_t index) {
     if (!requires_grad(index)) return {};
     GradSlot<T> slot = grad_slot(index);

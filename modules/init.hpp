@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
+
+#include "../engine/errors.hpp"  // check_positive_size, for every module constructor
 
 namespace xtgrad {
 
@@ -25,13 +25,6 @@ namespace detail {
 template <class G>
 G& lvalue(G&& temporary) {
   return temporary;
-}
-
-// Every module constructor validates its sizes through this.
-inline void check_positive_size(const char* module, const char* arg, std::size_t value) {
-  if (value == 0)
-    throw std::invalid_argument(std::string("xtgrad::") + module + ": argument '" + arg +
-                                "' is 0, expected a positive size");
 }
 
 // Uniform in [-bound, bound): PyTorch's default for nn.Linear, whose

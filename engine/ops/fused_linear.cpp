@@ -15,7 +15,7 @@ namespace {
 // A block of a (or da) is about k_block_bytes, so that it is still in cache
 // when the GEMM after it reads it, and at least k_min_block_rows rows, so that
 // the GEMMs stay as fast as one big call (OpenBLAS, [4096, 2048] . [2048, 512]
-// on this project's 2-core machine: blocks of 128 to 4096 rows within noise).
+// on a 2-core AVX2 machine: blocks of 128 to 4096 rows within noise).
 constexpr std::size_t k_block_bytes = std::size_t(2) << 20;
 constexpr std::size_t k_min_block_rows = 64;
 

@@ -1,4 +1,4 @@
-// Non-finite values (issue 6, item 2). Without anomaly mode NaN and Inf flow
+// Non-finite values. Without anomaly mode NaN and Inf flow
 // through every op, backward rule and optimizer exactly as IEEE arithmetic
 // says, and nothing throws; references are plain scalar expressions written
 // here. With Tape::set_detect_anomaly(true) the first node whose value or

@@ -1,4 +1,4 @@
-// Threads (issue 6, item 5): tapes share nothing, so several threads, each
+// Threads: tapes share nothing, so several threads, each
 // with its own tape and optimizer, can train copies of one model at the same
 // time, and get bit for bit what the same training gives when run alone.
 // Built and run under ThreadSanitizer by .ci/run, which then also checks that

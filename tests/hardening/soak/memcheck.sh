@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# valgrind memcheck over a short run of demos/train_toy (issue 6, item 6):
+# valgrind memcheck over a short run of demos/train_toy:
 # any invalid access, use of uninitialized memory, or definitely / indirectly
 # lost block fails the test.
 #
