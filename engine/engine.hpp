@@ -3,6 +3,7 @@
 
 #include "activation.hpp"
 #include "gradcheck.hpp"
+#include "indices.hpp"
 #include "ops/activations.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/fused_linear.hpp"
