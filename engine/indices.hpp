@@ -26,12 +26,12 @@ inline std::size_t normalize_dim(const char* op, const char* arg, std::int64_t d
                                  std::size_t rank) {
   const auto r = static_cast<std::int64_t>(rank);
   if (dim < -r || dim >= r)
-    fail_argument(op, arg,
-                  "is " + std::to_string(dim) +
-                      (rank == 0 ? ", but a 0-d tensor has no axis"
-                                 : ", expected an axis in [" + std::to_string(-r) + ", " +
-                                       std::to_string(r) + ") for a tensor of rank " +
-                                       std::to_string(rank)));
+    fail_argument(
+        op, arg,
+        "is " + std::to_string(dim) +
+            (rank == 0 ? ", but a 0-d tensor has no axis"
+                       : ", expected an axis in [" + std::to_string(-r) + ", " + std::to_string(r) +
+                             ") for a tensor of rank " + std::to_string(rank)));
   return static_cast<std::size_t>(dim < 0 ? dim + r : dim);
 }
 

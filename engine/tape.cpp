@@ -85,19 +85,14 @@ void Tape<T>::check_owns(const Var<T>& v, const char* op, const char* arg) const
 }
 
 template <class T>
-std::size_t Tape<T>::record(const char* op, std::initializer_list<std::size_t> parents,
+std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::size_t count,
                             bool requires_grad) {
-  if (parents.size() > k_max_parents)
-    detail::fail_logic("Tape::record", "op " + detail::quoted(op) + " has " +
-                                           std::to_string(parents.size()) + " parents, at most " +
-                                           std::to_string(k_max_parents) + " are supported");
   if (size_ == nodes_.size()) nodes_.emplace_back();
   Node& node = nodes_[size_];
   node.op = op;
   node.param = nullptr;
   node.backward = nullptr;
-  std::copy(parents.begin(), parents.end(), node.parents.begin());
-  node.parent_count = parents.size();
+  node.parents.assign(parents, parents + count);  // no allocation once the node's list is warm
   node.requires_grad = grad_enabled_ && requires_grad;
   node.is_leaf = false;
   node.grad_ready = false;
@@ -287,9 +282,9 @@ void Tape<T>::check_forward(std::size_t index) {
   const Node& node = nodes_[index];
   std::string what = "xtgrad::Tape (anomaly mode): the forward value of " + describe(index) +
                      " is not finite: " + element_str(v, bad);
-  if (node.parent_count > 0) {
+  if (!node.parents.empty()) {
     what += "; its inputs are";
-    for (std::size_t k = 0; k < node.parent_count; ++k)
+    for (std::size_t k = 0; k < node.parents.size(); ++k)
       what += (k ? ", " : " ") + describe(node.parents[k]);
   }
   what += "; the node was not recorded";
@@ -304,8 +299,7 @@ void Tape<T>::check_forward(std::size_t index) {
 template <class T>
 void Tape<T>::check_backward(std::size_t index) {
   const Node& node = nodes_[index];
-  for (std::size_t k = 0; k < node.parent_count; ++k) {
-    const std::size_t parent = node.parents[k];
+  for (const std::size_t parent : node.parents) {
     const xt::xarray<T>* grad = accumulated_grad(parent);
     if (grad == nullptr) continue;
     const std::size_t bad = first_non_finite(*grad);

@@ -226,12 +226,18 @@ class Tape {
   // expressions, and read values through `value(index)` when it runs.
 
   // Append a node for op `op` (a string that outlives the tape, usually a
-  // literal) with the given parent node indices (at most 4); it requires a
-  // gradient when recording is on and `requires_grad` is true (pass "any
-  // parent requires one"). Returns its index. Nodes never move (a deque), so
-  // references to values and shapes stay valid while the tape grows.
+  // literal) with the given parent node indices (any number; a warm tape
+  // reuses the list's storage); it requires a gradient when recording is on
+  // and `requires_grad` is true (pass "any parent requires one"). Returns its
+  // index. Nodes never move (a deque), so references to values and shapes
+  // stay valid while the tape grows.
   std::size_t record(const char* op, std::initializer_list<std::size_t> parents,
-                     bool requires_grad);
+                     bool requires_grad) {
+    return record(op, parents.begin(), parents.size(), requires_grad);
+  }
+  std::size_t record(const char* op, const std::vector<std::size_t>& parents, bool requires_grad) {
+    return record(op, parents.data(), parents.size(), requires_grad);
+  }
   // The value of a node just recorded, for the op to fill (resize it to the
   // result's shape; it may hold a buffer kept from an earlier recording).
   xt::xarray<T>& value_mut(std::size_t index) { return nodes_[index].value; }
@@ -265,8 +271,6 @@ class Tape {
 
  private:
   friend class Var<T>;
-  static constexpr std::size_t k_max_parents = 4;
-
   struct Node {
     const char* op = "";
     xt::xarray<T> value;  // unused for Parameter nodes
@@ -274,13 +278,14 @@ class Tape {
     Parameter<T>* param = nullptr;
     Shape param_shape;  // param->value's shape when recorded
     BackwardFn<T> backward;
-    std::array<std::size_t, k_max_parents> parents{};
-    std::size_t parent_count = 0;
+    std::vector<std::size_t> parents;
     bool requires_grad = false;
     bool is_leaf = false;
     bool grad_ready = false;  // grad holds a value for the current backward
   };
 
+  std::size_t record(const char* op, const std::size_t* parents, std::size_t count,
+                     bool requires_grad);
   void check_live(const Var<T>& v, const char* op, const char* arg) const;
   const xt::xarray<T>& grad_of(std::size_t index);
 
