@@ -1,5 +1,6 @@
-// The bad-input table of the files: .npy files, and checkpoints from other
-// machines or made hostile (the machinery is in tests/support/bad_input.hpp).
+// The bad-input table of the files: .npy files, Module::save and Module::load,
+// and checkpoints from other machines or made hostile (the machinery is in
+// tests/support/bad_input.hpp).
 
 #include <doctest/doctest.h>
 
@@ -10,12 +11,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iterator>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xtensor.hpp>
@@ -72,6 +75,64 @@ TEST_CASE_TEMPLATE("bad input: npy files", T, float, double) {
        {"save_npy", "65 dimensions", "at most 64"}},
   };
   report("npy", run_rows(rows, snapshot));
+}
+
+// ---------------------------------------------------------------- save and load
+
+TEST_CASE_TEMPLATE("bad input: Module::save and Module::load", T, float, double) {
+  Linear<T> lin(3, 4);
+  FeedForward<T> ff(4, 8);
+  Tape<T> tape;
+  Var<T> x3 = tape.leaf(random_array<T>({2, 3}, 1));
+  Var<T> x4 = tape.leaf(random_array<T>({2, 4}, 2));
+  tape.backward(sum(lin(x3)) + sum(ff(x4)));  // gradients everywhere
+
+  TempDir dir("bad-input");
+  const fs::path ckpt = dir / "ckpt";
+  lin.save(ckpt);
+  Linear<T>(3, 5).save(dir / "wide");
+  ff.save(dir / "ff");
+  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  Linear<Other>(3, 4).save(dir / "other_dtype");
+  fs::create_directory(dir / "empty");
+  std::ofstream(dir / "file") << "not a checkpoint";
+
+  auto snapshot = [&] {
+    State s;
+    for (Module<T>* m : std::vector<Module<T>*>{&lin, &ff})
+      for (Parameter<T>* p : m->parameters()) s.add(*p);
+    for (const std::string& name : directory_listing(dir.path())) s.add(name);
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  const auto RE = Expect::runtime_error;
+  const auto bad = [&](std::string label, std::function<void()> call, Expect e,
+                       std::vector<std::string> parts) {
+    rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
+  };
+
+  // save and load (the hostile-file cases are in test_module.cpp and test_npy.cpp)
+  bad("save: empty path", [&] { lin.save(""); }, IA, {"Module::save", "path is empty"});
+  bad("save: onto a file", [&] { lin.save(dir / "file"); }, IA,
+      {"Module::save", "file", "not a directory"});
+  bad("save: into a missing parent", [&] { lin.save(dir / "no" / "such"); }, RE,
+      {"Module::save", "cannot create"});
+  bad("load: a missing directory", [&] { lin.load(dir / "absent"); }, RE,
+      {"Module::load", "absent", "No such file"});
+  bad("load: a file", [&] { lin.load(dir / "file"); }, IA, {"Module::load", "not a directory"});
+  bad("load: an empty directory", [&] { lin.load(dir / "empty"); }, IA,
+      {"Module::load", "has no manifest.tsv"});
+  bad("load: another shape", [&] { lin.load(dir / "wide"); }, IA,
+      {"Module::load", "parameter 'weight'", "[5, 3]", "expects [4, 3]"});
+  bad("load: another module", [&] { lin.load(dir / "ff"); }, IA,
+      {"Module::load", "missing parameter(s) 'weight', 'bias'", "unexpected parameter(s)"});
+  bad("load: a Linear checkpoint into a FeedForward", [&] { ff.load(ckpt); }, IA,
+      {"Module::load", "missing parameter(s) 'w1.weight'"});
+  bad("load: the other dtype", [&] { lin.load(dir / "other_dtype"); }, IA,
+      {"Module::load", "parameter 'weight'", "stores float", "does not convert"});
+
+  report("save and load", run_rows(rows, snapshot));
 }
 
 // ---------------------------------------------------------------- untrusted checkpoints

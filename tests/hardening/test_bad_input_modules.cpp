@@ -1,16 +1,13 @@
 // The bad-input table of the modules and the functional API: the functional
-// feed-forward forms, module constructors, module forwards, save and load (the
-// machinery is in tests/support/bad_input.hpp).
+// feed-forward forms, module constructors and module forwards (save and load
+// are in test_bad_input_io.cpp; the machinery is in tests/support/bad_input.hpp).
 
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,7 +20,6 @@
 
 using namespace xtgrad;
 using namespace xtgrad::testing;
-namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------- functional API
 
@@ -156,7 +152,7 @@ TEST_CASE_TEMPLATE("bad input: the functional API", T, float, double) {
 
 // ---------------------------------------------------------------- modules
 
-TEST_CASE_TEMPLATE("bad input: module constructors, forwards, save and load", T, float, double) {
+TEST_CASE_TEMPLATE("bad input: module constructors and forwards", T, float, double) {
   Linear<T> lin(3, 4);
   FeedForward<T> ff(4, 8);
   PositionwiseFFN<T> pw(4, 8);
@@ -170,28 +166,16 @@ TEST_CASE_TEMPLATE("bad input: module constructors, forwards, save and load", T,
   Var<T> x0 = tape.leaf(xt::xarray<T>(T(1)));
   tape.backward(sum(lin(x3)) + sum(gf(x4)) + sum(ff(x4)) + sum(pw(x4)));  // gradients everywhere
 
-  TempDir dir("bad-input");
-  const fs::path ckpt = dir / "ckpt";
-  lin.save(ckpt);
-  Linear<T>(3, 5).save(dir / "wide");
-  ff.save(dir / "ff");
-  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
-  Linear<Other>(3, 4).save(dir / "other_dtype");
-  fs::create_directory(dir / "empty");
-  std::ofstream(dir / "file") << "not a checkpoint";
-
   auto snapshot = [&] {
     State s;
     for (Module<T>* m : std::vector<Module<T>*>{&lin, &ff, &pw, &gf})
       for (Parameter<T>* p : m->parameters()) s.add(*p);
     for (const Var<T>& v : {x3, x4, x5, x0}) s.add(v);
-    for (const std::string& name : directory_listing(dir.path())) s.add(name);
     return s;
   };
   std::vector<Row> rows;
   const auto IA = Expect::invalid_argument;
   const auto LE = Expect::logic_error;
-  const auto RE = Expect::runtime_error;
   const auto bad = [&](std::string label, std::function<void()> call, Expect e,
                        std::vector<std::string> parts) {
     rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
@@ -246,26 +230,6 @@ TEST_CASE_TEMPLATE("bad input: module constructors, forwards, save and load", T,
       {"gated_feedforward", "'x'", "[2, 5]", "expected [..., 4]"});
   bad("GatedFFN: 0-d x", [&] { gf(x0); }, IA, {"gated_feedforward", "'x'", "[]"});
   bad("GatedFFN: empty x", [&] { gf(Var<T>()); }, LE, {"GatedFFN", "'x'", "empty"});
-
-  // save and load (the hostile-file cases are in test_module.cpp and test_npy.cpp)
-  bad("save: empty path", [&] { lin.save(""); }, IA, {"Module::save", "path is empty"});
-  bad("save: onto a file", [&] { lin.save(dir / "file"); }, IA,
-      {"Module::save", "file", "not a directory"});
-  bad("save: into a missing parent", [&] { lin.save(dir / "no" / "such"); }, RE,
-      {"Module::save", "cannot create"});
-  bad("load: a missing directory", [&] { lin.load(dir / "absent"); }, RE,
-      {"Module::load", "absent", "No such file"});
-  bad("load: a file", [&] { lin.load(dir / "file"); }, IA, {"Module::load", "not a directory"});
-  bad("load: an empty directory", [&] { lin.load(dir / "empty"); }, IA,
-      {"Module::load", "has no manifest.tsv"});
-  bad("load: another shape", [&] { lin.load(dir / "wide"); }, IA,
-      {"Module::load", "parameter 'weight'", "[5, 3]", "expects [4, 3]"});
-  bad("load: another module", [&] { lin.load(dir / "ff"); }, IA,
-      {"Module::load", "missing parameter(s) 'weight', 'bias'", "unexpected parameter(s)"});
-  bad("load: a Linear checkpoint into a FeedForward", [&] { ff.load(ckpt); }, IA,
-      {"Module::load", "missing parameter(s) 'w1.weight'"});
-  bad("load: the other dtype", [&] { lin.load(dir / "other_dtype"); }, IA,
-      {"Module::load", "parameter 'weight'", "stores float", "does not convert"});
 
   report("modules", run_rows(rows, snapshot));
 }
