@@ -7,6 +7,7 @@
 // the engine.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -38,6 +39,7 @@ enum class Plant {
   overwrites,                 // dx = 3 x^2 dy even when dx already holds another op's part
   not_reentrant,              // scales the saved x^2 by 3 in place: 9 x^2 at the second backward
   nonzero_for_zero_upstream,  // takes an all-zero dy for "no dy given" and uses ones
+  reads_dy_reversed,          // reads dy at the wrong index: dx[i] (+)= 3 x[i]^2 dy[n - 1 - i]
 };
 
 // Writes g into a parent's gradient slot, honouring the write-or-accumulate
@@ -77,6 +79,12 @@ Var<double> cube(const Var<double>& x, Plant plant = Plant::none) {
       case Plant::nonzero_for_zero_upstream: {
         const bool all_zero = xt::all(xt::equal(dy, 0.0));
         put(dx, 3.0 * x_squared * (all_zero ? Array(xt::ones<double>(dy.shape())) : dy));
+        return;
+      }
+      case Plant::reads_dy_reversed: {
+        Array reversed = dy;
+        std::reverse(reversed.data(), reversed.data() + reversed.size());
+        put(dx, 3.0 * x_squared * reversed);
         return;
       }
     }
@@ -128,6 +136,11 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// f(inputs) = cube(inputs[0]) with the given plant.
+GradcheckFunction cube_of_input(Plant plant) {
+  return [plant](const std::vector<Var<double>>& v) { return cube(v[0], plant); };
+}
+
 // The correct op passes every check of gradcheck on these inputs.
 void check_passes(const GradcheckFunction& f, const Inputs& inputs, std::size_t elements) {
   const GradcheckResult r = gradcheck(f, inputs);
@@ -139,6 +152,23 @@ void check_passes(const GradcheckFunction& f, const Inputs& inputs, std::size_t 
   CHECK(r.worst_ratio <= 1.0);
   CHECK(r.elements_checked == elements);
   CHECK(contains(r.report(), "gradcheck passed: " + std::to_string(elements) + " elements"));
+}
+
+// The check of gradcheck that a planted mistake must fail.
+enum class Fails { tolerance, reentrancy, zero_upstream };
+
+// The planted op fails gradcheck on exactly the check `fails` (the other two
+// still pass), and the report says FAILED. Returns the result for the checks
+// particular to the mistake.
+GradcheckResult check_fails(const GradcheckFunction& f, const Inputs& inputs, Fails fails) {
+  const GradcheckResult r = gradcheck(f, inputs);
+  INFO(r.report());
+  CHECK_FALSE(r.passed);
+  CHECK(r.within_tolerance == (fails != Fails::tolerance));
+  CHECK(r.reentrant == (fails != Fails::reentrancy));
+  CHECK(r.zero_upstream_gives_zero == (fails != Fails::zero_upstream));
+  CHECK(contains(r.report(), "gradcheck FAILED"));
+  return r;
 }
 
 // The value of `a` at the multi-index gradcheck reports.
@@ -165,19 +195,14 @@ TEST_CASE("gradcheck: a wrong derivative fails at the element where it differs")
   };
   check_passes(f(Plant::none), inputs, 12);
 
-  const GradcheckResult r = gradcheck(f(Plant::wrong_derivative), inputs);
-  const std::string report = r.report();
-  INFO(report);
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.within_tolerance);
-  CHECK(r.reentrant);
-  CHECK(r.zero_upstream_gives_zero);
+  const GradcheckResult r = check_fails(f(Plant::wrong_derivative), inputs, Fails::tolerance);
+  INFO(r.report());
   CHECK(r.worst_ratio > 1.0);
   CHECK(r.worst_input == 1);
   CHECK(r.worst_index == std::vector<std::size_t>{1, 2});
   CHECK(r.worst_analytic / r.worst_numeric == doctest::Approx(-4.0 / 3.0).epsilon(1e-6));
-  CHECK(contains(report, "gradcheck FAILED: 12 elements checked"));
-  CHECK(contains(report, "worst is input 1 at [1, 2]"));
+  CHECK(contains(r.report(), "gradcheck FAILED: 12 elements checked"));
+  CHECK(contains(r.report(), "worst is input 1 at [1, 2]"));
 }
 
 TEST_CASE("gradcheck: a rule that overwrites instead of accumulating fails") {
@@ -191,20 +216,14 @@ TEST_CASE("gradcheck: a rule that overwrites instead of accumulating fails") {
   };
   check_passes(f(Plant::none), inputs, 6);
 
-  const GradcheckResult r = gradcheck(f(Plant::overwrites), inputs);
-  const std::string report = r.report();
-  INFO(report);
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.within_tolerance);
-  CHECK(r.reentrant);
-  CHECK(r.zero_upstream_gives_zero);
+  const GradcheckResult r = check_fails(f(Plant::overwrites), inputs, Fails::tolerance);
+  INFO(r.report());
   CHECK(r.worst_input == 0);
   const double x = at(inputs[0], r.worst_index);
   CHECK(r.worst_analytic / r.worst_numeric ==
         doctest::Approx(3 * x * x / (3 * x * x + 1)).epsilon(1e-6));
-  CHECK(contains(report, "gradcheck FAILED"));
-  CHECK(contains(report, "worst is input 0 at [" + std::to_string(r.worst_index[0]) + ", " +
-                             std::to_string(r.worst_index[1]) + "]"));
+  CHECK(contains(r.report(), "worst is input 0 at [" + std::to_string(r.worst_index[0]) + ", " +
+                                 std::to_string(r.worst_index[1]) + "]"));
 }
 
 TEST_CASE("gradcheck: a gradient written into the wrong parent fails on the parent that lost it") {
@@ -221,19 +240,14 @@ TEST_CASE("gradcheck: a gradient written into the wrong parent fails on the pare
   };
   check_passes(f(false), inputs, 12);
 
-  const GradcheckResult r = gradcheck(f(true), inputs);
-  const std::string report = r.report();
-  INFO(report);
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.within_tolerance);
-  CHECK(r.reentrant);
-  CHECK(r.zero_upstream_gives_zero);
+  const GradcheckResult r = check_fails(f(true), inputs, Fails::tolerance);
+  INFO(r.report());
   CHECK(r.worst_input == 0);
   CHECK(r.worst_analytic == 0.0);
   CHECK(std::abs(r.worst_numeric) > 0.0);
   CHECK(r.worst_ratio > 270.0);
-  CHECK(contains(report, "worst is input 0 at ["));
-  CHECK(contains(report, "analytic 0, numeric"));
+  CHECK(contains(r.report(), "worst is input 0 at ["));
+  CHECK(contains(r.report(), "analytic 0, numeric"));
 }
 
 TEST_CASE("gradcheck: a forward that its correct-looking backward does not match fails") {
@@ -247,18 +261,12 @@ TEST_CASE("gradcheck: a forward that its correct-looking backward does not match
   };
   check_passes(f(0.0), inputs, 6);
 
-  const GradcheckResult r = gradcheck(f(1e-3), inputs);
-  const std::string report = r.report();
-  INFO(report);
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.within_tolerance);
-  CHECK(r.reentrant);
-  CHECK(r.zero_upstream_gives_zero);
+  const GradcheckResult r = check_fails(f(1e-3), inputs, Fails::tolerance);
+  INFO(r.report());
   CHECK(r.worst_input == 0);
   const double x = at(inputs[0], r.worst_index);
   CHECK(r.worst_analytic / r.worst_numeric ==
         doctest::Approx(std::cos(x) / (std::cos(x) + 3e-3 * x * x)).epsilon(1e-6));
-  CHECK(contains(report, "gradcheck FAILED"));
 }
 
 TEST_CASE("gradcheck: a backward that changes its captured state between calls fails") {
@@ -266,40 +274,38 @@ TEST_CASE("gradcheck: a backward that changes its captured state between calls f
   // gives 3 x^2 v (the right gradient, so every element is within
   // tolerance), the second 9 x^2 v.
   const Inputs inputs = {random_away_from_zero({2, 3}, 4)};
-  const auto f = [](Plant plant) -> GradcheckFunction {
-    return [plant](const std::vector<Var<double>>& v) { return cube(v[0], plant); };
-  };
-  check_passes(f(Plant::none), inputs, 6);
+  check_passes(cube_of_input(Plant::none), inputs, 6);
 
-  const GradcheckResult r = gradcheck(f(Plant::not_reentrant), inputs);
-  const std::string report = r.report();
-  INFO(report);
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.reentrant);
-  CHECK(r.within_tolerance);
-  CHECK(r.zero_upstream_gives_zero);
-  CHECK(contains(report, "gradcheck FAILED"));
-  CHECK(contains(report, "a second backward gave different gradients"));
-  CHECK_FALSE(contains(report, "zero upstream"));
+  const GradcheckResult r =
+      check_fails(cube_of_input(Plant::not_reentrant), inputs, Fails::reentrancy);
+  INFO(r.report());
+  CHECK(contains(r.report(), "a second backward gave different gradients"));
+  CHECK_FALSE(contains(r.report(), "zero upstream"));
 }
 
 TEST_CASE("gradcheck: a rule that writes a gradient for a zero upstream gradient fails") {
   // The planted rule replaces an all-zero dy by ones: for the random v
   // (no element of it is 0) it is the right rule, for dy = 0 it gives 3 x^2.
   const Inputs inputs = {random_away_from_zero({2, 3}, 5)};
-  const auto f = [](Plant plant) -> GradcheckFunction {
-    return [plant](const std::vector<Var<double>>& v) { return cube(v[0], plant); };
-  };
-  check_passes(f(Plant::none), inputs, 6);
+  check_passes(cube_of_input(Plant::none), inputs, 6);
 
-  const GradcheckResult r = gradcheck(f(Plant::nonzero_for_zero_upstream), inputs);
-  const std::string report = r.report();
-  INFO(report);
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.zero_upstream_gives_zero);
-  CHECK(r.within_tolerance);
-  CHECK(r.reentrant);
-  CHECK(contains(report, "gradcheck FAILED"));
-  CHECK(contains(report, "a zero upstream gradient gave nonzero gradients"));
-  CHECK_FALSE(contains(report, "second backward"));
+  const GradcheckResult r =
+      check_fails(cube_of_input(Plant::nonzero_for_zero_upstream), inputs, Fails::zero_upstream);
+  INFO(r.report());
+  CHECK(contains(r.report(), "a zero upstream gradient gave nonzero gradients"));
+  CHECK_FALSE(contains(r.report(), "second backward"));
+}
+
+TEST_CASE("gradcheck: a rule that reads the upstream gradient at the wrong index fails") {
+  // The planted rule pairs x[i] with dy[5 - i]. An all-ones (or any
+  // constant) upstream gradient would hide that; gradcheck's random one must
+  // not.
+  const Inputs inputs = {random_away_from_zero({2, 3}, 6)};
+  check_passes(cube_of_input(Plant::none), inputs, 6);
+
+  const GradcheckResult r =
+      check_fails(cube_of_input(Plant::reads_dy_reversed), inputs, Fails::tolerance);
+  INFO(r.report());
+  CHECK(r.worst_ratio > 1.0);
+  CHECK(r.worst_input == 0);
 }
