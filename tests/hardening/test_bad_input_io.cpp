@@ -13,7 +13,6 @@
 #include <fstream>
 #include <functional>
 #include <future>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -145,11 +144,6 @@ fs::path corpus_file(const std::string& name) {
   return fs::path(XTGRAD_SOURCE_DIR) / "tests" / "hardening" / "fuzz" / "corpus" / "npy" / name;
 }
 
-std::string text_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 template <class T>
 std::vector<xt::xarray<T>> values_of(Module<T>& m) {
   std::vector<xt::xarray<T>> out;
@@ -187,7 +181,7 @@ TEST_CASE("bad input: a checkpoint declaring a huge shape is refused before anyt
   const fs::path ckpt = dir / "ckpt";
   Linear<float> m(3, 4);
   m.save(ckpt);
-  std::string manifest = text_of(ckpt / "manifest.tsv");
+  std::string manifest = read_file(ckpt / "manifest.tsv");
   const std::size_t at = manifest.find("4x3");
   REQUIRE(at != std::string::npos);
   manifest.replace(at, 3, "1000000000x1000000000");

@@ -6,13 +6,12 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "hardening/fuzz/harness.hpp"
+#include "support/test_helpers.hpp"
 
 using namespace xtgrad;
 namespace fs = std::filesystem;
@@ -29,9 +28,7 @@ TEST_CASE("bad input: every saved fuzz input (seeds and former crashes) replays 
     REQUIRE(fs::is_directory(dir));
     std::size_t inputs = 0;
     for (const auto& entry : fs::directory_iterator(dir)) {
-      std::ifstream in(entry.path(), std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
+      const std::string bytes = xtgrad::testing::read_file(entry.path());
       INFO("input " << entry.path().string());
       CHECK_NOTHROW(harness(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
       ++inputs;
