@@ -66,10 +66,7 @@ TEST_CASE_TEMPLATE("bad input: engine ops and the Tape API", T, float, double) {
   };
 
   std::vector<Row> rows;
-  const auto bad = [&](std::string label, std::function<void()> call, Expect e,
-                       std::vector<std::string> parts) {
-    rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
-  };
+  const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;
   const auto LE = Expect::logic_error;
 

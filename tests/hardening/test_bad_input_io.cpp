@@ -106,10 +106,7 @@ TEST_CASE_TEMPLATE("bad input: Module::save and Module::load", T, float, double)
   std::vector<Row> rows;
   const auto IA = Expect::invalid_argument;
   const auto RE = Expect::runtime_error;
-  const auto bad = [&](std::string label, std::function<void()> call, Expect e,
-                       std::vector<std::string> parts) {
-    rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
-  };
+  const auto bad = row_adder(rows);
 
   // save and load (the hostile-file cases are in test_module.cpp and test_npy.cpp)
   bad("save: empty path", [&] { lin.save(""); }, IA, {"Module::save", "path is empty"});

@@ -176,10 +176,7 @@ TEST_CASE_TEMPLATE("bad input: module constructors and forwards", T, float, doub
   std::vector<Row> rows;
   const auto IA = Expect::invalid_argument;
   const auto LE = Expect::logic_error;
-  const auto bad = [&](std::string label, std::function<void()> call, Expect e,
-                       std::vector<std::string> parts) {
-    rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
-  };
+  const auto bad = row_adder(rows);
 
   // Constructors: a zero size in each argument in turn, an invalid activation.
   Generator generator(1);

@@ -83,10 +83,7 @@ TEST_CASE_TEMPLATE("bad input: optimizers, clipping and schedules", T, float, do
   };
   std::vector<Row> rows;
   const auto IA = Expect::invalid_argument;
-  const auto bad = [&](std::string label, std::function<void()> call, Expect e,
-                       std::vector<std::string> parts) {
-    rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
-  };
+  const auto bad = row_adder(rows);
 
   // Construction: the parameter list, then each hyperparameter in turn.
   for (const std::string name : {"SGD", "Adam", "AdamW"}) {

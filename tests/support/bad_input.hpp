@@ -120,6 +120,15 @@ class State {
   std::vector<std::string> items_;
 };
 
+// bad(label, call, expected type, message parts): appends one row, without
+// setup or teardown, to `rows`.
+inline auto row_adder(std::vector<Row>& rows) {
+  return [&rows](std::string label, std::function<void()> call, Expect e,
+                 std::vector<std::string> parts) {
+    rows.push_back({std::move(label), std::move(call), e, std::move(parts)});
+  };
+}
+
 // Runs every row; returns how many ran.
 inline std::size_t run_rows(const std::vector<Row>& rows, const std::function<State()>& snapshot) {
   for (const Row& row : rows) {
