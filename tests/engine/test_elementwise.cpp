@@ -15,12 +15,8 @@
 
 #include "support/test_helpers.hpp"
 
-using xtgrad::testing::tolerance;
-
 using namespace xtgrad;
-using xtgrad::testing::check_close;
-using xtgrad::testing::check_gradients;
-using xtgrad::testing::random_array;
+using namespace xtgrad::testing;
 
 namespace {
 

@@ -18,14 +18,7 @@
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
-using xtgrad::testing::check_close;
-using xtgrad::testing::check_gradients;
-using xtgrad::testing::k_all_activations;
-using xtgrad::testing::random_array;
-using xtgrad::testing::random_away_from_zero;
-using xtgrad::testing::Real;
-using xtgrad::testing::reference_slope;
-using xtgrad::testing::reference_value;
+using namespace xtgrad::testing;
 
 namespace {
 

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Mutation check of issue 3: the feed-forward tests must catch each of the
-# mutants in tests/hardening/mutants/ (one sed script per mutant; its first line
-# "# target: FILE" names the file it mutates, every other non-comment line is
-# one sed command that must change that file).
+# The mutation check of the feed-forward functions: their tests must catch
+# each of the mutants in tests/hardening/mutants/ (one sed script per mutant;
+# its first line "# target: FILE" names the file it mutates, every other
+# non-comment line is one sed command that must change that file).
 #
 # The source tree (git ls-files plus untracked, non-ignored files) is copied to
-# a work directory and built once in one build dir there (ccache, Release, no
-# bench/demos). The unmutated suite must pass first. Then, for each mutant: apply it
-# to the copy, rebuild incrementally only the test executables below, run them
-# and require that at least one fails; restore the file. A mutant that does not
-# apply, or whose mutated tree does not build, is a failure of this script.
+# a work directory. Every mutant must still apply to it, each command on its
+# own, before anything is built: a mutant whose target file is gone, or one of
+# whose commands changes nothing (its pattern no longer matches after a
+# refactor of the target), stops the run within seconds with a message naming
+# the mutant, the target and the line of the mutant to update. Then the tree
+# is built once in one build dir there (ccache, Release, no bench/demos) and
+# the unmutated suite must pass. Then, for each mutant: apply it to the copy,
+# rebuild incrementally only the test executables below, run them and require
+# that at least one fails; restore the file. A mutant whose mutated tree does
+# not build is a failure of this script too.
 #
 #   tests/hardening/mutants.sh [MUTANT...]     MUTANT = a file name in tests/hardening/mutants/, with
 #                                    or without .sed; default: all of them
@@ -89,6 +94,70 @@ else
   (cd "$source_dir" && tar --exclude='./build*' --exclude=./.git -cf - .) | tar -xf - -C "$src"
 fi
 
+# --- every mutant must still apply ------------------------------------------
+# apply_mutant MUTANT FILE: applies the sed commands of MUTANT to FILE one at a
+# time. Returns 1 at the first command that sed rejects or that changes
+# nothing, with apply_error saying which line of MUTANT it is and why.
+apply_mutant() {
+  local mutant=$1 file=$2 line line_number=0 commands=0
+  apply_error=""
+  while IFS= read -r line || [[ -n $line ]]; do
+    line_number=$((line_number + 1))
+    [[ -z ${line//[[:space:]]/} || $line == \#* ]] && continue
+    commands=$((commands + 1))
+    cp "$file" "$work/before"
+    if ! sed -i -e "$line" "$file" 2>"$work/sed.err"; then
+      apply_error="sed rejects line $line_number ($(head -n 1 "$work/sed.err")):"$'\n'"    $line"
+      return 1
+    fi
+    if cmp -s "$work/before" "$file"; then
+      apply_error="line $line_number changes nothing (its pattern matches no line there):"$'\n'"    $line"
+      return 1
+    fi
+  done <"$mutant"
+  if ((commands == 0)); then
+    apply_error="the mutant has no sed command"
+    return 1
+  fi
+}
+
+# check_applies MUTANT: returns 0 when every command of MUTANT changes a
+# scratch copy of its target; otherwise says why on stderr and returns 1.
+check_applies() {
+  local mutant=$1 shown target problem
+  shown=tests/hardening/mutants/$(basename "$1")
+  target=$(sed -n '1s/^# target: *//p' "$mutant")
+  if [[ -z $target ]]; then
+    problem="line 1 is not '# target: FILE' naming the source file it mutates"
+  elif [[ ! -f $src/$target ]]; then
+    problem="its target $target (line 1) does not exist: moved, renamed or deleted?"
+  else
+    cp "$src/$target" "$work/scratch"
+    apply_mutant "$mutant" "$work/scratch" && return 0
+    problem="in $target, $apply_error"
+  fi
+  {
+    echo "mutants.sh: the mutant $shown no longer applies to ${target:-its target}:"
+    echo "  $problem"
+    echo "  A mutant that does not apply tests nothing. After a refactor of ${target:-the target},"
+    echo "  update $shown (its target line and its sed commands)"
+    echo "  so that it plants the same mistake in the new code, or delete it if that mistake"
+    echo "  can no longer be made."
+  } >&2
+  return 1
+}
+
+not_applying=0
+for mutant in "${mutants[@]}"; do
+  check_applies "$mutant" || not_applying=$((not_applying + 1))
+done
+if ((not_applying > 0)); then
+  echo "mutants.sh: update them, or meanwhile run the others by name:" \
+    "tests/hardening/mutants.sh NAME..." >&2
+  die "$not_applying of $total mutants no longer apply (see above); nothing was built or run"
+fi
+echo "mutants.sh: all $total mutants apply to the source"
+
 # Paths below $work are hashed relative to it: later runs hit the cache.
 export CCACHE_BASEDIR="$work"
 generator=()
@@ -155,33 +224,17 @@ for mutant in "${mutants[@]}"; do
   target=$(sed -n '1s/^# target: *//p' "$mutant")
   verdict=""
   cases_text=""
-  if [[ -z $target || ! -f $src/$target ]]; then
+  if [[ -z $target || ! -f $src/$target ]]; then  # checked before the build; kept for safety
     verdict="NOT APPLIED"
-    cases_text="first line must be '# target: FILE' naming an existing file (got '$target')"
+    cases_text="line 1 must be '# target: FILE' naming an existing file (got '$target')"
   else
     pristine="$work/pristine/$name"
     cp "$src/$target" "$pristine"
     # Every command must change the file, each on its own: a pattern that no
     # longer matches the source would otherwise leave a half-applied mutant.
-    command_number=0
-    while IFS= read -r command || [[ -n $command ]]; do
-      [[ -z ${command//[[:space:]]/} || $command == \#* ]] && continue
-      command_number=$((command_number + 1))
-      cp "$src/$target" "$work/before"
-      if ! sed -i -e "$command" "$src/$target" 2>"$logs/$name.sed.log"; then
-        verdict="NOT APPLIED"
-        cases_text="sed rejects command $command_number: $(head -n 1 "$logs/$name.sed.log")"
-        break
-      fi
-      if cmp -s "$work/before" "$src/$target"; then
-        verdict="NOT APPLIED"
-        cases_text="command $command_number changes nothing in $target: ${command:0:90}"
-        break
-      fi
-    done <"$mutant"
-    if [[ -z $verdict && $command_number == 0 ]]; then
+    if ! apply_mutant "$mutant" "$src/$target"; then
       verdict="NOT APPLIED"
-      cases_text="no sed command in $mutant"
+      cases_text="in $target, ${apply_error//$'\n'/ }"
     fi
     if [[ -z $verdict ]]; then
       diff -u "$pristine" "$src/$target" >"$logs/$name.diff" || true

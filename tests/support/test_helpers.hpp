@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
@@ -103,6 +105,12 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The bytes of the file at `path` (empty when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 // The names of the entries of `dir`, sorted.
 inline std::vector<std::string> directory_names(const std::filesystem::path& dir) {

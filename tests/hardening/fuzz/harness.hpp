@@ -1,7 +1,7 @@
 #pragma once
 // The fuzz harnesses, shared by the libFuzzer targets
 // (tests/hardening/fuzz/fuzz_*.cpp, built with clang when XTGRAD_FUZZ is on) and by the
-// corpus replay in tests/hardening/test_bad_input.cpp (every build), so that each input
+// corpus replay in tests/hardening/test_fuzz_corpus.cpp (every build), so that each input
 // saved under tests/hardening/fuzz/corpus/ -- seeds and former crashes -- is a
 // regression test everywhere.
 //

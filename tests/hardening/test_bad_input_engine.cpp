@@ -1,0 +1,278 @@
+// The bad-input table of the engine: every op, the Tape and Var API, the
+// activation names and gradcheck's options (the machinery is in
+// tests/support/bad_input.hpp).
+
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <xtensor/xtensor.hpp>
+#include <xtgrad/engine/engine.hpp>
+
+#include "support/bad_input.hpp"
+#include "support/test_helpers.hpp"
+
+using namespace xtgrad;
+using namespace xtgrad::testing;
+
+TEST_CASE_TEMPLATE("bad input: engine ops and the Tape API", T, float, double) {
+  Tape<T> tape, other, cleared;
+  const Var<T> stale = cleared.leaf(xt::xarray<T>{1, 2});
+  cleared.clear();
+  const Var<T> empty;
+
+  Var<T> x = tape.leaf(random_array<T>({2, 3}, 1));     // [N = 2, in = 3]
+  Var<T> x2 = tape.leaf(random_array<T>({2, 3}, 2));    // same shape
+  Var<T> w = tape.leaf(random_array<T>({4, 3}, 3));     // [out = 4, in = 3]
+  Var<T> wt = tape.leaf(random_array<T>({3, 4}, 4));    // [in = 3, out = 4]
+  Var<T> b = tape.leaf(random_array<T>({4}, 5));        // [out]
+  Var<T> v4 = tape.leaf(random_array<T>({4}, 6));       // [4]
+  Var<T> v5 = tape.leaf(random_array<T>({2, 5}, 7));    // [2, 5]
+  Var<T> m33 = tape.leaf(random_array<T>({3, 3}, 8));   // [3, 3]
+  Var<T> m32 = tape.leaf(random_array<T>({3, 2}, 9));   // [3, 2]
+  Var<T> m14 = tape.leaf(random_array<T>({1, 4}, 10));  // [1, 4]
+  Var<T> c3 = tape.leaf(random_array<T>({2, 3, 4}, 11));
+  Var<T> scalar = tape.leaf(xt::xarray<T>(T(0.5)));  // 0-d
+  Var<T> v3 = tape.leaf(xt::xarray<T>{1, 2, 3});
+  Var<T> data = tape.leaf(random_array<T>({2, 3}, 12), false);
+  Parameter<T> p("p", random_array<T>({4, 3}, 13));
+  Var<T> pv = tape.param(p);
+  Var<T> y = add(linear(x, w, b), linear(x2, pv));  // [2, 4]
+  Var<T> y_scalar = sum(y);
+  Var<T> y_data = scale(data, T(2));  // needs no gradient
+  Var<T> y_nograd;
+  {
+    NoGradGuard<T> guard(tape);
+    y_nograd = linear(x, w, b);
+  }
+  tape.backward(y_scalar);  // every leaf now holds a nonzero gradient
+  const std::vector<Var<T>> leaves = {x, x2, w, wt, b, v4, v5, m33, m32, m14, c3, scalar, v3, data};
+
+  auto snapshot = [&] {
+    State s;
+    s.add(tape.size());
+    s.add(other.size());
+    s.add(cleared.size());
+    for (const Var<T>& v : leaves) s.add(v);
+    s.add(p);
+    s.add(y.value());
+    return s;
+  };
+
+  std::vector<Row> rows;
+  const auto bad = row_adder(rows);
+  const auto IA = Expect::invalid_argument;
+  const auto LE = Expect::logic_error;
+
+  // linear, both layouts: each argument's rank and size in turn.
+  bad("linear: 0-d x", [&] { linear(scalar, w, opt(b)); }, IA,
+      {"linear", "'x'", "[]", "expected [..., 3]"});
+  bad("linear: x of the wrong width", [&] { linear(v5, w, opt(b)); }, IA,
+      {"linear", "'x'", "[2, 5]", "expected [..., 3]", "weight [4, 3]"});
+  bad("linear: 1-d weight", [&] { linear(x, v4); }, IA,
+      {"linear", "'weight'", "[4]", "expected [out, in]"});
+  bad("linear: 3-d weight", [&] { linear(x, c3); }, IA,
+      {"linear", "'weight'", "[2, 3, 4]", "expected [out, in]"});
+  bad("linear: weight in the other layout", [&] { linear(x, wt, opt(b)); }, IA,
+      {"linear", "'x'", "[2, 3]", "expected [..., 4]"});
+  bad("linear: 2-d bias", [&] { linear(x, w, opt(m14)); }, IA,
+      {"linear", "'bias'", "[1, 4]", "expected [4]"});
+  bad("linear: bias of the wrong size", [&] { linear(x, w, opt(x2)); }, IA,
+      {"linear", "'bias'", "[2, 3]", "expected [4]"});
+  bad("linear in_out: x of the wrong width", [&] { linear(v5, wt, opt(b), WeightLayout::in_out); },
+      IA, {"linear", "'x'", "[2, 5]", "expected [..., 3]"});
+  bad("linear in_out: 1-d weight", [&] { linear(x, v4, std::nullopt, WeightLayout::in_out); }, IA,
+      {"linear", "'weight'", "[4]", "expected [in, out]"});
+  bad("linear in_out: bias of the wrong size",
+      [&] { linear(x, wt, opt(x2), WeightLayout::in_out); }, IA,
+      {"linear", "'bias'", "[2, 3]", "expected [4]"});
+  bad("linear: a WeightLayout outside the enumeration",
+      [&] { linear(x, m33, std::nullopt, static_cast<WeightLayout>(7)); }, IA,
+      {"linear", "'layout'", "7"});
+  add_handle_rows<T>(
+      rows, "linear", {"x", "weight", "bias"}, {x, w, b},
+      [](const std::vector<Var<T>>& a) { linear(a[0], a[1], opt(a[2])); }, other, stale);
+
+  // activations and gated
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                       Activation::gelu_sigmoid, Activation::silu})
+    add_handle_rows<T>(
+        rows, "activation", {"x"}, {x}, [a](const std::vector<Var<T>>& v) { activation(v[0], a); },
+        other, stale);
+  bad("activation: an Activation outside the enumeration",
+      [&] { activation(x, static_cast<Activation>(7)); }, IA,
+      {"activation", "'a'", "Activation(7)", "relu, gelu, gelu_tanh, gelu_sigmoid, silu"});
+  bad("gated: g of another shape", [&] { gated(x, m32, Activation::silu); }, IA,
+      {"gated", "'g'", "[3, 2]", "expected [2, 3]"});
+  bad("gated: g of another rank", [&] { gated(x, c3, Activation::gelu); }, IA,
+      {"gated", "'g'", "[2, 3, 4]", "expected [2, 3]"});
+  bad("gated: an Activation outside the enumeration",
+      [&] { gated(x, x2, static_cast<Activation>(9)); }, IA, {"gated", "'a'", "Activation(9)"});
+  add_handle_rows<T>(
+      rows, "gated", {"u", "g"}, {x, x2},
+      [](const std::vector<Var<T>>& v) { gated(v[0], v[1], Activation::silu); }, other, stale);
+
+  // elementwise: shapes that do not broadcast, in either order
+  for (const char* op : {"add", "sub", "mul"}) {
+    const std::string name = op;
+    auto apply = [name](const Var<T>& a, const Var<T>& b2) {
+      if (name == "add") return add(a, b2);
+      if (name == "sub") return sub(a, b2);
+      return mul(a, b2);
+    };
+    bad(name + ": [2, 3] with [4]", [=] { apply(x, v4); }, IA,
+        {name, "'b'", "[4]", "broadcasts with argument 'a'", "[2, 3]", "axis -1"});
+    bad(name + ": [2, 3] with [3, 3]", [=] { apply(x, m33); }, IA,
+        {name, "'b'", "[3, 3]", "[2, 3]", "axis -2"});
+    bad(name + ": [2, 3, 4] with [2, 3]", [=] { apply(c3, x); }, IA, {name, "'b'", "[2, 3]"});
+    add_handle_rows<T>(
+        rows, name, {"a", "b"}, {x, x2},
+        [apply](const std::vector<Var<T>>& v) { apply(v[0], v[1]); }, other, stale);
+  }
+  bad("operator+: shapes that do not broadcast", [&] { x + v4; }, IA, {"add", "'b'", "[4]"});
+  bad("operator*: shapes that do not broadcast", [&] { x* m33; }, IA, {"mul", "'b'", "[3, 3]"});
+  add_handle_rows<T>(
+      rows, "scale", {"a"}, {x}, [](const std::vector<Var<T>>& v) { scale(v[0], T(2)); }, other,
+      stale);
+  add_handle_rows<T>(
+      rows, "sum", {"x"}, {x}, [](const std::vector<Var<T>>& v) { sum(v[0]); }, other, stale);
+  add_handle_rows<T>(
+      rows, "mean", {"x"}, {x}, [](const std::vector<Var<T>>& v) { mean(v[0]); }, other, stale);
+
+  // mse does not broadcast
+  bad("mse: target transposed", [&] { mse(x, m32); }, IA,
+      {"mse", "'target'", "[3, 2]", "expected [2, 3]"});
+  bad("mse: a target that would broadcast", [&] { mse(x, v3); }, IA,
+      {"mse", "'target'", "[3]", "[2, 3]", "does not broadcast"});
+  add_handle_rows<T>(
+      rows, "mse", {"prediction", "target"}, {x, x2},
+      [](const std::vector<Var<T>>& v) { mse(v[0], v[1]); }, other, stale);
+
+  // The Tape API
+  bad("backward(y): y with more than one element", [&] { tape.backward(y); }, LE,
+      {"Tape::backward", "[2, 4]", "one-element y", "backward(y, dy)"});
+  bad("backward(y, dy): dy of another shape",
+      [&] {
+        tape.backward(y, xt::ones<T>({4, 2}));
+      },
+      IA, {"Tape::backward", "'dy'", "[4, 2]", "expected [2, 4]"});
+  bad("backward(y, dy): dy of another rank", [&] { tape.backward(y, xt::ones<T>({8})); }, IA,
+      {"Tape::backward", "'dy'", "[8]", "expected [2, 4]"});
+  bad("backward(y, dy): a [1]-shaped dy for a 0-d y",
+      [&] { tape.backward(y_scalar, xt::ones<T>({1})); }, IA,
+      {"Tape::backward", "'dy'", "[1]", "expected []"});
+  bad("backward: y needs no gradient",
+      [&] {
+        tape.backward(y_data, xt::ones<T>({2, 3}));
+      },
+      LE, {"Tape::backward", "does not require a gradient"});
+  bad("backward: y recorded with recording off",
+      [&] {
+        tape.backward(y_nograd, xt::ones<T>({2, 4}));
+      },
+      LE, {"Tape::backward", "does not require a gradient", "recording off"});
+  bad("backward: an empty y", [&] { tape.backward(empty); }, LE,
+      {"Tape::backward", "'y'", "empty Var handle"});
+  bad("backward: y of a cleared tape", [&] { tape.backward(stale); }, LE,
+      {"Tape::backward", "'y'", "cleared"});
+  bad("backward: y of another tape", [&] { other.backward(y_scalar); }, LE,
+      {"Tape::backward", "'y'", "different tape"});
+  bad("backward(y, dy): y of another tape",
+      [&] {
+        other.backward(y, xt::ones<T>({2, 4}));
+      },
+      LE, {"Tape::backward", "'y'", "different tape"});
+  rows.push_back({"backward: a Parameter changed shape since it was recorded",
+                  [&] { tape.backward(y_scalar); },
+                  LE,
+                  {"Tape::backward", "Parameter 'p'", "[4, 3]", "[2, 6]", "record"},
+                  [&] {
+                    p.value.reshape({2, 6});
+                  },
+                  [&] {
+                    p.value.reshape({4, 3});
+                  }});
+  const std::vector<std::pair<std::string, std::function<void(const Var<T>&)>>> accessors = {
+      {"Var::value", [](const Var<T>& v) { v.value(); }},
+      {"Var::grad", [](const Var<T>& v) { v.grad(); }},
+      {"Var::shape", [](const Var<T>& v) { v.shape(); }},
+      {"Var::size", [](const Var<T>& v) { v.size(); }},
+      {"Var::dimension", [](const Var<T>& v) { v.dimension(); }},
+      {"Var::requires_grad", [](const Var<T>& v) { v.requires_grad(); }},
+      {"Var::tape", [](const Var<T>& v) { v.tape(); }},
+  };
+  for (const auto& [fn, access] : accessors) {
+    bad(fn + " of an empty Var", [&, access = access] { access(empty); }, LE,
+        {fn, "empty Var handle"});
+    bad(fn + " of a Var of a cleared tape", [&, access = access] { access(stale); }, LE,
+        {fn, "cleared"});
+  }
+
+  // Activation names
+  bad("parse_activation: wrong case", [] { parse_activation("ReLU"); }, IA,
+      {"parse_activation", "'ReLU'", "relu, gelu, gelu_tanh, gelu_sigmoid, silu"});
+  bad("parse_activation: empty name", [] { parse_activation(""); }, IA,
+      {"parse_activation", "''", "valid names"});
+  bad("parse_activation: trailing space", [] { parse_activation("gelu "); }, IA,
+      {"parse_activation", "'gelu '"});
+  bad("parse_activation: another library's name", [] { parse_activation("swish"); }, IA,
+      {"parse_activation", "'swish'", "silu"});
+  bad("to_string: an Activation outside the enumeration",
+      [] { to_string(static_cast<Activation>(5)); }, IA, {"to_string", "Activation(5)"});
+
+  report("engine", run_rows(rows, snapshot));
+}
+
+TEST_CASE("bad input: gradcheck options and functions") {
+  const std::vector<xt::xarray<double>> inputs = {random_array({2, 3}, 1)};
+  const GradcheckFunction f = [](const std::vector<Var<double>>& v) { return sum(v[0]); };
+  Tape<double> elsewhere;
+  const Var<double> foreign = elsewhere.leaf(xt::xarray<double>{1.0});
+  auto options = [](double eps, double atol, double rtol) {
+    GradcheckOptions o;
+    o.eps = eps;
+    o.atol = atol;
+    o.rtol = rtol;
+    return o;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  for (const auto& [label, o, arg, value] :
+       std::vector<std::tuple<std::string, GradcheckOptions, std::string, std::string>>{
+           {"eps = 0", options(0, 1e-5, 1e-3), "eps", "0"},
+           {"eps < 0", options(-1e-6, 1e-5, 1e-3), "eps", "-1e-06"},
+           {"eps NaN", options(k_nan, 1e-5, 1e-3), "eps", "nan"},
+           {"eps infinite", options(k_inf, 1e-5, 1e-3), "eps", "inf"},
+           {"atol < 0", options(1e-6, -1, 1e-3), "atol", "-1"},
+           {"atol NaN", options(1e-6, k_nan, 1e-3), "atol", "nan"},
+           {"rtol < 0", options(1e-6, 1e-5, -0.5), "rtol", "-0.5"},
+           {"rtol NaN", options(1e-6, 1e-5, k_nan), "rtol", "nan"},
+       })
+    rows.push_back({"gradcheck: " + label,
+                    [&, o = o] { gradcheck(f, inputs, o); },
+                    IA,
+                    {"gradcheck", arg, value}});
+  rows.push_back(
+      {"gradcheck: f records on another tape",
+       [&] { gradcheck([&](const std::vector<Var<double>>&) { return foreign; }, inputs); },
+       Expect::logic_error,
+       {"gradcheck", "f must record on the tape of its arguments"}});
+  rows.push_back(
+      {"gradcheck: f returns an empty Var",
+       [&] { gradcheck([](const std::vector<Var<double>>&) { return Var<double>(); }, inputs); },
+       Expect::logic_error,
+       {"empty Var handle"}});
+  auto snapshot = [&] {
+    State s;
+    for (const auto& input : inputs) s.add(input);
+    s.add(elsewhere.size());
+    return s;
+  };
+  report("gradcheck", run_rows(rows, snapshot));
+}
