@@ -2,9 +2,10 @@
 // Philox4x32-10, a counter-based random generator (internal): Salmon, Moraes,
 // Dror & Shaw 2011, "Parallel random numbers: as easy as 1, 2, 3" (the
 // generator of cuRAND and of PyTorch's CUDA dropout). A 128-bit counter and a
-// 64-bit key map through ten rounds of multiply-and-xor to four 32-bit words;
-// every counter gives an independent block, so any element's random number
-// can be recomputed on its own, in any order, by any process. The test checks
+// 64-bit key map through ten rounds of multiply-and-xor to four 32-bit words
+// (the paper reports that Philox4x32-10 passes TestU01's BigCrush over
+// counters in sequence and over many keys), so any element's random number
+// can be recomputed on its own, in any order, by any process. The tests check
 // Random123's published known-answer vectors.
 //
 // uniform_words lays the words of one stream out as a sequence: word g is
