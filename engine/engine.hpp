@@ -11,5 +11,6 @@
 #include "ops/linear.hpp"
 #include "ops/loss.hpp"
 #include "ops/reduce.hpp"
+#include "ops/softmax.hpp"
 #include "parameter.hpp"
 #include "tape.hpp"
