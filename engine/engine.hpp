@@ -5,6 +5,7 @@
 #include "gradcheck.hpp"
 #include "indices.hpp"
 #include "ops/activations.hpp"
+#include "ops/cross_entropy.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/fused_linear.hpp"
 #include "ops/gated.hpp"
