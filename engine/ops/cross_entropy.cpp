@@ -1,4 +1,5 @@
 #include "../kernels/softmax_kernels.hpp"  // first (through simd.hpp): see simd.hpp
+
 #include "cross_entropy.hpp"
 
 #include <algorithm>
@@ -57,17 +58,29 @@ Shape result_shape(const Rows& rows, Reduction r) {
   return r == Reduction::none && !rows.single ? Shape{rows.n} : Shape{};
 }
 
-// Writes the row losses (none) or their reduction; mean divides by `count`
-// (0 / 0 = NaN when no row counts, as torch).
+// Collects the row losses into the result y: each one (none) or their
+// total (sum), or the total / count (mean; 0 / 0 = NaN when no row counts,
+// as torch). No buffer of row losses.
 template <class T>
-void reduce_rows(const std::vector<double>& loss, Reduction r, double count, xt::xarray<T>& y) {
-  if (r == Reduction::none) {
-    std::transform(loss.begin(), loss.end(), y.data(), [](double v) { return static_cast<T>(v); });
-    return;
+class RowLosses {
+ public:
+  RowLosses(Reduction r, xt::xarray<T>& y) : reduction_(r), y_(y.data()) {}
+  void set(std::size_t row, double loss) {
+    if (reduction_ == Reduction::none)
+      y_[row] = static_cast<T>(loss);
+    else
+      total_ += loss;
   }
-  const double total = detail::sum_of(loss.size(), [&](std::size_t i) { return loss[i]; });
-  y.data()[0] = static_cast<T>(r == Reduction::sum ? total : total / count);
-}
+  void finish(double count) {
+    if (reduction_ != Reduction::none)
+      y_[0] = static_cast<T>(reduction_ == Reduction::sum ? total_ : total_ / count);
+  }
+
+ private:
+  Reduction reduction_;
+  T* y_;
+  double total_ = 0.0;
+};
 
 // g_n: the upstream gradient of row n times its weight (see the header).
 template <class T>
@@ -112,10 +125,15 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
   const std::size_t n = rows.n, c = rows.c;
   const bool keep = tape.requires_grad(yi);
   std::vector<RowStats<T>> stats(keep ? n : 0);
-  std::vector<double> loss(n, 0.0);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  RowLosses<T> losses(options.reduction, y);
   double count = 0.0;
   for (std::size_t r = 0; r < n; ++r) {
-    if (t[r] == ignore) continue;  // l_n = 0
+    if (t[r] == ignore) {  // l_n = 0
+      losses.set(r, 0.0);
+      continue;
+    }
     const T* xr = x + r * c;
     const RowStats<T> st = row_stats(xr, c);
     if (keep) stats[r] = st;
@@ -123,12 +141,10 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
     const double lse = static_cast<double>(st.m) + st.log_s;
     double smooth = 0.0;
     if (eps != 0.0) smooth = lse - detail::sum_of(c, [xr](std::size_t k) { return xr[k]; }) / c;
-    loss[r] = (1.0 - eps) * (lse - xr[t[r]]) + eps * smooth;
+    losses.set(r, (1.0 - eps) * (lse - xr[t[r]]) + eps * smooth);
     count += 1.0;
   }
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(result_shape(rows, options.reduction));
-  reduce_rows(loss, options.reduction, count, y);
+  losses.finish(count);
 
   tape.set_backward(yi, [li, n, c, count, options, stats = std::move(stats), target](
                             Tape<T>& tp, const xt::xarray<T>& dy) {
@@ -181,16 +197,19 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
   const bool keep = tape.requires_grad(yi);
   // Per row: m, log_s and Q = sum_c q'_c (the factor of p in dx).
   std::vector<T> stats(keep ? 3 * n : 0);
-  std::vector<double> loss(n);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  RowLosses<T> losses(options.reduction, y);
   const double keep_q = 1.0 - eps, spread = c == 0 ? 0.0 : eps / c;  // q' = keep_q q + spread
   for (std::size_t r = 0; r < n; ++r) {
     const T* xr = x + r * c;
     const T* qr = q + r * c;
     const RowStats<T> st = row_stats(xr, c);
     // l_n = sum_c q'_c ((m - x_c) + log_s) = -sum_c q'_c log p_c
-    loss[r] = detail::sum_of(c, [&](std::size_t k) {
-      return (keep_q * qr[k] + spread) * ((static_cast<double>(st.m) - xr[k]) + st.log_s);
-    });
+    losses.set(r, detail::sum_of(c, [&](std::size_t k) {
+                 return (keep_q * qr[k] + spread) *
+                        ((static_cast<double>(st.m) - xr[k]) + st.log_s);
+               }));
     if (keep) {
       const double total_q = detail::sum_of(c, [qr](std::size_t k) { return qr[k]; });
       stats[3 * r] = st.m;
@@ -198,9 +217,7 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
       stats[3 * r + 2] = static_cast<T>(keep_q * total_q + spread * c);
     }
   }
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(result_shape(rows, options.reduction));
-  reduce_rows(loss, options.reduction, static_cast<double>(n), y);
+  losses.finish(static_cast<double>(n));
 
   tape.set_backward(
       yi, [li, qi, n, c, options, stats = std::move(stats)](Tape<T>& tp, const xt::xarray<T>& dy) {
@@ -254,16 +271,16 @@ Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions o
   const T* z = tape.value(zi).data();
   const std::int64_t* t = target.data();
   const std::size_t n = rows.n, c = rows.c;
-  std::vector<double> loss(n, 0.0);
-  double count = 0.0;
-  for (std::size_t r = 0; r < n; ++r) {
-    if (t[r] == ignore) continue;
-    loss[r] = -static_cast<double>(z[r * c + t[r]]);  // l_n = -z[n, t_n]
-    count += 1.0;
-  }
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(result_shape(rows, options.reduction));
-  reduce_rows(loss, options.reduction, count, y);
+  RowLosses<T> losses(options.reduction, y);
+  double count = 0.0;
+  for (std::size_t r = 0; r < n; ++r) {
+    const bool counted = t[r] != ignore;
+    losses.set(r, counted ? -static_cast<double>(z[r * c + t[r]]) : 0.0);  // l_n = -z[n, t_n]
+    count += counted ? 1.0 : 0.0;
+  }
+  losses.finish(count);
 
   tape.set_backward(yi, [zi, n, c, count, options, target](Tape<T>& tp, const xt::xarray<T>& dy) {
     const GradPointer<T> dz = tp.grad_pointer(zi);

@@ -1,4 +1,5 @@
 #include "../kernels/softmax_kernels.hpp"  // first (through simd.hpp): see simd.hpp
+
 #include "softmax.hpp"
 
 #include <algorithm>
