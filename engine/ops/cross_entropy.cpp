@@ -146,8 +146,10 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
   }
   losses.finish(count);
 
-  tape.set_backward(yi, [li, n, c, count, options, stats = std::move(stats), target](
-                            Tape<T>& tp, const xt::xarray<T>& dy) {
+  // Backward keeps the targets and row statistics; inference keeps nothing.
+  Indices kept_target = keep ? target : Indices();
+  tape.set_backward(yi, [li, n, c, count, options, stats = std::move(stats),
+                         target = std::move(kept_target)](Tape<T>& tp, const xt::xarray<T>& dy) {
     const GradPointer<T> dx = tp.grad_pointer(li);
     if (dx.data == nullptr) return;
     const T* x = tp.value(li).data();
@@ -282,7 +284,9 @@ Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions o
   }
   losses.finish(count);
 
-  tape.set_backward(yi, [zi, n, c, count, options, target](Tape<T>& tp, const xt::xarray<T>& dy) {
+  Indices kept_target = tape.requires_grad(yi) ? target : Indices();  // inference keeps nothing
+  tape.set_backward(yi, [zi, n, c, count, options, target = std::move(kept_target)](
+                            Tape<T>& tp, const xt::xarray<T>& dy) {
     const GradPointer<T> dz = tp.grad_pointer(zi);
     if (dz.data == nullptr) return;
     if (!dz.accumulate) std::fill(dz.data, dz.data + n * c, T(0));  // dz[N, C] = 0, then

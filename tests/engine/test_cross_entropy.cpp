@@ -303,6 +303,17 @@ TEST_CASE_TEMPLATE("cross_entropy: zero rows, views, and gradients that accumula
   CHECK(nll_loss(a, t).value() == nll_loss(b, t).value());
   CHECK(cross_entropy(a, b).value() == cross_entropy(b, b).value());
 
+  // Recording off: the same values, nothing requires a gradient.
+  {
+    const T with_grad = cross_entropy(a, t).value()();
+    const T nll_with_grad = nll_loss(a, t).value()();
+    NoGradGuard<T> guard(tape);
+    auto y = cross_entropy(a, t);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.value()() == with_grad);
+    CHECK(nll_loss(a, t).value()() == nll_with_grad);
+  }
+
   // Two backwards over one recording give twice the gradient.
   for (int form = 0; form < 3; ++form) {
     INFO("form " << form);
@@ -399,11 +410,8 @@ TEST_CASE_TEMPLATE("bad input: cross_entropy", T, float, double) {
           f(x, Indices{0, 1});
         },
         IA, {op, "'target'", "has shape [2], expected [3]", arg, "[3, 4]"});
-    bad(op + ": target [3, 1]",
-        [&, f] {
-          f(x, column);
-        },
-        IA, {op, "'target'", "[3, 1]", "expected [3]"});
+    bad(op + ": target [3, 1]", [&, f] { f(x, column); }, IA,
+        {op, "'target'", "[3, 1]", "expected [3]"});
     bad(op + ": target [1] for one row [4]", [&, f] { f(row, Indices{1}); }, IA,
         {op, "'target'", "has shape [1], expected []", "[4]"});
     bad(op + ": 0-d input", [&, f] { f(scalar, Indices(0)); }, IA,
