@@ -1,5 +1,6 @@
 #pragma once
-// Losses. Results have shape [] (0-d, one element), ready for tape.backward(y).
+// Losses. Results have shape [] (0-d, one element), ready for tape.backward(y),
+// unless a reduction of Reduction::none asks for one loss per row.
 //
 // mse: mean squared error, torch.nn.functional.mse_loss(prediction, target)
 // with reduction='mean':
@@ -15,6 +16,11 @@
 #include "../tape.hpp"
 
 namespace xtgrad {
+
+// How a loss over rows is reduced (torch's `reduction` argument): none keeps
+// one loss per row, mean averages them (over the rows that count: see each
+// loss), sum adds them. The class-target losses are in cross_entropy.hpp.
+enum class Reduction { none, mean, sum };
 
 template <class T>
 Var<T> mse(const Var<T>& prediction, const Var<T>& target);

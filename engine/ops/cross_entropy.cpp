@@ -1,0 +1,310 @@
+#include "../kernels/softmax_kernels.hpp"  // first (through simd.hpp): see simd.hpp
+
+#include "cross_entropy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../check.hpp"
+#include "../kernels/broadcast.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+// logits seen as rows: [N, C], or one row [C] (`single`, with a 0-d target).
+struct Rows {
+  std::size_t n = 0, c = 0;
+  bool single = false;
+};
+
+Rows rows_of(const char* op, const char* arg, const Shape& shape) {
+  if (shape.size() == 2) return {shape[0], shape[1], false};
+  if (shape.size() == 1) return {1, shape[0], true};
+  detail::fail_shape(op, arg, shape,
+                     std::string("[N, C] or [C]") +
+                         (shape.size() > 2 ? " (the K-dimensional form [N, C, d1, ...] is not "
+                                             "supported: move the class axis last and flatten "
+                                             "to [N, C])"
+                                           : ""));
+}
+
+// The shape a class target must have for `rows` of argument `arg`.
+void check_class_target(const char* op, const char* arg, const Shape& logits, const Rows& rows,
+                        const Indices& target, std::int64_t ignore_index) {
+  const bool fits = rows.single ? target.dimension() == 0
+                                : target.dimension() == 1 && target.shape()[0] == rows.n;
+  if (!fits)
+    detail::fail_shape(op, "target", target.shape(),
+                       (rows.single ? std::string("[]") : "[" + std::to_string(rows.n) + "]") +
+                           " for argument " + detail::quoted(arg) + " of shape " +
+                           detail::shape_str(logits));
+  detail::check_indices(op, "target", target, rows.c, &ignore_index);
+}
+
+void check_reduction(const char* op, Reduction r) {
+  if (r != Reduction::none && r != Reduction::mean && r != Reduction::sum)
+    detail::fail_argument(
+        op, "options.reduction",
+        "is Reduction(" + std::to_string(static_cast<int>(r)) + "), expected none, mean or sum");
+}
+
+// The result's shape: one loss per row for Reduction::none over [N, C].
+Shape result_shape(const Rows& rows, Reduction r) {
+  return r == Reduction::none && !rows.single ? Shape{rows.n} : Shape{};
+}
+
+// Collects the row losses into the result y: each one (none) or their
+// total (sum), or the total / count (mean; 0 / 0 = NaN when no row counts,
+// as torch). No buffer of row losses.
+template <class T>
+class RowLosses {
+ public:
+  RowLosses(Reduction r, xt::xarray<T>& y) : reduction_(r), y_(y.data()) {}
+  void set(std::size_t row, double loss) {
+    if (reduction_ == Reduction::none)
+      y_[row] = static_cast<T>(loss);
+    else
+      total_ += loss;
+  }
+  void finish(double count) {
+    if (reduction_ != Reduction::none)
+      y_[0] = static_cast<T>(reduction_ == Reduction::sum ? total_ : total_ / count);
+  }
+
+ private:
+  Reduction reduction_;
+  T* y_;
+  double total_ = 0.0;
+};
+
+// g_n: the upstream gradient of row n times its weight (see the header).
+template <class T>
+T row_gradient(const T* dy, std::size_t n, Reduction r, double count) {
+  if (r == Reduction::none) return dy[n];
+  return r == Reduction::sum ? dy[0] : static_cast<T>(dy[0] / count);
+}
+
+// The saved statistics of row n: its maximum m and log sum_c exp(x_c - m),
+// so that p_c = exp((x_c - m) - log_s) is as accurate as softmax's own.
+template <class T>
+struct RowStats {
+  T m, log_s;
+};
+
+template <class T>
+RowStats<T> row_stats(const T* x, std::size_t c) {
+  const T m = detail::row_max(x, c);
+  const double s = detail::exp_minus_scalar<T, false, true>(x, m, T(0), nullptr, c);
+  return {m, static_cast<T>(std::log(s))};
+}
+
+}  // namespace
+
+template <class T>
+Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOptions options) {
+  static constexpr const char* op = "cross_entropy";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"logits", &logits}});
+  const Rows rows = rows_of(op, "logits", logits.shape());
+  check_reduction(op, options.reduction);
+  const double eps = options.label_smoothing;
+  if (!(eps >= 0.0 && eps <= 1.0))
+    detail::fail_argument(op, "options.label_smoothing",
+                          "is " + detail::number_str(eps) + ", expected a value in [0, 1]");
+  const std::int64_t ignore = options.ignore_index;
+  check_class_target(op, "logits", logits.shape(), rows, target, ignore);
+
+  const std::size_t li = logits.index();
+  const std::size_t yi = tape.record(op, {li}, logits.requires_grad());
+  const T* x = tape.value(li).data();
+  const std::int64_t* t = target.data();
+  const std::size_t n = rows.n, c = rows.c;
+  const bool keep = tape.requires_grad(yi);
+  std::vector<RowStats<T>> stats(keep ? n : 0);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  RowLosses<T> losses(options.reduction, y);
+  double count = 0.0;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (t[r] == ignore) {  // l_n = 0
+      losses.set(r, 0.0);
+      continue;
+    }
+    const T* xr = x + r * c;
+    const RowStats<T> st = row_stats(xr, c);
+    if (keep) stats[r] = st;
+    // l_n = (1 - eps) (lse - x_t) + eps (lse - mean_c x_c), lse = m + log_s
+    const double lse = static_cast<double>(st.m) + st.log_s;
+    double smooth = 0.0;
+    if (eps != 0.0) smooth = lse - detail::sum_of(c, [xr](std::size_t k) { return xr[k]; }) / c;
+    losses.set(r, (1.0 - eps) * (lse - xr[t[r]]) + eps * smooth);
+    count += 1.0;
+  }
+  losses.finish(count);
+
+  // Backward keeps the targets and row statistics; inference keeps nothing.
+  Indices kept_target = keep ? target : Indices();
+  tape.set_backward(yi, [li, n, c, count, options, stats = std::move(stats),
+                         target = std::move(kept_target)](Tape<T>& tp, const xt::xarray<T>& dy) {
+    const GradPointer<T> dx = tp.grad_pointer(li);
+    if (dx.data == nullptr) return;
+    const T* x = tp.value(li).data();
+    const T e = static_cast<T>(options.label_smoothing);
+    for (std::size_t r = 0; r < n; ++r) {
+      T* d = dx.data + r * c;
+      const std::int64_t tr = target.data()[r];
+      if (tr == options.ignore_index) {  // dx[r, C] (+)= 0
+        if (!dx.accumulate) std::fill(d, d + c, T(0));
+        continue;
+      }
+      const T g = row_gradient(dy.data(), r, options.reduction, count);
+      const T offset = -g * e / static_cast<T>(c);
+      // dx[r, C] (+)= g * exp((x[r, C] - m) - log_s) - g * eps / C
+      if (dx.accumulate)
+        detail::scaled_exp_minus<T, true>(x + r * c, stats[r].m, stats[r].log_s, g, offset, d, c);
+      else
+        detail::scaled_exp_minus<T, false>(x + r * c, stats[r].m, stats[r].log_s, g, offset, d, c);
+      d[tr] -= g * (T(1) - e);  // dx[r, t_r] -= g * (1 - eps)
+    }
+  });
+  return tape.var(yi);
+}
+
+template <class T>
+Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
+                     CrossEntropyOptions options) {
+  static constexpr const char* op = "cross_entropy";
+  Tape<T>& tape =
+      detail::common_tape<T>(op, {{"logits", &logits}, {"target_probs", &target_probs}});
+  const Rows rows = rows_of(op, "logits", logits.shape());
+  if (target_probs.shape() != logits.shape())
+    detail::fail_shape(op, "target_probs", target_probs.shape(),
+                       detail::shape_str(logits.shape()) + ", the shape of argument 'logits'");
+  check_reduction(op, options.reduction);
+  const double eps = options.label_smoothing;
+  if (!(eps >= 0.0 && eps <= 1.0))
+    detail::fail_argument(op, "options.label_smoothing",
+                          "is " + detail::number_str(eps) + ", expected a value in [0, 1]");
+
+  const std::size_t li = logits.index(), qi = target_probs.index();
+  const std::size_t yi =
+      tape.record(op, {li, qi}, logits.requires_grad() || target_probs.requires_grad());
+  const T* x = tape.value(li).data();
+  const T* q = tape.value(qi).data();
+  const std::size_t n = rows.n, c = rows.c;
+  const bool keep = tape.requires_grad(yi);
+  // Per row: m, log_s and Q = sum_c q'_c (the factor of p in dx).
+  std::vector<T> stats(keep ? 3 * n : 0);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  RowLosses<T> losses(options.reduction, y);
+  const double keep_q = 1.0 - eps, spread = c == 0 ? 0.0 : eps / c;  // q' = keep_q q + spread
+  for (std::size_t r = 0; r < n; ++r) {
+    const T* xr = x + r * c;
+    const T* qr = q + r * c;
+    const RowStats<T> st = row_stats(xr, c);
+    // l_n = sum_c q'_c ((m - x_c) + log_s) = -sum_c q'_c log p_c
+    losses.set(r, detail::sum_of(c, [&](std::size_t k) {
+                 return (keep_q * qr[k] + spread) *
+                        ((static_cast<double>(st.m) - xr[k]) + st.log_s);
+               }));
+    if (keep) {
+      const double total_q = detail::sum_of(c, [qr](std::size_t k) { return qr[k]; });
+      stats[3 * r] = st.m;
+      stats[3 * r + 1] = st.log_s;
+      stats[3 * r + 2] = static_cast<T>(keep_q * total_q + spread * c);
+    }
+  }
+  losses.finish(static_cast<double>(n));
+
+  tape.set_backward(
+      yi, [li, qi, n, c, options, stats = std::move(stats)](Tape<T>& tp, const xt::xarray<T>& dy) {
+        const T* x = tp.value(li).data();
+        const T* q = tp.value(qi).data();
+        const T keep_q = static_cast<T>(1.0 - options.label_smoothing);
+        const T spread = c == 0 ? T(0) : static_cast<T>(options.label_smoothing / c);
+        const double count = static_cast<double>(n);
+        // One parent at a time: when logits and target_probs are one Var, the
+        // second claim accumulates onto the first.
+        if (tp.requires_grad(li)) {
+          const GradPointer<T> dx = tp.grad_pointer(li);
+          for (std::size_t r = 0; r < n; ++r) {
+            const T g = row_gradient(dy.data(), r, options.reduction, count);
+            const T m = stats[3 * r], log_s = stats[3 * r + 1], total_q = stats[3 * r + 2];
+            for (std::size_t k = 0; k < c; ++k) {
+              const std::size_t i = r * c + k;
+              // dx[r, k] (+)= g * (p[r, k] * Q_r - q'[r, k])
+              const T v = g * (std::exp((x[i] - m) - log_s) * total_q - (keep_q * q[i] + spread));
+              dx.data[i] = dx.accumulate ? dx.data[i] + v : v;
+            }
+          }
+        }
+        if (tp.requires_grad(qi)) {
+          const GradPointer<T> dq = tp.grad_pointer(qi);
+          for (std::size_t r = 0; r < n; ++r) {
+            const T g = row_gradient(dy.data(), r, options.reduction, count) * keep_q;
+            const T m = stats[3 * r], log_s = stats[3 * r + 1];
+            for (std::size_t k = 0; k < c; ++k) {
+              const std::size_t i = r * c + k;
+              const T v = g * ((m - x[i]) + log_s);  // dq[r, k] (+)= g (1 - eps) (lse_r - x[r, k])
+              dq.data[i] = dq.accumulate ? dq.data[i] + v : v;
+            }
+          }
+        }
+      });
+  return tape.var(yi);
+}
+
+template <class T>
+Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions options) {
+  static constexpr const char* op = "nll_loss";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"log_probs", &log_probs}});
+  const Rows rows = rows_of(op, "log_probs", log_probs.shape());
+  check_reduction(op, options.reduction);
+  const std::int64_t ignore = options.ignore_index;
+  check_class_target(op, "log_probs", log_probs.shape(), rows, target, ignore);
+
+  const std::size_t zi = log_probs.index();
+  const std::size_t yi = tape.record(op, {zi}, log_probs.requires_grad());
+  const T* z = tape.value(zi).data();
+  const std::int64_t* t = target.data();
+  const std::size_t n = rows.n, c = rows.c;
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  RowLosses<T> losses(options.reduction, y);
+  double count = 0.0;
+  for (std::size_t r = 0; r < n; ++r) {
+    const bool counted = t[r] != ignore;
+    losses.set(r, counted ? -static_cast<double>(z[r * c + t[r]]) : 0.0);  // l_n = -z[n, t_n]
+    count += counted ? 1.0 : 0.0;
+  }
+  losses.finish(count);
+
+  Indices kept_target = tape.requires_grad(yi) ? target : Indices();  // inference keeps nothing
+  tape.set_backward(yi, [zi, n, c, count, options, target = std::move(kept_target)](
+                            Tape<T>& tp, const xt::xarray<T>& dy) {
+    const GradPointer<T> dz = tp.grad_pointer(zi);
+    if (dz.data == nullptr) return;
+    if (!dz.accumulate) std::fill(dz.data, dz.data + n * c, T(0));  // dz[N, C] = 0, then
+    for (std::size_t r = 0; r < n; ++r) {
+      const std::int64_t tr = target.data()[r];
+      if (tr == options.ignore_index) continue;
+      // dz[r, t_r] (+)= -g_r
+      dz.data[r * c + tr] -= row_gradient(dy.data(), r, options.reduction, count);
+    }
+  });
+  return tape.var(yi);
+}
+
+template Var<float> cross_entropy(const Var<float>&, const Indices&, CrossEntropyOptions);
+template Var<double> cross_entropy(const Var<double>&, const Indices&, CrossEntropyOptions);
+template Var<float> cross_entropy(const Var<float>&, const Var<float>&, CrossEntropyOptions);
+template Var<double> cross_entropy(const Var<double>&, const Var<double>&, CrossEntropyOptions);
+template Var<float> nll_loss(const Var<float>&, const Indices&, NllLossOptions);
+template Var<double> nll_loss(const Var<double>&, const Indices&, NllLossOptions);
+
+}  // namespace xtgrad
