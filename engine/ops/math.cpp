@@ -92,10 +92,13 @@ B tame(const B& v, double limit) {
 
 // Calls body(f) with f: x -> x^p computed as torch computes it for this p
 // (PowKernel.cpp: sqrt, x * x, x * x * x, rsqrt, 1 / x, 1 / (x * x), and
-// std::pow otherwise), so that the special exponents round as torch's do.
+// std::pow otherwise), so that the special exponents round as torch's do;
+// p = 1 is x itself, as std::pow gives it.
 template <class T, class Body>
 void with_power(T p, Body body) {
-  if (p == T(0.5))
+  if (p == T(1))  // exact in std::pow too; the backward of x^2 needs it
+    body([](T v) { return v; });
+  else if (p == T(0.5))
     body([](T v) { return std::sqrt(v); });
   else if (p == T(2))
     body([](T v) { return v * v; });
@@ -209,7 +212,9 @@ Var<T> abs(const Var<T>& x) {
         map_plain(xs, y, n, [](T v) { return std::abs(v); });
       },
       // dx[x] (+)= dy[x] * sign(x[x]), sign(0) = sign(NaN) = 0
-      [](T g, T v) { return g * (T(v > T(0)) - T(v < T(0))); });
+      [](T g, T v) {
+        return g * (v > T(0) ? T(1) : v < T(0) ? T(-1) : T(0));
+      });
 }
 
 template <class T>
