@@ -12,6 +12,7 @@
 #include "ops/gated.hpp"
 #include "ops/linear.hpp"
 #include "ops/loss.hpp"
+#include "ops/math.hpp"
 #include "ops/norm.hpp"
 #include "ops/reduce.hpp"
 #include "ops/softmax.hpp"

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -198,20 +199,23 @@ void sum_to_shape(const xt::xarray<T>& g, GradSlot<T> dst, T scale = T(1)) {
                });
 }
 
-// dst (+)= (g * other) summed over the axes along which dst's shape was
-// broadcast to g's shape; `other` broadcasts to g's shape too. The product is
-// never materialized.
-template <class T>
-void sum_product_to_shape(const xt::xarray<T>& g, const xt::xarray<T>& other, GradSlot<T> dst) {
+// dst (+)= combine(g, other) summed over the axes along which dst's shape was
+// broadcast to g's shape; `other` broadcasts to g's shape too. combine is g *
+// other by default (mul) or g / other (div); it must be linear in g, because
+// a run of g against one element of other is summed before it is combined.
+// The product is never materialized.
+template <class T, class Combine = std::multiplies<>>
+void sum_product_to_shape(const xt::xarray<T>& g, const xt::xarray<T>& other, GradSlot<T> dst,
+                          Combine combine = Combine()) {
   T* d = dst.buffer.data();
   const T* gd = g.data();
   const T* od = other.data();
   if (dst.buffer.shape() == g.shape() && other.shape() == g.shape()) {  // one pass
     const std::size_t n = g.size();
     if (dst.accumulate)
-      for (std::size_t i = 0; i < n; ++i) d[i] += gd[i] * od[i];
+      for (std::size_t i = 0; i < n; ++i) d[i] += combine(gd[i], od[i]);
     else
-      for (std::size_t i = 0; i < n; ++i) d[i] = gd[i] * od[i];
+      for (std::size_t i = 0; i < n; ++i) d[i] = combine(gd[i], od[i]);
     return;
   }
   if (!dst.accumulate) std::fill(d, d + dst.buffer.size(), T(0));
@@ -223,15 +227,17 @@ void sum_product_to_shape(const xt::xarray<T>& g, const xt::xarray<T>& other, Gr
         const T* gr = gd + o;
         const T* orun = od + k;
         if (step_d && step_o) {  // d[n] += g[n] * o[n]
-          for (std::size_t j = 0; j < n; ++j) dr[j] += gr[j] * orun[j];
+          for (std::size_t j = 0; j < n; ++j) dr[j] += combine(gr[j], orun[j]);
         } else if (step_d) {  // d[n] += g[n] * o[], o repeated along the run
           const T o0 = *orun;
-          for (std::size_t j = 0; j < n; ++j) dr[j] += gr[j] * o0;
+          for (std::size_t j = 0; j < n; ++j) dr[j] += combine(gr[j], o0);
         } else if (step_o) {  // d[] += g[n] . o[n], d repeated along the run
+          *dr += static_cast<T>(sum_of(n, [&](std::size_t j) {
+            return combine(static_cast<double>(gr[j]), static_cast<double>(orun[j]));
+          }));
+        } else {  // d[] += sum(g[n]) * o[], both repeated
           *dr += static_cast<T>(
-              sum_of(n, [&](std::size_t j) { return static_cast<double>(gr[j]) * orun[j]; }));
-        } else {  // d[] += o[] * sum(g[n]), both repeated
-          *dr += static_cast<T>(*orun * sum_of(n, [&](std::size_t j) { return gr[j]; }));
+              combine(sum_of(n, [&](std::size_t j) { return gr[j]; }), static_cast<double>(*orun)));
         }
       });
 }

@@ -9,9 +9,42 @@ namespace xtgrad {
 
 namespace {
 
-enum class Arithmetic { add, sub, mul };
+enum class Arithmetic { add, sub, mul, div };
 
-// add, sub and mul share their checks, recording and broadcasting; only the
+// db[b] (+)= -(dy * y) / b summed over b's repeated axes, y = a / b. b is
+// constant along those axes, so it divides each run's sum once.
+template <class T>
+void div_divisor_backward(const xt::xarray<T>& dy, const xt::xarray<T>& y, const xt::xarray<T>& b,
+                          GradSlot<T> db) {
+  T* d = db.buffer.data();
+  const T* g = dy.data();
+  const T* yv = y.data();
+  const T* bv = b.data();
+  if (b.shape() == dy.shape()) {  // one pass
+    const std::size_t n = dy.size();
+    if (db.accumulate)
+      for (std::size_t i = 0; i < n; ++i) d[i] -= g[i] * yv[i] / bv[i];
+    else
+      for (std::size_t i = 0; i < n; ++i) d[i] = -(g[i] * yv[i]) / bv[i];
+    return;
+  }
+  if (!db.accumulate) std::fill(d, d + db.buffer.size(), T(0));  // [0, D] / [D] gives zeros
+  const Shape& shape = b.shape();
+  const detail::BroadcastPlan plan = detail::make_plan(dy.shape(), {&shape, &shape});
+  detail::for_each_run(
+      plan, dy.size(),
+      [&](std::size_t o, std::size_t ob, std::size_t, std::size_t n, bool step, bool) {
+        if (step)  // db[n] -= dy[n] * y[n] / b[n]: one row
+          for (std::size_t j = 0; j < n; ++j) d[ob + j] -= g[o + j] * yv[o + j] / bv[ob + j];
+        else  // db[] -= sum(dy[n] * y[n]) / b[]: the run collapses onto one element
+          d[ob] -= static_cast<T>(
+              detail::sum_of(
+                  n, [&](std::size_t j) { return static_cast<double>(g[o + j]) * yv[o + j]; }) /
+              bv[ob]);
+      });
+}
+
+// add, sub, mul and div share their checks, recording and broadcasting; only the
 // kernel and the backward rule differ.
 template <class T>
 Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b) {
@@ -33,21 +66,95 @@ Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b)
     case Arithmetic::mul:
       detail::broadcast_apply(y, av, bv, std::multiplies<T>());
       break;
+    case Arithmetic::div:
+      detail::broadcast_apply(y, av, bv, std::divides<T>());
+      break;
   }
 
-  tape.set_backward(yi, [ai, bi, kind](Tape<T>& t, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [ai, bi, yi, kind](Tape<T>& t, const xt::xarray<T>& dy) {
     // When ai == bi (mul(x, x)) the second grad_slot accumulates onto the first.
     if (t.requires_grad(ai)) {
       if (kind == Arithmetic::mul)  // da[a] (+)= sum over a's repeated axes of dy[y] * b[y]
         detail::sum_product_to_shape(dy, t.value(bi), t.grad_slot(ai));
+      else if (kind == Arithmetic::div)  // da[a] (+)= sum over a's repeated axes of dy[y] / b[y]
+        detail::sum_product_to_shape(dy, t.value(bi), t.grad_slot(ai), std::divides<>());
       else  // da[a] (+)= sum over a's repeated axes of dy[y]
         detail::sum_to_shape(dy, t.grad_slot(ai));
     }
     if (t.requires_grad(bi)) {
       if (kind == Arithmetic::mul)  // db[b] (+)= sum over b's repeated axes of dy[y] * a[y]
         detail::sum_product_to_shape(dy, t.value(ai), t.grad_slot(bi));
+      else if (kind == Arithmetic::div)  // db[b] (+)= -sum over b's repeated axes of dy[y] y[y] / b
+        div_divisor_backward(dy, t.value(yi), t.value(bi), t.grad_slot(bi));
       else  // db[b] (+)= sum over b's repeated axes of dy[y], negated for sub
         detail::sum_to_shape(dy, t.grad_slot(bi), kind == Arithmetic::sub ? T(-1) : T(1));
+    }
+  });
+  return tape.var(yi);
+}
+
+// dx[i] (+)= term(i) for i < dx's size: the write-or-accumulate rule of
+// grad_slot, as a branch outside the loop.
+template <class T, class Term>
+void write_or_add(GradSlot<T> dx, Term term) {
+  T* d = dx.buffer.data();
+  const std::size_t n = dx.buffer.size();
+  if (dx.accumulate)
+    for (std::size_t i = 0; i < n; ++i) d[i] += term(i);
+  else
+    for (std::size_t i = 0; i < n; ++i) d[i] = term(i);
+}
+
+enum class WithScalar { add, rsub, div, rdiv };
+
+// add_scalar, rsub, div_scalar and rdiv: one node of x and a constant s.
+template <class T>
+Var<T> with_scalar(const char* op, WithScalar kind, const Var<T>& x, T s) {
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(xv.shape());
+  const T* xd = xv.data();
+  T* yd = y.data();
+  const std::size_t n = xv.size();
+  switch (kind) {
+    case WithScalar::add:  // y = x + s
+      for (std::size_t i = 0; i < n; ++i) yd[i] = xd[i] + s;
+      break;
+    case WithScalar::rsub:  // y = s - x
+      for (std::size_t i = 0; i < n; ++i) yd[i] = s - xd[i];
+      break;
+    case WithScalar::div:  // y = x / s
+      for (std::size_t i = 0; i < n; ++i) yd[i] = xd[i] / s;
+      break;
+    case WithScalar::rdiv:  // y = (1 / x) * s, as torch's s / x (reciprocal, then mul)
+      for (std::size_t i = 0; i < n; ++i) yd[i] = (T(1) / xd[i]) * s;
+      break;
+  }
+
+  tape.set_backward(yi, [xi, s, kind](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    const T* g = dy.data();
+    switch (kind) {
+      case WithScalar::add:  // dx[x] (+)= dy[x]
+        detail::sum_to_shape(dy, t.grad_slot(xi));
+        break;
+      case WithScalar::rsub:  // dx[x] (+)= -dy[x]
+        detail::sum_to_shape(dy, t.grad_slot(xi), T(-1));
+        break;
+      case WithScalar::div:  // dx[x] (+)= dy[x] / s
+        write_or_add(t.grad_slot(xi), [g, s](std::size_t i) { return g[i] / s; });
+        break;
+      case WithScalar::rdiv: {  // dx[x] (+)= -(dy[x] s) r[x]^2, r = 1 / x (torch's reciprocal')
+        const T* xd = t.value(xi).data();
+        write_or_add(t.grad_slot(xi), [g, s, xd](std::size_t i) {
+          const T r = T(1) / xd[i];
+          return -(g[i] * s) * (r * r);
+        });
+        break;
+      }
     }
   });
   return tape.var(yi);
@@ -71,6 +178,11 @@ Var<T> mul(const Var<T>& a, const Var<T>& b) {
 }
 
 template <class T>
+Var<T> div(const Var<T>& a, const Var<T>& b) {
+  return binary("div", Arithmetic::div, a, b);
+}
+
+template <class T>
 Var<T> scale(const Var<T>& a, NoDeduce<T> s) {
   static constexpr const char* op = "scale";
   Tape<T>& tape = detail::common_tape<T>(op, {{"a", &a}});
@@ -89,13 +201,38 @@ Var<T> scale(const Var<T>& a, NoDeduce<T> s) {
   return tape.var(yi);
 }
 
-template Var<float> add(const Var<float>&, const Var<float>&);
-template Var<float> sub(const Var<float>&, const Var<float>&);
-template Var<float> mul(const Var<float>&, const Var<float>&);
-template Var<float> scale(const Var<float>&, float);
-template Var<double> add(const Var<double>&, const Var<double>&);
-template Var<double> sub(const Var<double>&, const Var<double>&);
-template Var<double> mul(const Var<double>&, const Var<double>&);
-template Var<double> scale(const Var<double>&, double);
+template <class T>
+Var<T> add_scalar(const Var<T>& x, NoDeduce<T> s) {
+  return with_scalar<T>("add_scalar", WithScalar::add, x, s);
+}
+
+template <class T>
+Var<T> rsub(const Var<T>& x, NoDeduce<T> s) {
+  return with_scalar<T>("rsub", WithScalar::rsub, x, s);
+}
+
+template <class T>
+Var<T> div_scalar(const Var<T>& x, NoDeduce<T> s) {
+  return with_scalar<T>("div_scalar", WithScalar::div, x, s);
+}
+
+template <class T>
+Var<T> rdiv(const Var<T>& x, NoDeduce<T> s) {
+  return with_scalar<T>("rdiv", WithScalar::rdiv, x, s);
+}
+
+#define XTGRAD_ELEMENTWISE_INSTANTIATE(T)            \
+  template Var<T> add(const Var<T>&, const Var<T>&); \
+  template Var<T> sub(const Var<T>&, const Var<T>&); \
+  template Var<T> mul(const Var<T>&, const Var<T>&); \
+  template Var<T> div(const Var<T>&, const Var<T>&); \
+  template Var<T> scale(const Var<T>&, T);           \
+  template Var<T> add_scalar(const Var<T>&, T);      \
+  template Var<T> rsub(const Var<T>&, T);            \
+  template Var<T> div_scalar(const Var<T>&, T);      \
+  template Var<T> rdiv(const Var<T>&, T);
+XTGRAD_ELEMENTWISE_INSTANTIATE(float)
+XTGRAD_ELEMENTWISE_INSTANTIATE(double)
+#undef XTGRAD_ELEMENTWISE_INSTANTIATE
 
 }  // namespace xtgrad

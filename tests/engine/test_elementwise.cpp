@@ -1,4 +1,5 @@
-// add, sub, mul, scale and their operators; NumPy broadcasting and
+// add, sub, mul, div, scale, the scalar overloads (add_scalar, rsub,
+// div_scalar, rdiv) and their operators; NumPy broadcasting and
 // detail::sum_to_shape, the reduction of a gradient to an operand's shape.
 #include <doctest/doctest.h>
 
@@ -13,6 +14,8 @@
 #include <xtgrad/engine/kernels/broadcast.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
 
+#include "support/bad_input.hpp"
+#include "support/fixtures/math_fixtures.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -22,19 +25,31 @@ namespace {
 
 using Dims = std::vector<std::size_t>;
 
-enum class Op { add, sub, mul };
+enum class Op { add, sub, mul, div };
 const char* name(Op op) {
-  return op == Op::add ? "add" : op == Op::sub ? "sub" : "mul";
+  return op == Op::add ? "add" : op == Op::sub ? "sub" : op == Op::mul ? "mul" : "div";
 }
 
 template <class T>
 Var<T> apply(Op op, const Var<T>& a, const Var<T>& b) {
-  return op == Op::add ? add(a, b) : op == Op::sub ? sub(a, b) : mul(a, b);
+  return op == Op::add   ? add(a, b)
+         : op == Op::sub ? sub(a, b)
+         : op == Op::mul ? mul(a, b)
+                         : div(a, b);
 }
 
 double scalar_op(Op op, double a, double b) {
-  return op == Op::add ? a + b : op == Op::sub ? a - b : a * b;
+  return op == Op::add ? a + b : op == Op::sub ? a - b : op == Op::mul ? a * b : a / b;
 }
+
+// Operand b of an op: kept away from 0 for div.
+template <class T>
+xt::xarray<T> operand_b(Op op, const std::vector<std::size_t>& shape, std::uint32_t seed) {
+  return op == Op::div ? random_away_from_zero<T>(shape, seed, 0.5, 1.5)
+                       : random_array<T>(shape, seed);
+}
+
+constexpr Op k_ops[] = {Op::add, Op::sub, Op::mul, Op::div};
 
 // ---- A textbook broadcasting reference, element by element ----
 
@@ -98,8 +113,11 @@ Reference reference(Op op, const xt::xarray<T>& a, const xt::xarray<T>& b,
     const std::size_t ia = source_of(index, ad), ib = source_of(index, bd);
     const double av = a.data()[ia], bv = b.data()[ib], g = dy.data()[i];
     r.y.data()[i] = scalar_op(op, av, bv);
-    r.da.data()[ia] += op == Op::mul ? g * bv : g;
-    r.db.data()[ib] += op == Op::mul ? g * av : op == Op::sub ? -g : g;
+    r.da.data()[ia] += op == Op::mul ? g * bv : op == Op::div ? g / bv : g;
+    r.db.data()[ib] += op == Op::mul   ? g * av
+                       : op == Op::sub ? -g
+                       : op == Op::div ? -g * av / (bv * bv)
+                                       : g;
   }
   return r;
 }
@@ -217,10 +235,10 @@ TEST_CASE_TEMPLATE("elementwise: every broadcast layout matches an element-by-el
     // lambda, which C++17 allows only for variables.
     const Dims& ad = shapes.first;
     const Dims& bd = shapes.second;
-    for (Op op : {Op::add, Op::sub, Op::mul}) {
+    for (Op op : k_ops) {
       INFO(name(op), " ", describe(ad, bd));
       const xt::xarray<T> av = random_array<T>(ad, ++seed);
-      const xt::xarray<T> bv = random_array<T>(bd, ++seed);
+      const xt::xarray<T> bv = operand_b<T>(op, bd, ++seed);
       const xt::xarray<T> dy = random_array<T>(broadcast_dims(ad, bd), ++seed);
       const Reference r = reference(op, av, bv, dy);
       Tape<T> tape;
@@ -241,11 +259,11 @@ TEST_CASE("elementwise: gradcheck for every op and broadcast layout") {
     // lambda, which C++17 allows only for variables.
     const Dims& ad = shapes.first;
     const Dims& bd = shapes.second;
-    for (Op op : {Op::add, Op::sub, Op::mul}) {
+    for (Op op : k_ops) {
       INFO(name(op), " ", describe(ad, bd));
       check_gradients(
           [op = op](const std::vector<Var<double>>& v) { return apply(op, v[0], v[1]); },
-          {random_array(ad, 7), random_array(bd, 8)});
+          {random_array(ad, 7), operand_b<double>(op, bd, 8)});
     }
   }
   for (const Dims& dims : {Dims{5}, Dims{2, 3}, Dims{}, Dims{2, 3, 4}}) {
@@ -354,7 +372,7 @@ TEST_CASE_TEMPLATE("elementwise: transposed and stepped views give the contiguou
   const xt::xarray<T> v_s = xt::view(v, xt::range(0, 6, 2));
   REQUIRE(v_s.shape() == Shape{3});
 
-  for (Op op : {Op::add, Op::sub, Op::mul}) {
+  for (Op op : k_ops) {
     INFO(name(op));
     Tape<T> strided, contiguous;
     auto a1 = strided.leaf(xt::transpose(m));
@@ -397,7 +415,7 @@ TEST_CASE_TEMPLATE("elementwise: inputs are unchanged by forward and backward", 
   xt::xarray<T> m = random_array<T>({3, 4}, 21);
   xt::xarray<T> v = random_array<T>({6}, 22);
   const xt::xarray<T> m_before = m, v_before = v;
-  for (Op op : {Op::add, Op::sub, Op::mul}) {
+  for (Op op : k_ops) {
     INFO(name(op));
     Tape<T> tape;
     auto a = tape.leaf(xt::transpose(m));                 // [4, 3]
@@ -485,4 +503,297 @@ TEST_CASE_TEMPLATE("elementwise: sum_to_shape reduces exactly the broadcast axes
   CHECK(all.dimension() == 0);
   CHECK(all() == T(1476));  // 12 * (0 + 100) + 8 * (0 + 10 + 20) + 6 * (0 + 1 + 2 + 3)
   CHECK(reduce({1}, true) == xt::xarray<T>{2476});
+}
+
+namespace {
+
+namespace fx = xtgrad::fixtures::math;
+
+// A few ulp of T, relative.
+template <class T>
+constexpr double ulps() {
+  return std::is_same_v<T, float> ? 1e-6 : 1e-14;
+}
+
+template <class T>
+xt::xarray<T> from(const double* values, const Dims& shape) {
+  xt::xarray<T> a = xt::empty<T>(shape);
+  for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = static_cast<T>(values[i]);
+  return a;
+}
+
+enum class ScalarOp { add, rsub, div, rdiv };
+
+template <class T>
+Var<T> apply(ScalarOp op, const Var<T>& x, T s) {
+  switch (op) {
+    case ScalarOp::add:
+      return add_scalar(x, s);
+    case ScalarOp::rsub:
+      return rsub(x, s);
+    case ScalarOp::div:
+      return div_scalar(x, s);
+    case ScalarOp::rdiv:
+      break;
+  }
+  return rdiv(x, s);
+}
+
+// y and dy/dx of each scalar op, in long double, written out here.
+std::pair<long double, long double> scalar_reference(ScalarOp op, long double x, long double s) {
+  switch (op) {
+    case ScalarOp::add:
+      return {x + s, 1};
+    case ScalarOp::rsub:
+      return {s - x, -1};
+    case ScalarOp::div:
+      return {x / s, 1 / s};
+    case ScalarOp::rdiv:
+      break;
+  }
+  return {s / x, -s / (x * x)};
+}
+
+constexpr ScalarOp k_scalar_ops[] = {ScalarOp::add, ScalarOp::rsub, ScalarOp::div, ScalarOp::rdiv};
+const char* name(ScalarOp op) {
+  return op == ScalarOp::add    ? "add_scalar"
+         : op == ScalarOp::rsub ? "rsub"
+         : op == ScalarOp::div  ? "div_scalar"
+                                : "rdiv";
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("elementwise: div matches PyTorch with broadcasting, values and gradients", T,
+                   float, double) {
+  struct Case {
+    const char* name;
+    Dims a_shape, b_shape;
+    const double *a, *b, *dy, *y, *da, *db;
+  };
+#define XTGRAD_DIV_CASE(n, as, bs)                                                  \
+  Case {                                                                            \
+#n, as, bs, fx::n##_a, fx::n##_b, fx::n##_dy, fx::n##_y, fx::n##_da, fx::n##_db \
+  }
+  const std::vector<Case> cases = {XTGRAD_DIV_CASE(div_rows, (Dims{2, 3}), (Dims{3})),
+                                   XTGRAD_DIV_CASE(div_first, (Dims{3}), (Dims{2, 3})),
+                                   XTGRAD_DIV_CASE(div_outer, (Dims{2, 1}), (Dims{1, 3})),
+                                   XTGRAD_DIV_CASE(div_scalar_b, (Dims{2, 3}), (Dims{})),
+                                   XTGRAD_DIV_CASE(div_zero, (Dims{4}), (Dims{4}))};
+#undef XTGRAD_DIV_CASE
+  for (const Case& c : cases) {
+    INFO(std::string(c.name));
+    Tape<T> tape;
+    auto a = tape.leaf(from<T>(c.a, c.a_shape));
+    auto b = tape.leaf(from<T>(c.b, c.b_shape));
+    auto y = a / b;
+    const Dims y_shape = broadcast_dims(c.a_shape, c.b_shape);
+    REQUIRE(y.shape() == Shape(y_shape.begin(), y_shape.end()));
+    check_ieee(y.value(), c.y, y.size(), ulps<T>(), 0.0);
+    tape.backward(y, from<T>(c.dy, y_shape));
+    check_ieee(a.grad(), c.da, a.size(), ulps<T>(), 0.0);
+    check_ieee(b.grad(), c.db, b.size(), ulps<T>(), 0.0);
+  }
+}
+
+TEST_CASE_TEMPLATE("elementwise: div(x, x) is 1 with gradient exactly 0", T, float, double) {
+  Tape<T> tape;
+  auto x = tape.leaf(random_away_from_zero<T>({3, 4}, 81, 0.1, 3.0));
+  auto y = div(x, x);
+  CHECK(y.value() == xt::ones<T>({3, 4}));
+  tape.backward(y, random_array<T>({3, 4}, 82));
+  CHECK(x.grad() == xt::zeros<T>({3, 4}));
+}
+
+TEST_CASE_TEMPLATE("elementwise: scalar overloads match PyTorch and a long-double loop", T, float,
+                   double) {
+  const std::size_t n = std::size(fx::scalar_x);
+  const double* y_fixture[] = {fx::add_scalar_y, fx::rsub_y, fx::div_scalar_y, fx::rdiv_y};
+  const double* dx_fixture[] = {fx::add_scalar_dx, fx::rsub_dx, fx::div_scalar_dx, fx::rdiv_dx};
+  for (std::size_t k = 0; k < 4; ++k) {
+    const ScalarOp op = k_scalar_ops[k];
+    INFO(name(op));
+    Tape<T> tape;
+    auto x = tape.leaf(from<T>(fx::scalar_x, {n}));
+    auto y = apply(op, x, T(1.5));
+    check_ieee(y.value(), y_fixture[k], n, ulps<T>(), 0.0);
+    tape.backward(y, from<T>(fx::scalar_dy, {n}));
+    check_ieee(x.grad(), dx_fixture[k], n, ulps<T>(), 0.0);
+
+    const xt::xarray<T> xv = random_away_from_zero<T>({2, 3, 7}, 83, 0.2, 3.0);
+    const xt::xarray<T> dy = random_array<T>({2, 3, 7}, 84);
+    xt::xarray<double> y_ref = xt::empty<double>({2, 3, 7}), dx_ref = y_ref;
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      const auto [value, slope] = scalar_reference(op, xv.data()[i], -0.75L);
+      y_ref.data()[i] = static_cast<double>(value);
+      dx_ref.data()[i] = static_cast<double>(slope * dy.data()[i]);
+    }
+    Tape<T> tape2;
+    auto x2 = tape2.leaf(xv);
+    auto y2 = apply(op, x2, T(-0.75));
+    check_close(y2.value(), y_ref, ulps<T>(), 0.0);
+    tape2.backward(y2, dy);
+    check_close(x2.grad(), dx_ref, ulps<T>(), 0.0);
+  }
+}
+
+TEST_CASE_TEMPLATE("elementwise: scalar operators are the functions, one node each", T, float,
+                   double) {
+  Tape<T> tape;
+  auto x = tape.leaf(xt::xarray<T>{{1, -2, 4}, {0.5, 8, -0.25}});
+  const std::size_t before = tape.size();
+  auto sum1 = x + 1.0;  // a double for a Var<float> too
+  CHECK(tape.size() == before + 1);
+  CHECK(sum1.value() == add_scalar(x, T(1)).value());
+  CHECK((2.5 + x).value() == xt::xarray<T>{{3.5, 0.5, 6.5}, {3, 10.5, 2.25}});
+  CHECK((x - 0.5).value() == xt::xarray<T>{{0.5, -2.5, 3.5}, {0, 7.5, -0.75}});
+  CHECK((3.0 - x).value() == xt::xarray<T>{{2, 5, -1}, {2.5, -5, 3.25}});
+  CHECK((x / 4.0).value() == xt::xarray<T>{{0.25, -0.5, 1}, {0.125, 2, -0.0625}});
+  CHECK((2.0 / x).value() == xt::xarray<T>{{2, -1, 0.5}, {4, 0.25, -8}});
+  CHECK((x / x).value() == div(x, x).value());
+  const std::size_t after = tape.size();
+  auto r = 2.0 / x;
+  CHECK(tape.size() == after + 1);  // one node, not a constant leaf and a broadcast
+
+  tape.backward(r, xt::ones<T>({2, 3}));  // d(2 / x) = -2 / x^2
+  CHECK(x.grad() == xt::xarray<T>{{-2, -0.5, -0.125}, {-8, -0.03125, -32}});
+  tape.zero_grad();
+  tape.backward(3.0 - x / 4.0 + 1.0, xt::ones<T>({2, 3}));
+  CHECK(x.grad() == xt::xarray<T>(T(-0.25) * xt::ones<T>({2, 3})));
+}
+
+TEST_CASE("elementwise: gradcheck of the scalar overloads") {
+  for (ScalarOp op : k_scalar_ops)
+    for (const Dims& dims : {Dims{5}, Dims{2, 3}, Dims{}, Dims{2, 3, 4}}) {
+      INFO(name(op), " ", detail::shape_str(dims));
+      check_gradients([op](const std::vector<Var<double>>& v) { return apply(op, v[0], -1.25); },
+                      {random_away_from_zero(dims, 85, 0.3, 2.0)});
+    }
+  // A chain that reuses x: (1 - x) / (x / 3) + 2 / x.
+  check_gradients(
+      [](const std::vector<Var<double>>& v) { return (1.0 - v[0]) / (v[0] / 3.0) + 2.0 / v[0]; },
+      {random_away_from_zero({4, 3}, 86, 0.3, 2.0)});
+}
+
+TEST_CASE_TEMPLATE("elementwise: div and the scalar overloads on edge shapes and views", T, float,
+                   double) {
+  for (ScalarOp op : k_scalar_ops) {
+    INFO(name(op));
+    for (const Dims& dims : {Dims{5}, Dims{0, 5}, Dims{2, 3, 5}, Dims{}}) {
+      Tape<T> tape;
+      auto x = tape.leaf(random_away_from_zero<T>(dims, 87, 0.3, 2.0));
+      auto y = apply(op, x, T(2));
+      REQUIRE(y.shape() == x.shape());
+      tape.backward(y, random_array<T>(dims, 88));
+      CHECK(x.grad().shape() == x.shape());
+    }
+    const xt::xarray<T> m = random_away_from_zero<T>({3, 8}, 89, 0.3, 2.0);
+    const xt::xarray<T> copy = xt::transpose(xt::view(m, xt::all(), xt::range(0, 8, 2)));
+    const xt::xarray<T> dy = random_array<T>({4, 3}, 90);
+    Tape<T> strided, contiguous;
+    auto a = strided.leaf(xt::transpose(xt::view(m, xt::all(), xt::range(0, 8, 2))));
+    auto b = contiguous.leaf(copy);
+    auto ya = apply(op, a, T(2));
+    auto yb = apply(op, b, T(2));
+    CHECK(ya.value() == yb.value());
+    strided.backward(ya, dy);
+    contiguous.backward(yb, dy);
+    CHECK(a.grad() == b.grad());
+  }
+  // div of [0, D] by [D]: an empty result, and the divisor's gradient is zeros.
+  Tape<T> tape;
+  auto a = tape.leaf(xt::xarray<T>(xt::zeros<T>({std::size_t(0), std::size_t(4)})));
+  auto b = tape.leaf(random_away_from_zero<T>({4}, 91));
+  auto y = div(a, b);
+  CHECK(y.shape() == Shape{0, 4});
+  tape.backward(y, xt::zeros<T>({std::size_t(0), std::size_t(4)}));
+  CHECK(b.grad() == xt::zeros<T>({4}));
+}
+
+TEST_CASE_TEMPLATE("elementwise: div and scalar gradients accumulate over two backwards", T, float,
+                   double) {
+  Tape<T> tape;
+  auto a = tape.leaf(random_array<T>({4, 3}, 92));
+  auto b = tape.leaf(random_away_from_zero<T>({3}, 93, 0.5, 1.5));
+  auto c = tape.leaf(random_away_from_zero<T>({4, 1}, 94, 0.5, 1.5));
+  auto y = add(div(a, b), div(c, b)) + (2.0 / c) - (b / 3.0) + rsub(a, T(1));
+  const xt::xarray<T> dy = random_array<T>({4, 3}, 95);
+  tape.backward(y, dy);
+  const xt::xarray<T> ga = a.grad(), gb = b.grad(), gc = c.grad();
+  tape.backward(y, dy);
+  // Each leaf is reached several times, so the second pass adds in another
+  // order than the first: equal up to rounding.
+  check_close(a.grad(), xt::xarray<T>(T(2) * ga), ulps<T>(), ulps<T>());
+  check_close(b.grad(), xt::xarray<T>(T(2) * gb), ulps<T>(), ulps<T>());
+  check_close(c.grad(), xt::xarray<T>(T(2) * gc), ulps<T>(), ulps<T>());
+
+  auto constant = tape.leaf(a.value(), false);
+  CHECK_FALSE((constant / 2.0).requires_grad());
+  CHECK_FALSE(div(constant, constant).requires_grad());
+}
+
+TEST_CASE("elementwise: anomaly mode names div and the scalar ops that divide by zero") {
+  Tape<double> tape;
+  auto a = tape.leaf(xt::xarray<double>{1.0, 2.0});
+  auto z = tape.leaf(xt::xarray<double>{1.0, 0.0});
+  tape.set_detect_anomaly(true);
+  const std::size_t size = tape.size();
+  const std::vector<std::pair<std::string, std::function<void()>>> cases = {
+      {"div", [&] { div(a, z); }},
+      {"div_scalar", [&] { div_scalar(a, 0.0); }},
+      {"rdiv", [&] { rdiv(z, 1.0); }},
+      {"add_scalar", [&] { add_scalar(a, std::numeric_limits<double>::infinity()); }},
+      {"rsub", [&] { rsub(a, std::nan("")); }}};
+  for (const auto& [op, call] : cases) {
+    INFO(op);
+    bool thrown = false;
+    try {
+      call();
+    } catch (const AnomalyError& e) {
+      thrown = true;
+      CHECK(e.op() == op);
+    }
+    CHECK(thrown);
+    CHECK(tape.size() == size);
+  }
+}
+
+TEST_CASE_TEMPLATE("bad input: elementwise", T, float, double) {
+  Tape<T> tape, other, cleared;
+  const Var<T> stale = cleared.leaf(xt::xarray<T>{1, 2});
+  cleared.clear();
+  Var<T> a = tape.leaf(random_array<T>({2, 3}, 96));
+  Var<T> b = tape.leaf(random_away_from_zero<T>({3}, 97));
+  Var<T> c = tape.leaf(random_away_from_zero<T>({4, 3}, 98));
+  Var<T> d = tape.leaf(random_away_from_zero<T>({2}, 99));
+  tape.backward(div(a, b), xt::ones<T>({2, 3}));  // a and b hold nonzero gradients
+  auto snapshot = [&] {
+    State s;
+    s.add(tape.size());
+    s.add(other.size());
+    for (const Var<T>& v : {a, b, c, d}) s.add(v);
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto bad = row_adder(rows);
+  const auto IA = Expect::invalid_argument;
+  for (Op op : k_ops) {
+    const std::string fn = name(op);
+    bad(fn + ": [2, 3] with [4, 3]", [&, op] { apply(op, a, c); }, IA,
+        {"xtgrad::" + fn, "'a'", "'b'", "[2, 3]", "[4, 3]", "axis -2"});
+    bad(fn + ": [2, 3] with [2]", [&, op] { apply(op, a, d); }, IA,
+        {"xtgrad::" + fn, "'b'", "[2, 3]", "[2]", "axis -1"});
+    add_handle_rows<T>(
+        rows, fn, {"a", "b"}, {a, b}, [op](const std::vector<Var<T>>& v) { apply(op, v[0], v[1]); },
+        other, stale);
+  }
+  bad("operator/: [2, 3] with [4, 3]", [&] { a / c; }, IA, {"xtgrad::div", "[2, 3]", "[4, 3]"});
+  add_handle_rows<T>(
+      rows, "scale", {"a"}, {a}, [](const std::vector<Var<T>>& v) { scale(v[0], T(2)); }, other,
+      stale);
+  for (ScalarOp op : k_scalar_ops)
+    add_handle_rows<T>(
+        rows, name(op), {"x"}, {a}, [op](const std::vector<Var<T>>& v) { apply(op, v[0], T(2)); },
+        other, stale);
+  report("elementwise", run_rows(rows, snapshot));
 }

@@ -74,6 +74,25 @@ void check_close(const A& actual, const B& expected, double rtol = 1e-12, double
   CHECK(close);
 }
 
+// Element by element against reference values in double that may be NaN or
+// infinite: NaN where expected is NaN, the same infinity, and
+// |actual - expected| <= atol + rtol |expected| otherwise.
+template <class T>
+void check_ieee(const xt::xarray<T>& actual, const double* expected, std::size_t n, double rtol,
+                double atol) {
+  REQUIRE(actual.size() == n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = actual.data()[i], e = expected[i];
+    INFO("element " << i << ": " << a << ", expected " << e);
+    if (std::isnan(e))
+      CHECK(std::isnan(a));
+    else if (std::isinf(e))
+      CHECK(a == e);
+    else
+      CHECK(std::abs(a - e) <= atol + rtol * std::abs(e));
+  }
+}
+
 // Runs gradcheck and fails the test with its report.
 inline void check_gradients(const GradcheckFunction& f,
                             const std::vector<xt::xarray<double>>& inputs,
