@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,14 @@ xt::xarray<T> from_fixture(const V* values, const Dims& shape) {
   xt::xarray<T> a = xt::empty<T>(shape);
   for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = static_cast<T>(values[i]);
   return a;
+}
+
+// An array of the given shape from its elements in row-major order (nested
+// braces such as {{5}, {6}} are ambiguous for xt::xarray).
+template <class T>
+xt::xarray<T> shaped_as(const Dims& shape, std::initializer_list<double> values) {
+  REQUIRE(values.size() == std::size_t(xt::compute_size(shape)));
+  return from_fixture<T>(values.begin(), shape);
 }
 
 inline Indices indices_from(const std::int64_t* values, const Dims& shape) {
