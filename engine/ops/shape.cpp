@@ -69,18 +69,19 @@ Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
   static constexpr const char* op = "reshape";
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const std::size_t count = x.size();
-  const std::string given = detail::shape_str(shape) + " for x of shape " +
-                            detail::shape_str(x.shape()) + " (" + std::to_string(count) +
-                            " elements)";
+  const auto given = [&] {  // built only for a message: no allocation on success
+    return detail::shape_str(shape) + " for x of shape " + detail::shape_str(x.shape()) + " (" +
+           std::to_string(count) + " elements)";
+  };
   std::size_t known = 1, inferred = shape.size();
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] == -1 && inferred == shape.size())
       inferred = k;
     else if (shape[k] == -1)
-      detail::fail_argument(op, "shape", "is " + given + ", expected at most one -1");
+      detail::fail_argument(op, "shape", "is " + given() + ", expected at most one -1");
     else if (shape[k] < 0)
       detail::fail_argument(op, "shape",
-                            "is " + given + ", expected sizes >= 0 (or one -1 to infer)");
+                            "is " + given() + ", expected sizes >= 0 (or one -1 to infer)");
     else
       known *= static_cast<std::size_t>(shape[k]);
   }
@@ -89,12 +90,12 @@ Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
   if (inferred < shape.size()) {
     if (known == 0)
       detail::fail_argument(op, "shape",
-                            "is " + given + ", where the -1 is ambiguous: the other sizes are 0");
+                            "is " + given() + ", where the -1 is ambiguous: the other sizes are 0");
     result[inferred] = count / known;
     known *= result[inferred];
   }
   if (known != count)
-    detail::fail_argument(op, "shape", "is " + given + ", expected a shape of as many elements");
+    detail::fail_argument(op, "shape", "is " + given() + ", expected a shape of as many elements");
   return reshaped(op, tape, x, result);
 }
 
@@ -167,21 +168,23 @@ Var<T> expand(const Var<T>& x, const std::vector<std::int64_t>& shape) {
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const Shape& x_shape = x.shape();
   const std::size_t rank = x_shape.size();
-  const std::string given =
-      detail::shape_str(shape) + " for x of shape " + detail::shape_str(x_shape);
+  const auto given = [&] {  // built only for a message: no allocation on success
+    return detail::shape_str(shape) + " for x of shape " + detail::shape_str(x_shape);
+  };
   if (shape.size() < rank)
     detail::fail_argument(
         op, "shape",
-        "is " + given + ", expected at least " + std::to_string(rank) + " sizes (x's rank)");
+        "is " + given() + ", expected at least " + std::to_string(rank) + " sizes (x's rank)");
   const std::size_t lead = shape.size() - rank;
   Shape y_shape(shape.size());
   for (std::size_t k = 0; k < shape.size(); ++k) {
     const std::int64_t s = shape[k];
-    const std::string entry =
-        "is " + given + ", whose entry " + std::to_string(k) + " is " + std::to_string(s);
+    const auto entry = [&] {
+      return "is " + given() + ", whose entry " + std::to_string(k) + " is " + std::to_string(s);
+    };
     if (k < lead) {
       if (s < 0)
-        detail::fail_argument(op, "shape", entry + ", expected a size >= 0 for a new axis");
+        detail::fail_argument(op, "shape", entry() + ", expected a size >= 0 for a new axis");
       y_shape[k] = static_cast<std::size_t>(s);
       continue;
     }
@@ -189,11 +192,11 @@ Var<T> expand(const Var<T>& x, const std::vector<std::int64_t>& shape) {
     if (s == -1) {
       y_shape[k] = n;
     } else if (s < 0) {
-      detail::fail_argument(op, "shape", entry + ", expected a size >= 0 or -1");
+      detail::fail_argument(op, "shape", entry() + ", expected a size >= 0 or -1");
     } else if (static_cast<std::size_t>(s) != n && n != 1) {
-      detail::fail_argument(
-          op, "shape",
-          entry + ", expected " + std::to_string(n) + " (only an axis of size 1 can be expanded)");
+      detail::fail_argument(op, "shape",
+                            entry() + ", expected " + std::to_string(n) +
+                                " (only an axis of size 1 can be expanded)");
     } else {
       y_shape[k] = static_cast<std::size_t>(s);
     }

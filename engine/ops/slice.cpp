@@ -200,11 +200,12 @@ Var<T> concat(const std::vector<Var<T>>& xs, std::int64_t dim) {
                        "a tensor of rank >= 1 (a 0-d tensor has no axis to concatenate along)");
   const std::size_t axis = detail::normalize_dim(op, "dim", dim, rank);
   Shape expected_shape = r_shape;  // for messages: r_shape with "*" along dim
-  std::string expected = "[";
-  for (std::size_t d = 0; d < rank; ++d)
-    expected += (d ? ", " : "") + (d == axis ? std::string("*") : std::to_string(r_shape[d]));
-  expected += "] (the shape of " + std::string(ref_name) + ", any size along dim " +
-              std::to_string(axis) + ")";
+  const auto expected = [&] {      // built only for a message: no allocation on success
+    std::string e = "[";
+    for (std::size_t d = 0; d < rank; ++d)
+      e += (d ? ", " : "") + (d == axis ? std::string("*") : std::to_string(r_shape[d]));
+    return e + "] (the shape of " + ref_name + ", any size along dim " + std::to_string(axis) + ")";
+  };
   const detail::AxisSplit s = detail::split_at(r_shape, axis);
   std::vector<Piece> pieces;
   pieces.reserve(xs.size());
@@ -215,7 +216,7 @@ Var<T> concat(const std::vector<Var<T>>& xs, std::int64_t dim) {
     bool same = shape.size() == rank;
     for (std::size_t d = 0; same && d < rank; ++d) same = d == axis || shape[d] == r_shape[d];
     std::snprintf(name, sizeof name, "xs[%zu]", k);
-    if (!same) detail::fail_shape(op, name, shape, expected);
+    if (!same) detail::fail_shape(op, name, shape, expected());
     pieces.push_back({xs[k].index(), shape[axis] * s.inner});
     total += shape[axis];
   }

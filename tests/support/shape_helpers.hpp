@@ -39,6 +39,11 @@ inline Indices indices_from(const std::int64_t* values, const Dims& shape) {
   return from_fixture<std::int64_t>(values, shape);
 }
 
+inline Indices indices_as(const Dims& shape, std::initializer_list<std::int64_t> values) {
+  REQUIRE(values.size() == std::size_t(xt::compute_size(shape)));
+  return from_fixture<std::int64_t>(values.begin(), shape);
+}
+
 // Row-major multi-index of flat position `flat` in `dims`, and back.
 inline Dims unravel_index(std::size_t flat, const Dims& dims) {
   Dims index(dims.size());
