@@ -61,7 +61,11 @@ Var<T> index_select(const Var<T>& x, std::int64_t dim, const Indices& index) {
   for (std::size_t o = 0; o < s.outer; ++o)
     for (std::size_t j = 0; j < k; ++j) {
       const T* in = xv.data() + (o * s.extent + static_cast<std::size_t>(id[j])) * s.inner;
-      std::copy(in, in + s.inner, y.data() + (o * k + j) * s.inner);
+      T* out = y.data() + (o * k + j) * s.inner;
+      if (s.inner == 1)  // along the last axis: one element, no copy call
+        *out = *in;
+      else
+        std::copy(in, in + s.inner, out);
     }
 
   tape.set_backward(yi, [xi, s, index](Tape<T>& t, const xt::xarray<T>& dy) {
@@ -72,8 +76,8 @@ Var<T> index_select(const Var<T>& x, std::int64_t dim, const Indices& index) {
     // dx[o, index[j], i] += dy[o, j, i], repeated indices adding up
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t j = 0; j < k; ++j)
-        detail::copy_or_add(dx + (o * s.extent + static_cast<std::size_t>(id[j])) * s.inner,
-                            dy.data() + (o * k + j) * s.inner, s.inner, true);
+        detail::copy_rows(dx + (o * s.extent + static_cast<std::size_t>(id[j])) * s.inner, 0,
+                          dy.data() + (o * k + j) * s.inner, 0, 1, s.inner, true);
   });
   return tape.var(yi);
 }

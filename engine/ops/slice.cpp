@@ -29,10 +29,9 @@ Var<T> take(const char* op, Tape<T>& tape, const Var<T>& x, std::size_t axis, st
   const std::size_t inner = s.inner;
   // y[o, j, i] = x[o, start + j * step, i]   (x [outer, extent, inner], y [outer, length, inner])
   for (std::size_t o = 0; o < s.outer; ++o)
-    for (std::size_t j = 0; j < length; ++j) {
-      const T* in = xv.data() + (o * s.extent + start + j * step) * inner;
-      std::copy(in, in + inner, y.data() + (o * length + j) * inner);
-    }
+    detail::copy_rows(y.data() + o * length * inner, inner,
+                      xv.data() + (o * s.extent + start) * inner, step * inner, length, inner,
+                      false);
 
   tape.set_backward(yi, [xi, s, start, length, step](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
@@ -40,9 +39,9 @@ Var<T> take(const char* op, Tape<T>& tape, const Var<T>& x, std::size_t axis, st
     T* dx = detail::zeroed_unless_accumulating(slot);
     // dx[o, start + j * step, i] (+)= dy[o, j, i]; every other position of dx keeps 0
     for (std::size_t o = 0; o < s.outer; ++o)
-      for (std::size_t j = 0; j < length; ++j)
-        detail::copy_or_add(dx + (o * s.extent + start + j * step) * s.inner,
-                            dy.data() + (o * length + j) * s.inner, s.inner, slot.accumulate);
+      detail::copy_rows(dx + (o * s.extent + start) * s.inner, step * s.inner,
+                        dy.data() + o * length * s.inner, s.inner, length, s.inner,
+                        slot.accumulate);
   });
   return tape.var(yi);
 }
@@ -79,9 +78,9 @@ Var<T> join(const char* op, Tape<T>& tape, const std::vector<Piece>& pieces, std
   // y[o, offset_k + c] = x_k[o, c]   (y [outer, row], x_k [outer, chunk_k])
   std::size_t offset = 0;
   for (const Piece& p : pieces) {
-    const T* x = tape.value(p.index).data();
-    for (std::size_t o = 0; o < outer; ++o)
-      std::copy(x + o * p.chunk, x + (o + 1) * p.chunk, y.data() + o * row + offset);
+    // one row of chunk_k per outer index
+    detail::copy_rows(y.data() + offset, row, tape.value(p.index).data(), p.chunk, outer, p.chunk,
+                      false);
     offset += p.chunk;
   }
 
@@ -91,9 +90,8 @@ Var<T> join(const char* op, Tape<T>& tape, const std::vector<Piece>& pieces, std
       if (t.requires_grad(p.index)) {  // the same Var twice: its second claim accumulates
         GradSlot<T> dx = t.grad_slot(p.index);
         // dx_k[o, c] (+)= dy[o, offset_k + c]   (dx_k [outer, chunk_k], dy [outer, row])
-        for (std::size_t o = 0; o < outer; ++o)
-          detail::copy_or_add(dx.buffer.data() + o * p.chunk, dy.data() + o * row + offset, p.chunk,
-                              dx.accumulate);
+        detail::copy_rows(dx.buffer.data(), p.chunk, dy.data() + offset, row, outer, p.chunk,
+                          dx.accumulate);
       }
       offset += p.chunk;
     }

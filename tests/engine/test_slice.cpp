@@ -201,6 +201,9 @@ TEST_CASE("slice: gradcheck of slice, concat, stack, split and chunk") {
   const xt::xarray<double> x = random_array({3, 7, 2}, 21);
   check_gradients([](const V& v) { return slice(v[0], 1, -5, 100, 2); }, {x});
   check_gradients([](const V& v) { return slice(v[0], -1, 1, 2); }, {x});
+  // Along the last axis (rows of one element) with a step, forward and backward.
+  check_gradients([](const V& v) { return slice(v[0], -1, -6, 100, 2); },
+                  {random_array({3, 7}, 26)});
   check_gradients(
       [](const V& v) {
         return concat<double>({v[0], v[1], v[0]}, 1);
