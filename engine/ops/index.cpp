@@ -37,6 +37,14 @@ void for_each_gather_run(const Shape& xshape, const Shape& ishape, std::size_t a
   }
 }
 
+// The copy of `index` that the backward rule of node yi keeps: one copy (a
+// non-const init-capture, so that std::function moves rather than copies it
+// again), and none when the node needs no gradient and the rule is dropped.
+template <class T>
+Indices kept_for_backward(const Tape<T>& tape, std::size_t yi, const Indices& index) {
+  return tape.requires_grad(yi) ? index : Indices();
+}
+
 }  // namespace
 
 template <class T>
@@ -68,17 +76,18 @@ Var<T> index_select(const Var<T>& x, std::int64_t dim, const Indices& index) {
         std::copy(in, in + s.inner, out);
     }
 
-  tape.set_backward(yi, [xi, s, index](Tape<T>& t, const xt::xarray<T>& dy) {
-    if (!t.requires_grad(xi)) return;
-    T* dx = detail::zeroed_unless_accumulating(t.grad_slot(xi));
-    const std::size_t k = index.size();
-    const std::int64_t* id = index.data();
-    // dx[o, index[j], i] += dy[o, j, i], repeated indices adding up
-    for (std::size_t o = 0; o < s.outer; ++o)
-      for (std::size_t j = 0; j < k; ++j)
-        detail::copy_rows(dx + (o * s.extent + static_cast<std::size_t>(id[j])) * s.inner, 0,
-                          dy.data() + (o * k + j) * s.inner, 0, 1, s.inner, true);
-  });
+  tape.set_backward(
+      yi, [xi, s, index = kept_for_backward(tape, yi, index)](Tape<T>& t, const xt::xarray<T>& dy) {
+        if (!t.requires_grad(xi)) return;
+        T* dx = detail::zeroed_unless_accumulating(t.grad_slot(xi));
+        const std::size_t k = index.size();
+        const std::int64_t* id = index.data();
+        // dx[o, index[j], i] += dy[o, j, i], repeated indices adding up
+        for (std::size_t o = 0; o < s.outer; ++o)
+          for (std::size_t j = 0; j < k; ++j)
+            detail::copy_rows(dx + (o * s.extent + static_cast<std::size_t>(id[j])) * s.inner, 0,
+                              dy.data() + (o * k + j) * s.inner, 0, 1, s.inner, true);
+      });
   return tape.var(yi);
 }
 
@@ -119,22 +128,22 @@ Var<T> gather(const Var<T>& x, std::int64_t dim, const Indices& index) {
               xd[base + j * inner_step + static_cast<std::size_t>(id[start + j]) * dim_stride];
       });
 
-  tape.set_backward(
-      yi, [xi, axis, index, dim_stride, inner_step](Tape<T>& t, const xt::xarray<T>& dy) {
-        if (!t.requires_grad(xi)) return;
-        GradSlot<T> slot = t.grad_slot(xi);
-        T* dx = detail::zeroed_unless_accumulating(slot);
-        const std::int64_t* id = index.data();
-        const T* g = dy.data();
-        // dx[i with coordinate dim = index[i]] += dy[i], repeated positions adding up
-        for_each_gather_run(
-            slot.buffer.shape(), index.shape(), axis, index.size(),
-            [&](std::size_t start, std::size_t base, std::size_t n) {
-              for (std::size_t j = 0; j < n; ++j)
-                dx[base + j * inner_step + static_cast<std::size_t>(id[start + j]) * dim_stride] +=
-                    g[start + j];
-            });
-      });
+  tape.set_backward(yi, [xi, axis, index = kept_for_backward(tape, yi, index), dim_stride,
+                         inner_step](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    GradSlot<T> slot = t.grad_slot(xi);
+    T* dx = detail::zeroed_unless_accumulating(slot);
+    const std::int64_t* id = index.data();
+    const T* g = dy.data();
+    // dx[i with coordinate dim = index[i]] += dy[i], repeated positions adding up
+    for_each_gather_run(
+        slot.buffer.shape(), index.shape(), axis, index.size(),
+        [&](std::size_t start, std::size_t base, std::size_t n) {
+          for (std::size_t j = 0; j < n; ++j)
+            dx[base + j * inner_step + static_cast<std::size_t>(id[start + j]) * dim_stride] +=
+                g[start + j];
+        });
+  });
   return tape.var(yi);
 }
 
