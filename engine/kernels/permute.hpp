@@ -40,23 +40,42 @@ inline Walk make_walk(const Shape& src, const Shape& dims) {
   return w;
 }
 
-inline constexpr std::size_t k_block = 32;  // a 32 x 32 tile of doubles is 8 KiB: two fit in L1
+// Tile side of the blocked transpose. 16 measured fastest for [8192, 1024]
+// float (5.4 ms against 8.5 ms for 32 and 11 ms for 8, a plain copy 1.6 ms):
+// with power-of-two row lengths, larger tiles make the 16-32 rows of a tile
+// compete for the same cache sets.
+inline constexpr std::size_t k_block = 16;
+
+// dst[j * m + i] (+)= src[i * n + j] over one tile of rows [i0, i1) and
+// columns [j0, j1) of src.
+template <bool Accumulate, class T>
+void transpose_tile(const T* src, T* dst, std::size_t m, std::size_t n, std::size_t i0,
+                    std::size_t i1, std::size_t j0, std::size_t j1) {
+  for (std::size_t j = j0; j < j1; ++j)
+    for (std::size_t i = i0; i < i1; ++i) {
+      if constexpr (Accumulate)
+        dst[j * m + i] += src[i * n + j];
+      else
+        dst[j * m + i] = src[i * n + j];
+    }
+}
 
 // dst[b, j, i] (+)= src[b, i, j] for src [B, M, N], dst [B, N, M], in tiles so
-// that both the reads and the writes stay within a few cache lines.
+// that both the reads and the writes stay within a few cache lines; full
+// tiles get constant trip counts, which the compiler unrolls.
 template <bool Accumulate, class T>
 void transpose_blocked(const T* src, T* dst, std::size_t batch, std::size_t m, std::size_t n) {
   for (std::size_t b = 0; b < batch; ++b, src += m * n, dst += m * n)
     for (std::size_t i0 = 0; i0 < m; i0 += k_block)
       for (std::size_t j0 = 0; j0 < n; j0 += k_block) {
-        const std::size_t i1 = std::min(m, i0 + k_block), j1 = std::min(n, j0 + k_block);
-        for (std::size_t j = j0; j < j1; ++j)
-          for (std::size_t i = i0; i < i1; ++i) {
-            if constexpr (Accumulate)
-              dst[j * m + i] += src[i * n + j];
-            else
-              dst[j * m + i] = src[i * n + j];
-          }
+        if (i0 + k_block <= m && j0 + k_block <= n) {
+          const T* s = src + i0 * n + j0;
+          T* d = dst + j0 * m + i0;
+          transpose_tile<Accumulate>(s, d, m, n, 0, k_block, 0, k_block);
+        } else {
+          transpose_tile<Accumulate>(src, dst, m, n, i0, std::min(m, i0 + k_block), j0,
+                                     std::min(n, j0 + k_block));
+        }
       }
 }
 
