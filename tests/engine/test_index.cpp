@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <xtensor/xoperation.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
 #include <xtgrad/engine/ops/index.hpp>
@@ -144,6 +147,20 @@ TEST_CASE_TEMPLATE("index: gather matches its definition on 1-d, 2-d and 4-d sha
     tape.backward(y, dy);
     check_close(x.grad(), dx, tolerance<T>(), tolerance<T>());
   }
+}
+
+TEST_CASE_TEMPLATE("index: two backwards over one recording give twice the gradient", T, float,
+                   double) {
+  Tape<T> tape;
+  auto x = tape.leaf(random_array<T>({3, 4}, 7));
+  auto y = add(index_select(x, -1, Indices{3, 3, 0}),
+               gather(x, 1, indices_as({3, 3}, {1, 1, 2, 0, 3, 3, 2, 2, 2})));
+  const xt::xarray<T> dy = random_array<T>({3, 3}, 8);
+  tape.backward(y, dy);
+  const xt::xarray<T> once = x.grad();
+  CHECK(xt::any(xt::not_equal(once, T(0))));
+  tape.backward(y, dy);
+  check_close(x.grad(), xt::xarray<T>(T(2) * once), tolerance<T>(), 0.0);
 }
 
 TEST_CASE("index: gradcheck of index_select and gather") {

@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <xtensor/xoperation.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
 #include <xtgrad/engine/ops/reduce.hpp>
@@ -214,6 +217,37 @@ TEST_CASE_TEMPLATE("shape: expand repeats size-1 and new axes, its gradient sums
   t2.zero_grad();
   t2.backward(z, xt::zeros<T>({0, 3}));
   CHECK(r.grad() == xt::zeros<T>({1, 3}));
+}
+
+TEST_CASE_TEMPLATE("shape: two backwards over one recording give twice the gradient", T, float,
+                   double) {
+  using F = std::function<Var<T>(const Var<T>&)>;
+  const std::vector<std::pair<const char*, F>> ops = {
+      {"reshape",
+       [](const Var<T>& x) {
+         return reshape(x, {3, -1});
+       }},
+      {"flatten", [](const Var<T>& x) { return flatten(x, 0, 1); }},
+      {"permute",
+       [](const Var<T>& x) {
+         return permute(x, {1, 2, 0});
+       }},
+      {"transpose", [](const Var<T>& x) { return transpose(x, -1, -2); }},
+      {"expand", [](const Var<T>& x) {
+         return expand(x, {2, 2, 3, 4});
+       }}};
+  for (const auto& [name, f] : ops) {
+    INFO(name);
+    Tape<T> tape;
+    auto x = tape.leaf(random_array<T>({2, 3, 4}, 7));
+    auto y = f(x);
+    const xt::xarray<T> dy = random_array<T>(dims_of(y.value()), 8);
+    tape.backward(y, dy);
+    const xt::xarray<T> once = x.grad();
+    CHECK(xt::any(xt::not_equal(once, T(0))));
+    tape.backward(y, dy);
+    check_close(x.grad(), xt::xarray<T>(T(2) * once), tolerance<T>(), 0.0);
+  }
 }
 
 TEST_CASE("shape: gradcheck of reshape, flatten, permute, transpose and expand") {

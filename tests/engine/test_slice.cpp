@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <xtensor/xoperation.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
 #include <xtgrad/engine/ops/reduce.hpp>
@@ -194,6 +197,39 @@ TEST_CASE_TEMPLATE("slice: split and chunk pieces hold x's values, gradients flo
   CHECK(sizes[1].value() == xt::xarray<T>{{1, 2, 3, 4}, {6, 7, 8, 9}});
   tape.backward(sum(mul(rows[1], rows[1])));
   CHECK(x.grad() == xt::xarray<T>{{0, 0, 0, 0, 0}, {10, 12, 14, 16, 18}});
+}
+
+TEST_CASE_TEMPLATE("slice: two backwards over one recording give twice the gradient", T, float,
+                   double) {
+  using F = std::function<Var<T>(const Var<T>&, const Var<T>&)>;
+  const std::vector<std::pair<const char*, F>> ops = {
+      {"slice", [](const Var<T>& x, const Var<T>&) { return slice(x, 1, -3, 100, 2); }},
+      {"concat",
+       [](const Var<T>& x, const Var<T>& w) {
+         return concat<T>({x, w, x}, 0);
+       }},
+      {"stack",
+       [](const Var<T>& x, const Var<T>& w) {
+         return stack<T>({w, x}, -1);
+       }},
+      {"split",
+       [](const Var<T>& x, const Var<T>&) {
+         return split(x, {1, 3}, -1)[1];
+       }},
+      {"chunk", [](const Var<T>& x, const Var<T>&) { return chunk(x, 3, 1)[0]; }}};
+  for (const auto& [name, f] : ops) {
+    INFO(name);
+    Tape<T> tape;
+    auto x = tape.leaf(random_array<T>({3, 4}, 7));
+    auto w = tape.leaf(random_array<T>({3, 4}, 8));
+    auto y = f(x, w);
+    const xt::xarray<T> dy = random_array<T>(dims_of(y.value()), 9);
+    tape.backward(y, dy);
+    const xt::xarray<T> once = x.grad();
+    CHECK(xt::any(xt::not_equal(once, T(0))));
+    tape.backward(y, dy);
+    check_close(x.grad(), xt::xarray<T>(T(2) * once), tolerance<T>(), 0.0);
+  }
 }
 
 TEST_CASE("slice: gradcheck of slice, concat, stack, split and chunk") {
