@@ -39,6 +39,7 @@
 // tapes in xs are a std::logic_error naming both entries.
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "../tape.hpp"
@@ -52,6 +53,16 @@ template <class T>
 Var<T> concat(const std::vector<Var<T>>& xs, std::int64_t dim = 0);
 template <class T>
 Var<T> stack(const std::vector<Var<T>>& xs, std::int64_t dim = 0);
+// concat({a, b}, dim) and stack({a, b}, dim): a braced list deduces T, which
+// a std::vector parameter cannot.
+template <class T>
+Var<T> concat(std::initializer_list<Var<T>> xs, std::int64_t dim = 0) {
+  return concat(std::vector<Var<T>>(xs), dim);
+}
+template <class T>
+Var<T> stack(std::initializer_list<Var<T>> xs, std::int64_t dim = 0) {
+  return stack(std::vector<Var<T>>(xs), dim);
+}
 template <class T>
 std::vector<Var<T>> split(const Var<T>& x, std::int64_t split_size, std::int64_t dim = 0);
 template <class T>

@@ -95,7 +95,7 @@ TEST_CASE_TEMPLATE("slice: concat and stack join along any axis, gradients split
   auto a = tape.leaf(xt::xarray<T>{{1, 2}, {3, 4}});
   auto b = tape.leaf(shaped_as<T>({2, 1}, {5, 6}));
   auto c = tape.leaf(xt::xarray<T>{{7, 8, 9}, {10, 11, 12}});
-  auto y = concat<T>({a, b, c}, 1);
+  auto y = concat({a, b, c}, 1);  // a braced list deduces T
   CHECK(y.value() == xt::xarray<T>{{1, 2, 5, 7, 8, 9}, {3, 4, 6, 10, 11, 12}});
   const xt::xarray<T> dy = {{1, 2, 3, 4, 5, 6}, {7, 8, 9, 10, 11, 12}};
   tape.backward(y, dy);
@@ -115,7 +115,7 @@ TEST_CASE_TEMPLATE("slice: concat and stack join along any axis, gradients split
   tape.zero_grad();
   auto p = tape.leaf(xt::xarray<T>{1, 2, 3});
   auto q = tape.leaf(xt::xarray<T>{4, 5, 6});
-  CHECK(stack<T>({p, q}).value() == xt::xarray<T>{{1, 2, 3}, {4, 5, 6}});
+  CHECK(stack({p, q}).value() == xt::xarray<T>{{1, 2, 3}, {4, 5, 6}});
   auto s1 = stack<T>({p, q, p}, 1);
   CHECK(s1.value() == xt::xarray<T>{{1, 4, 1}, {2, 5, 2}, {3, 6, 3}});
   CHECK(stack<T>({p, q}, -1).value() == xt::xarray<T>{{1, 4}, {2, 5}, {3, 6}});
