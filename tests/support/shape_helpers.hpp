@@ -1,0 +1,84 @@
+#pragma once
+// Helpers of the shape, slice and index tests: arrays from the PyTorch
+// fixtures (tests/support/fixtures/shape_fixtures.hpp), plain row-major index
+// arithmetic for the loop references, and the op an AnomalyError names.
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+#include <xtgrad/engine/indices.hpp>
+#include <xtgrad/engine/tape.hpp>
+
+namespace xtgrad::testing {
+
+using Dims = std::vector<std::size_t>;
+
+// An array of the given shape from the first size(shape) fixture values.
+template <class T, class V>
+xt::xarray<T> from_fixture(const V* values, const Dims& shape) {
+  xt::xarray<T> a = xt::empty<T>(shape);
+  for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = static_cast<T>(values[i]);
+  return a;
+}
+
+// An array of the given shape from its elements in row-major order (nested
+// braces such as {{5}, {6}} are ambiguous for xt::xarray).
+template <class T>
+xt::xarray<T> shaped_as(const Dims& shape, std::initializer_list<double> values) {
+  REQUIRE(values.size() == std::size_t(xt::compute_size(shape)));
+  return from_fixture<T>(values.begin(), shape);
+}
+
+inline Indices indices_from(const std::int64_t* values, const Dims& shape) {
+  return from_fixture<std::int64_t>(values, shape);
+}
+
+inline Indices indices_as(const Dims& shape, std::initializer_list<std::int64_t> values) {
+  REQUIRE(values.size() == std::size_t(xt::compute_size(shape)));
+  return from_fixture<std::int64_t>(values.begin(), shape);
+}
+
+// Row-major multi-index of flat position `flat` in `dims`, and back.
+inline Dims unravel_index(std::size_t flat, const Dims& dims) {
+  Dims index(dims.size());
+  for (std::size_t k = dims.size(); k-- > 0;) {
+    index[k] = flat % dims[k];
+    flat /= dims[k];
+  }
+  return index;
+}
+inline std::size_t ravel_index(const Dims& index, const Dims& dims) {
+  std::size_t flat = 0;
+  for (std::size_t k = 0; k < dims.size(); ++k) flat = flat * dims[k] + index[k];
+  return flat;
+}
+
+template <class T>
+Dims dims_of(const xt::xarray<T>& a) {
+  return Dims(a.shape().begin(), a.shape().end());
+}
+
+// The op named by the AnomalyError that `f` throws ("" and a failed check if
+// it throws nothing or something else).
+template <class F>
+std::string anomaly_op(F&& f) {
+  try {
+    f();
+  } catch (const AnomalyError& e) {
+    CHECK(e.phase() == AnomalyError::Phase::forward);
+    return e.op();
+  } catch (const std::exception& e) {
+    FAIL_CHECK("expected AnomalyError, got: " << e.what());
+    return "";
+  }
+  FAIL_CHECK("expected AnomalyError, nothing was thrown");
+  return "";
+}
+
+}  // namespace xtgrad::testing
