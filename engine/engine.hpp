@@ -10,6 +10,7 @@
 #include "ops/gated.hpp"
 #include "ops/linear.hpp"
 #include "ops/loss.hpp"
+#include "ops/matmul.hpp"
 #include "ops/reduce.hpp"
 #include "parameter.hpp"
 #include "tape.hpp"
