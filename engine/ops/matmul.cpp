@@ -46,8 +46,8 @@ BatchSource batch_source(const MatmulDims& d, std::size_t i) {
   return s;
 }
 
-// The shape of one operand's batch axes, right-aligned onto `rank` axes
-// (missing axes have size 1).
+// The size along batch axis `axis` (of `rank`) of an operand whose own
+// batch_rank batch axes are right-aligned onto them: 1 where it has none.
 std::size_t batch_size_at(const Shape& shape, std::size_t batch_rank, std::size_t rank,
                           std::size_t axis) {
   const std::size_t skip = rank - batch_rank;

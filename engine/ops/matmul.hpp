@@ -12,6 +12,9 @@
 //
 // Derivatives, per batch, with dy [M, N] the upstream gradient:
 //   da = dy . b^T   [M, K]        db = a^T . dy   [K, N]
+// (the reverse-mode rule of the matrix product: M. Giles, "An extended
+// collection of matrix derivative results for forward and reverse mode
+// algorithmic differentiation", 2008).
 // An operand repeated along broadcast batch axes gets the sum of its
 // batches' gradients. Every product is one call of the GEMM helper with
 // transpose flags: nothing is transposed in memory. When b has one matrix
