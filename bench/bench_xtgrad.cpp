@@ -5,6 +5,8 @@
 //
 //   ffn         forward and forward+backward of the three FFN families at
 //               D = 512, H = 2048, N in {128, 1024, 4096}, against the GEMM floor
+//   matmul      batched matmul forward and forward+backward, [32, 128, 64] .
+//               [32, 64, 128] and [8, 512, 512] . [8, 512, 512], against its GEMMs
 //   toy         one training step of the toy model, microseconds
 //   activation  each activation over 4M floats, forward and backward, against a copy
 //   memory      peak resident memory of one forward+backward at N = 4096, each
@@ -42,6 +44,8 @@ constexpr std::size_t k_memory_tokens = 4096;
 constexpr std::size_t k_quick_tokens = 128;
 constexpr double k_kib_per_mib = 1024.0;
 
+const MatmulShape k_matmul_shapes[] = {{32, 128, 64, 128}, {8, 512, 512, 512}};
+
 const Family k_families[] = {Family::relu, Family::gelu, Family::swiglu};
 const Activation k_activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
                                     Activation::gelu_sigmoid, Activation::silu};
@@ -51,7 +55,7 @@ struct Options {
   int threads = 2;
   bool libtorch = true;  // when compiled in
   std::vector<std::size_t> tokens{128, 1024, 4096};
-  std::vector<std::string> sections{"ffn", "toy", "activation", "memory"};
+  std::vector<std::string> sections{"ffn", "matmul", "toy", "activation", "memory"};
   std::string csv, json;
   std::string peak_memory_child;  // internal: "family:tokens:impl"
   TimingOptions timing;
@@ -136,6 +140,18 @@ void ffn_rows(const Options& o, std::vector<Row>& rows) {
                                 gemm_floor(family, pass, shape), libtorch, o.timing));
         std::cerr << "  " << name.str() << "\n";
       }
+}
+
+void matmul_rows(const Options& o, std::vector<Row>& rows) {
+  for (const MatmulShape& s : k_matmul_shapes)
+    for (Pass pass : {Pass::forward, Pass::forward_backward}) {
+      std::ostringstream name;
+      name << s.batch << 'x' << s.m << 'x' << s.k << " . " << s.batch << 'x' << s.k << 'x' << s.n
+           << ' ' << pass_name(pass);
+      rows.push_back(time_row("matmul", name.str(), "ms", 1e-3, xtgrad_matmul(pass, s),
+                              matmul_floor(pass, s), {}, o.timing));
+      std::cerr << "  " << name.str() << "\n";
+    }
 }
 
 void toy_rows(const Options& o, std::vector<Row>& rows) {
@@ -233,7 +249,9 @@ std::string number(double v, int precision) {
 }
 
 std::string floor_label(const std::string& section) {
-  return section == "ffn" ? "GEMM floor" : section == "activation" ? "copy" : "floor";
+  return section == "ffn" || section == "matmul" ? "GEMM floor"
+         : section == "activation"               ? "copy"
+                                                 : "floor";
 }
 
 void print_table(const std::vector<Row>& rows, std::ostream& out) {
@@ -349,6 +367,7 @@ int run(const Options& o) {
 
   std::vector<Row> rows;
   if (wants(o, "ffn")) ffn_rows(o, rows);
+  if (wants(o, "matmul")) matmul_rows(o, rows);
   if (wants(o, "toy")) toy_rows(o, rows);
   if (wants(o, "activation")) activation_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
@@ -408,9 +427,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
-  app.add_option("--sections", o.sections, "which of: ffn toy activation memory")
+  app.add_option("--sections", o.sections, "which of: ffn matmul toy activation memory")
       ->capture_default_str()
-      ->check(CLI::IsMember({"ffn", "toy", "activation", "memory"}));
+      ->check(CLI::IsMember({"ffn", "matmul", "toy", "activation", "memory"}));
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
   app.add_option("--min-seconds", o.timing.min_seconds,

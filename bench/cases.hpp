@@ -11,6 +11,9 @@
 // Pass::forward records the forward on a tape (autograd on, as in training);
 // Pass::forward_backward also runs the backward to x and every parameter,
 // from a fixed upstream gradient dy [N, D], after zero_grad.
+//
+// Batched matmul, float32: y [B, M, N] = a [B, M, K] . b [B, K, N], and for
+// Pass::forward_backward da = dy . b^T and db = a^T . dy per batch.
 
 #include <cstddef>
 #include <string>
@@ -30,6 +33,10 @@ struct FfnShape {
   std::size_t d_hidden = 2048;
 };
 
+struct MatmulShape {
+  std::size_t batch, m, k, n;
+};
+
 const char* family_name(Family family);
 const char* pass_name(Pass pass);
 
@@ -42,12 +49,19 @@ Runner xtgrad_toy_step();
 // Pass::forward: the activation op on a recording tape (cleared each call);
 // Pass::forward_backward stands for the backward kernel alone, dx = dy f'(x).
 Runner xtgrad_activation(Activation activation, Pass pass, std::size_t n);
+// matmul of two Parameters (recorded without a copy) on a recording tape,
+// then backward from a fixed dy; the gradients accumulate from step to step
+// (no zero_grad), so that the backward GEMMs are the floor's, beta = 1.
+Runner xtgrad_matmul(Pass pass, MatmulShape shape);
 
 // ---- the floors (cases_floor.cpp) ----
 
 // The GEMMs an FFN cannot avoid, through cblas_sgemm on preallocated buffers:
 // 2 forward + 4 backward (3 + 6 for swiglu), nothing else.
 Runner gemm_floor(Family family, Pass pass, FfnShape shape);
+// The GEMMs of a batched matmul, per batch: 1 forward, 2 backward
+// (accumulating, as xtgrad_matmul's).
+Runner matmul_floor(Pass pass, MatmulShape shape);
 // A copy of n floats (vector loads and stores): the bandwidth floor of an
 // elementwise pass.
 Runner copy_floor(std::size_t n);

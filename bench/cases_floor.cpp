@@ -105,6 +105,24 @@ struct FloorState {
   }
 };
 
+// The GEMMs of a batched matmul, one batch at a time, as xtgrad's matmul makes them.
+struct MatmulFloorState {
+  Pass pass;
+  int batch, m, k, n;
+  std::vector<float> a, b, y, dy, da, db;
+
+  void run() {
+    const std::size_t mk = std::size_t(m) * k, kn = std::size_t(k) * n, mn = std::size_t(m) * n;
+    for (std::size_t i = 0; i < std::size_t(batch); ++i)  // y_i = a_i b_i
+      gemm(false, false, m, n, k, a.data() + i * mk, b.data() + i * kn, y.data() + i * mn);
+    if (pass == Pass::forward) return;
+    for (std::size_t i = 0; i < std::size_t(batch); ++i)  // da_i += dy_i b_i^T
+      gemm(false, true, m, k, n, dy.data() + i * mn, b.data() + i * kn, da.data() + i * mk, true);
+    for (std::size_t i = 0; i < std::size_t(batch); ++i)  // db_i += a_i^T dy_i
+      gemm(true, false, k, n, m, a.data() + i * mk, dy.data() + i * mn, db.data() + i * kn, true);
+  }
+};
+
 // A copy loop with ordinary vector loads and stores, as the activation kernels
 // write. (std::memcpy switches to non-temporal stores above a size tied to the
 // cache, here below 16 MB: it would then measure the DRAM round trip that a
@@ -127,6 +145,24 @@ struct CopyState {
 
 Runner gemm_floor(Family family, Pass pass, FfnShape shape) {
   auto state = std::make_shared<FloorState>(family, pass, shape);
+  return [state] { state->run(); };
+}
+
+Runner matmul_floor(Pass pass, MatmulShape shape) {
+  auto state = std::make_shared<MatmulFloorState>();
+  state->pass = pass;
+  state->batch = static_cast<int>(shape.batch);
+  state->m = static_cast<int>(shape.m);
+  state->k = static_cast<int>(shape.k);
+  state->n = static_cast<int>(shape.n);
+  const std::size_t mk = shape.batch * shape.m * shape.k, kn = shape.batch * shape.k * shape.n,
+                    mn = shape.batch * shape.m * shape.n;
+  state->a = random_buffer(mk, k_seed + 7);
+  state->b = random_buffer(kn, k_seed + 8);
+  state->dy = random_buffer(mn, k_seed + 9);
+  state->y.resize(mn);
+  state->da.assign(mk, 0.0f);
+  state->db.assign(kn, 0.0f);
   return [state] { state->run(); };
 }
 

@@ -6,8 +6,8 @@
 #include <random>
 #include <stdexcept>
 
-#include <xtgrad/engine/kernels/activation_kernels.hpp>
 #include <xtgrad/engine/engine.hpp>
+#include <xtgrad/engine/kernels/activation_kernels.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 
@@ -102,6 +102,19 @@ struct ActivationState {
   }
 };
 
+struct MatmulState {
+  Pass pass;
+  Parameter<float> a, b;
+  xt::xarray<float> dy;
+  Tape<float> tape;
+
+  void run() {
+    tape.clear();
+    const Var<float> y = matmul(tape.param(a), tape.param(b));
+    if (pass == Pass::forward_backward) tape.backward(y, dy);
+  }
+};
+
 }  // namespace
 
 Runner xtgrad_ffn(Family family, Pass pass, FfnShape shape) {
@@ -142,6 +155,15 @@ Runner xtgrad_activation(Activation activation, Pass pass, std::size_t n) {
   state->x = Parameter<float>("x", uniform({n}, k_seed + 3, 6.0f));
   state->dy = uniform({n}, k_seed + 4);
   state->dx = xt::zeros<float>({n});
+  return [state] { state->run(); };
+}
+
+Runner xtgrad_matmul(Pass pass, MatmulShape shape) {
+  auto state = std::make_shared<MatmulState>();
+  state->pass = pass;
+  state->a = Parameter<float>("a", uniform({shape.batch, shape.m, shape.k}, k_seed + 5));
+  state->b = Parameter<float>("b", uniform({shape.batch, shape.k, shape.n}, k_seed + 6));
+  state->dy = uniform({shape.batch, shape.m, shape.n}, k_seed + 7);
   return [state] { state->run(); };
 }
 
