@@ -207,8 +207,8 @@ inline void checkpoint_one(const std::uint8_t* data, std::size_t size) {
 // arguments), so that an input means the same program with any compiler.
 // Interprets the input as a program of up to 64 calls on two tapes: leaves
 // and Parameters of random shapes (0 to 4 along up to 3 axes) and values
-// (NaN, inf, huge and tiny included), every op, the functional API, a
-// module, backward with right and wrong dy, clear, release, zero_grad,
+// (NaN, inf, huge and tiny included), every op (torch-style dims, sizes
+// and indices from -2 to 5), the functional API, a module, backward with right and wrong dy, clear, release, zero_grad,
 // recording and anomaly modes, reshaping a recorded Parameter, optimizer
 // steps and clipping. Arguments are picked among everything recorded so far
 // (stale and empty handles included). Recorded leaves must never change.
@@ -399,6 +399,166 @@ class TapeProgram {
           (void)v.grad();
         else
           (void)v.value();
+        break;
+      }
+      default:
+        model_op();
+        break;
+    }
+  }
+
+  // Small torch-style integers for dims, sizes and indices: -2 to 5, so that
+  // negative and out-of-range values come up but no request is ever large.
+  std::int64_t small() { return static_cast<std::int64_t>(in_.below(8)) - 2; }
+  std::vector<std::int64_t> small_list() {
+    std::vector<std::int64_t> v(in_.below(4));
+    for (auto& d : v) d = small();
+    return v;
+  }
+  Indices indices() {
+    const Shape s = shape();
+    Indices index = Indices::from_shape(s);
+    for (auto& i : index) i = small();
+    return index;
+  }
+  Reduction reduction() { return static_cast<Reduction>(in_.below(4)); }  // 3: invalid
+
+  // The ops models are made of: math, division and scalars, softmax and the
+  // losses, norms, dropout, shapes, indexing, matmul, embedding; and, as
+  // before, an op under NoGradGuard on the other tape.
+  void model_op() {
+    const std::size_t family = in_.below(9);
+    switch (family) {
+      case 0: {
+        const Var<T> x = pick();
+        const std::size_t which = in_.below(12);
+        const T a = static_cast<T>(in_.number());
+        const T b = static_cast<T>(in_.number());
+        switch (which) {
+          case 0: keep(exp(x)); break;
+          case 1: keep(log(x)); break;
+          case 2: keep(sqrt(x)); break;
+          case 3: keep(rsqrt(x)); break;
+          case 4: keep(tanh(x)); break;
+          case 5: keep(sigmoid(x)); break;
+          case 6: keep(abs(x)); break;
+          case 7: keep(square(x)); break;
+          case 8: keep(pow(x, a)); break;
+          case 9: keep(clamp(x, a, b)); break;
+          case 10: keep(clamp_min(x, a)); break;
+          default: keep(clamp_max(x, b)); break;
+        }
+        break;
+      }
+      case 1: {
+        const Var<T> x = pick(), y = pick();
+        const T s = static_cast<T>(in_.number());
+        const std::size_t which = in_.below(5);
+        if (which == 0) keep(div(x, y));
+        if (which == 1) keep(x + s);
+        if (which == 2) keep(s - x);
+        if (which == 3) keep(x / s);
+        if (which == 4) keep(s / x);
+        break;
+      }
+      case 2: {
+        const Var<T> x = pick();
+        const std::int64_t dim = small();
+        const std::size_t which = in_.below(5);
+        if (which == 0) keep(softmax(x, dim));
+        if (which == 1) keep(log_softmax(x, dim));
+        if (which == 2 || which == 3) {
+          CrossEntropyOptions options;
+          options.ignore_index = in_.flag() ? -100 : small();
+          options.label_smoothing = in_.flag() ? 0.0 : in_.number();
+          options.reduction = reduction();
+          if (which == 2) {
+            const Indices target = indices();
+            keep(cross_entropy(x, target, options));
+          } else {
+            keep(cross_entropy(x, pick(), options));
+          }
+        }
+        if (which == 4) {
+          NllLossOptions options;
+          options.reduction = reduction();
+          const Indices target = indices();
+          keep(nll_loss(x, target, options));
+        }
+        break;
+      }
+      case 3: {
+        const Var<T> x = pick();
+        const auto w = maybe();
+        const auto b = maybe();
+        const double eps = in_.flag() ? 1e-5 : in_.number();
+        const std::size_t which = in_.below(3);
+        if (which == 0) keep(layer_norm(x, w, b, eps));
+        if (which == 1) keep(rms_norm(x, w, eps));
+        if (which == 2) {
+          const double p = in_.number();
+          const bool training = in_.flag();
+          DropoutKey key;
+          key.seed = in_.byte();
+          key.step = in_.byte();
+          key.first_element = in_.byte();
+          keep(dropout(x, p, training, key));
+        }
+        break;
+      }
+      case 4: {
+        const Var<T> x = pick();
+        const std::size_t which = in_.below(5);
+        if (which == 0) keep(reshape(x, small_list()));
+        if (which == 1) {
+          const std::int64_t start = small();
+          keep(flatten(x, start, small()));
+        }
+        if (which == 2) keep(permute(x, small_list()));
+        if (which == 3) {
+          const std::int64_t d0 = small();
+          keep(transpose(x, d0, small()));
+        }
+        if (which == 4) keep(expand(x, small_list()));
+        break;
+      }
+      case 5: {
+        const Var<T> x = pick();
+        const std::int64_t dim = small();
+        const std::size_t which = in_.below(5);
+        if (which == 0) {
+          const std::int64_t start = small(), stop = small();
+          keep(slice(x, dim, start, stop, small()));
+        }
+        if (which == 1 || which == 2) {
+          std::vector<Var<T>> xs = {x};
+          for (std::size_t k = in_.below(3); k > 0; --k) xs.push_back(pick());
+          keep(which == 1 ? concat(xs, dim) : stack(xs, dim));
+        }
+        if (which == 3 || which == 4) {
+          const std::vector<Var<T>> pieces =
+              which == 3 ? split(x, small(), dim) : chunk(x, small(), dim);
+          for (const Var<T>& piece : pieces) keep(piece);
+        }
+        break;
+      }
+      case 6: {
+        const Var<T> x = pick();
+        const std::int64_t dim = small();
+        const Indices index = indices();
+        keep(in_.flag() ? index_select(x, dim, index) : gather(x, dim, index));
+        break;
+      }
+      case 7: {
+        const Var<T> a = pick();
+        if (in_.flag()) {
+          keep(matmul(a, pick()));
+        } else {
+          const Indices index = indices();
+          const std::optional<std::int64_t> padding =
+              in_.flag() ? std::nullopt : std::optional<std::int64_t>(small());
+          keep(embedding(index, a, padding));
+        }
         break;
       }
       default: {  // with NoGradGuard, an op on the other tape
