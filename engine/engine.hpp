@@ -6,6 +6,7 @@
 #include "indices.hpp"
 #include "ops/activations.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/extrema.hpp"
 #include "ops/fused_linear.hpp"
 #include "ops/gated.hpp"
 #include "ops/linear.hpp"

@@ -1,0 +1,199 @@
+#pragma once
+// Reductions over a set of axes (internal), shared by sum, mean, var,
+// logsumexp, amax and amin.
+//
+// The input is a contiguous row-major array. Its axes are split into kept
+// and reduced ones; axes of extent 1 are dropped and neighbouring axes of
+// the same kind are merged (in a row-major array that is always exact), so
+// every reduction becomes: for each output element o (an odometer over the
+// merged kept groups, giving the offset `base` of its first input element),
+// the reduced elements are runs of `run_count` elements `run_stride` apart
+// (an odometer over the other merged reduced groups). The common cases are
+// one contiguous pass: the last axis gives one run of D per row (stride 1),
+// all axes give one run over the whole array.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <xtensor/xstorage.hpp>
+
+#include "../errors.hpp"
+#include "../indices.hpp"
+#include "../tape.hpp"
+
+namespace xtgrad::detail {
+
+struct ReducePlan {
+  using Groups = xt::svector<std::size_t, 8>;  // inline storage: no allocation up to rank 8
+  Shape out_shape;                             // the result's shape
+  std::size_t out_size = 1;                    // elements of the result
+  std::size_t reduced_size = 1;                // input elements per output element (n)
+  std::size_t zero_axis = 0;                   // a reduced axis of extent 0, when reduced_size == 0
+  Groups kept_extent, kept_stride;             // merged kept groups, outermost first
+  Groups red_extent, red_stride;  // merged reduced groups, outermost first; never empty
+};
+
+// The plan for reducing `shape` over `dims` (torch-style axes, negative
+// counting from the end, each at most once; empty = every axis, as
+// torch.sum(x, dim=[]) in torch 1.13). A 0-d input acts as shape [1] with
+// axis 0 (torch accepts dim 0 and -1 there); its result is 0-d, keepdim or
+// not. std::invalid_argument naming `op` and 'dims' for an axis out of range
+// or repeated.
+// normalize_dim (indices.hpp), except that a 0-d tensor has the one axis 0
+// (dim 0 or -1), as torch treats it.
+inline std::size_t normalize_reduce_dim(const char* op, const char* arg, std::int64_t dim,
+                                        std::size_t rank) {
+  if (rank == 0 && dim != 0 && dim != -1)
+    fail_argument(op, arg,
+                  "is " + std::to_string(dim) +
+                      ", expected 0 or -1 for a 0-d tensor (an axis of extent 1, as in torch)");
+  return rank == 0 ? 0 : normalize_dim(op, arg, dim, rank);
+}
+
+inline ReducePlan make_reduce_plan(const char* op, const Shape& shape,
+                                   const std::vector<std::int64_t>& dims, bool keepdim) {
+  const std::size_t rank = shape.size();
+  const std::size_t axes = rank == 0 ? 1 : rank;
+  ReducePlan::Groups reduced(axes, dims.empty() ? 1 : 0);  // a flag per axis
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    const std::size_t axis = normalize_reduce_dim(op, "dims", dims[k], rank);
+    if (reduced[axis])
+      fail_argument(op, "dims",
+                    "names axis " + std::to_string(axis) + " twice (entry " + std::to_string(k) +
+                        " is " + std::to_string(dims[k]) + "), expected each axis at most once");
+    reduced[axis] = 1;
+  }
+  ReducePlan p;
+  std::size_t stride = 1;
+  bool last_reduced = false;
+  ReducePlan::Groups ke, ks, re, rs;  // innermost first while building
+  for (std::size_t a = 0; a < rank; ++a)
+    if (!reduced[a])
+      p.out_shape.push_back(shape[a]);
+    else if (keepdim)
+      p.out_shape.push_back(1);
+  for (std::size_t a = axes; a-- > 0;) {
+    const std::size_t n = rank == 0 ? 1 : shape[a];
+    if (reduced[a]) {
+      p.reduced_size *= n;
+      if (n == 0) p.zero_axis = a;
+    } else {
+      p.out_size *= n;
+    }
+    if (n == 1) continue;  // contributes nothing to any offset
+    auto& e = reduced[a] ? re : ke;
+    auto& s = reduced[a] ? rs : ks;
+    const bool merge =
+        !e.empty() && last_reduced == (reduced[a] != 0) && s.back() * e.back() == stride;
+    if (merge)
+      e.back() *= n;
+    else {
+      e.push_back(n);
+      s.push_back(stride);
+    }
+    last_reduced = reduced[a] != 0;
+    stride *= n;
+  }
+  if (re.empty()) {  // nothing to walk: one element per output
+    re.push_back(1);
+    rs.push_back(1);
+  }
+  p.kept_extent.assign(ke.rbegin(), ke.rend());
+  p.kept_stride.assign(ks.rbegin(), ks.rend());
+  p.red_extent.assign(re.rbegin(), re.rend());
+  p.red_stride.assign(rs.rbegin(), rs.rend());
+  return p;
+}
+
+// std::invalid_argument for ops with no identity (amax, amin) when a reduced
+// axis has extent 0, as torch raises ("Expected reduction dim 1 to have
+// non-zero size").
+inline void check_nonempty_reduction(const char* op, const ReducePlan& p, const Shape& shape) {
+  if (p.reduced_size == 0)
+    fail_argument(op, "dims",
+                  "reduces axis " + std::to_string(p.zero_axis) + " of extent 0 of 'x' of shape " +
+                      shape_str(shape) + ": cannot perform reduction over a zero-size axis");
+}
+
+// Calls f(o, base) for every output element o in row-major order; base is
+// the offset of its first input element.
+template <class F>
+void for_each_output(const ReducePlan& p, F&& f) {
+  if (p.out_size == 0 || p.reduced_size == 0) {
+    if (p.reduced_size == 0)  // no input elements: still one call per output
+      for (std::size_t o = 0; o < p.out_size; ++o) f(o, std::size_t(0));
+    return;
+  }
+  const std::size_t groups = p.kept_extent.size();
+  ReducePlan::Groups index(groups, 0);
+  std::size_t base = 0;
+  for (std::size_t o = 0; o < p.out_size; ++o) {
+    f(o, base);
+    for (std::size_t g = groups; g-- > 0;) {  // odometer over the kept groups
+      base += p.kept_stride[g];
+      if (++index[g] < p.kept_extent[g]) break;
+      base -= p.kept_stride[g] * p.kept_extent[g];
+      index[g] = 0;
+    }
+  }
+}
+
+// Calls f(offset, count, stride) for every run of the reduced elements of
+// the output element whose first input element is at `base`. Nothing when
+// reduced_size == 0.
+template <class F>
+void for_each_run(const ReducePlan& p, std::size_t base, F&& f) {
+  if (p.reduced_size == 0) return;
+  const std::size_t outer = p.red_extent.size() - 1;
+  const std::size_t count = p.red_extent.back(), stride = p.red_stride.back();
+  if (outer == 0) {
+    f(base, count, stride);
+    return;
+  }
+  ReducePlan::Groups index(outer, 0);
+  for (std::size_t done = 0; done < p.reduced_size; done += count) {
+    f(base, count, stride);
+    for (std::size_t g = outer; g-- > 0;) {  // odometer over the outer reduced groups
+      base += p.red_stride[g];
+      if (++index[g] < p.red_extent[g]) break;
+      base -= p.red_stride[g] * p.red_extent[g];
+      index[g] = 0;
+    }
+  }
+}
+
+// f(flat offset) for the count elements of one run; the stride-1 loop is a
+// separate loop so that the compiler vectorizes it.
+template <class F>
+inline void for_run(std::size_t offset, std::size_t count, std::size_t stride, F&& f) {
+  if (stride == 1)
+    for (std::size_t k = 0; k < count; ++k) f(offset + k);
+  else
+    for (std::size_t k = 0; k < count; ++k) f(offset + k * stride);
+}
+
+// f(flat offset) for every reduced element of output o (base as given by
+// for_each_output).
+template <class F>
+void for_each_reduced(const ReducePlan& p, std::size_t base, F&& f) {
+  for_each_run(p, base, [&f](std::size_t offset, std::size_t count, std::size_t stride) {
+    for_run(offset, count, stride, f);
+  });
+}
+
+// dx[o, r] (+)= value(o, flat offset of x[o, r]) for every element of x: a
+// gradient broadcast back over the reduced axes, one pass.
+template <class T, class F>
+void write_reduced(const ReducePlan& plan, GradSlot<T> dx, F&& value) {
+  T* d = dx.buffer.data();
+  for_each_output(plan, [&](std::size_t o, std::size_t base) {
+    if (dx.accumulate)
+      for_each_reduced(plan, base, [&](std::size_t i) { d[i] += value(o, i); });
+    else
+      for_each_reduced(plan, base, [&](std::size_t i) { d[i] = value(o, i); });
+  });
+}
+
+}  // namespace xtgrad::detail
