@@ -12,6 +12,7 @@
 // one contiguous pass: the last axis gives one run of D per row (stride 1),
 // all axes give one run over the whole array.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,6 +23,7 @@
 #include "../errors.hpp"
 #include "../indices.hpp"
 #include "../tape.hpp"
+#include "broadcast.hpp"  // sum_of
 
 namespace xtgrad::detail {
 
@@ -183,11 +185,83 @@ void for_each_reduced(const ReducePlan& p, std::size_t base, F&& f) {
   });
 }
 
+// When the innermost input group is kept (reducing axis 0 of [N, D], or the
+// middle of [B, T, D]), walking output by output would read with a stride.
+// Instead the outputs come in blocks of `inner` consecutive ones, and every
+// reduced position holds a contiguous row of `inner` inputs, one per output
+// of the block: the loops below walk blocks, then rows, then the row itself.
+// kept_inner is that extent, or 1 when the innermost group is reduced.
+inline std::size_t kept_inner(const ReducePlan& p) {
+  if (p.out_size == 0 || p.reduced_size == 0 || p.kept_extent.empty()) return 1;
+  return p.kept_stride.back() == 1 ? p.kept_extent.back() : 1;
+}
+
+// The plan of the blocks: p without its innermost kept group.
+inline ReducePlan block_plan(const ReducePlan& p, std::size_t inner) {
+  ReducePlan blocks = p;
+  blocks.out_size /= inner;
+  blocks.kept_extent.pop_back();
+  blocks.kept_stride.pop_back();
+  return blocks;
+}
+
+// f(o0, row) for every block (o0 its first output) and every reduced row of
+// it (row: the flat offset of the input of output o0; output o0 + i reads
+// row + i, i < inner). Only for kept_inner(p) = inner > 1.
+template <class F>
+void for_each_block_row(const ReducePlan& p, std::size_t inner, F&& f) {
+  for_each_output(block_plan(p, inner), [&](std::size_t b, std::size_t base) {
+    for_each_reduced(p, base, [&](std::size_t row) { f(b * inner, row); });
+  });
+}
+
+// finish(o, sum_r term(o, i)) for every output o, i running over the flat
+// offsets of o's reduced elements; the sums are in double (four partial sums
+// along a contiguous run, one per output across rows in the blocked layout).
+template <class Term, class Finish>
+void sum_terms(const ReducePlan& p, Term&& term, Finish&& finish) {
+  const std::size_t inner = kept_inner(p);
+  if (inner == 1) {
+    for_each_output(p, [&](std::size_t o, std::size_t base) {
+      double total = 0.0;
+      for_each_run(p, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
+        if (stride == 1)
+          total += sum_of(count, [&](std::size_t k) { return term(o, offset + k); });
+        else
+          total += sum_of(count, [&](std::size_t k) { return term(o, offset + k * stride); });
+      });
+      finish(o, total);
+    });
+    return;
+  }
+  constexpr std::size_t k_chunk = 256;  // outputs summed at once, on the stack
+  for_each_output(block_plan(p, inner), [&](std::size_t b, std::size_t base) {
+    for (std::size_t c0 = 0; c0 < inner; c0 += k_chunk) {
+      const std::size_t w = std::min(k_chunk, inner - c0), o0 = b * inner + c0;
+      double acc[k_chunk];
+      std::fill(acc, acc + w, 0.0);
+      for_each_reduced(p, base + c0, [&](std::size_t row) {
+        for (std::size_t i = 0; i < w; ++i) acc[i] += term(o0 + i, row + i);
+      });
+      for (std::size_t i = 0; i < w; ++i) finish(o0 + i, acc[i]);
+    }
+  });
+}
+
 // dx[o, r] (+)= value(o, flat offset of x[o, r]) for every element of x: a
 // gradient broadcast back over the reduced axes, one pass.
 template <class T, class F>
 void write_reduced(const ReducePlan& plan, GradSlot<T> dx, F&& value) {
   T* d = dx.buffer.data();
+  if (const std::size_t inner = kept_inner(plan); inner > 1) {
+    for_each_block_row(plan, inner, [&](std::size_t o0, std::size_t row) {
+      if (dx.accumulate)
+        for (std::size_t i = 0; i < inner; ++i) d[row + i] += value(o0 + i, row + i);
+      else
+        for (std::size_t i = 0; i < inner; ++i) d[row + i] = value(o0 + i, row + i);
+    });
+    return;
+  }
   for_each_output(plan, [&](std::size_t o, std::size_t base) {
     if (dx.accumulate)
       for_each_reduced(plan, base, [&](std::size_t i) { d[i] += value(o, i); });

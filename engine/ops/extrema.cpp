@@ -109,7 +109,21 @@ ValuesIndices<T> extreme_index(const char* op, const Var<T>& x, std::int64_t dim
   const std::size_t inner = s.inner, extent = s.extent;
   // values[o, i] = x[o, j*, i], indices[o, i] = j*: the first j that beats
   // every earlier one, a NaN beating any number and never being beaten
-  for (std::size_t o = 0; o < s.outer; ++o) {
+  for (std::size_t o = 0; o < s.outer && inner == 1; ++o) {  // the last axis: scan each row
+    const T* xr = xd + o * extent;
+    T best = xr[0];
+    std::size_t at = 0;
+    for (std::size_t j = 1; j < extent && !std::isnan(best); ++j) {
+      const T v = xr[j];
+      if (beats<IsMax>(v, best) || std::isnan(v)) {
+        best = v;
+        at = j;
+      }
+    }
+    yd[o] = best;
+    id[o] = static_cast<std::int64_t>(at);
+  }
+  for (std::size_t o = 0; o < s.outer && inner > 1; ++o) {  // rows of `inner` at once
     T* yr = yd + o * inner;
     std::int64_t* ir = id + o * inner;
     const T* xr = xd + o * extent * inner;

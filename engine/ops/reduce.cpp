@@ -1,4 +1,5 @@
 #include "reduce.hpp"
+#include "../kernels/vector_math.hpp"  // first (through simd.hpp): see simd.hpp
 
 #include <algorithm>
 #include <cmath>
@@ -47,17 +48,17 @@ Var<T> reduce_all(const char* op, const Var<T>& x, bool is_mean) {
   return tape.var(yi);
 }
 
-// sum_r x[r] over the reduced elements of one output, in double.
+// sum_k exp(x[k] - shift) over a contiguous run: exp in T by xsimd batches
+// (every term <= 1 after the shift), the sums in double.
 template <class T>
-double sum_reduced(const detail::ReducePlan& plan, const T* x, std::size_t base) {
+double sum_exp_run(const T* x, std::size_t n, T shift) {
+  using B = xsimd::batch<T>;
+  const B s(shift);
   double total = 0.0;
-  detail::for_each_run(plan, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
-    const T* run = x + offset;
-    if (stride == 1)
-      total += detail::sum_of(count, [run](std::size_t k) { return run[k]; });
-    else
-      total += detail::sum_of(count, [run, stride](std::size_t k) { return run[k * stride]; });
-  });
+  std::size_t k = 0;
+  for (; k + B::size <= n; k += B::size)
+    total += xsimd::hadd(detail::simd_math::exp_no_ub(B::load_unaligned(x + k) - s));
+  for (; k < n; ++k) total += std::exp(x[k] - shift);
   return total;
 }
 
@@ -76,13 +77,14 @@ Var<T> reduce_dims(const char* op, const Var<T>& x, const std::vector<std::int64
   T* yd = y.data();
   const std::size_t n = plan.reduced_size;
   // y[o] = sum_r x[o, r], or that / n; a mean over nothing is NaN as in torch.mean
-  detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
-    const double total = sum_reduced(plan, xd, base);
-    if (!is_mean)
-      yd[o] = static_cast<T>(total);
-    else
+  const auto term = [xd](std::size_t, std::size_t i) { return xd[i]; };
+  if (!is_mean)
+    detail::sum_terms(plan, term,
+                      [yd](std::size_t o, double total) { yd[o] = static_cast<T>(total); });
+  else
+    detail::sum_terms(plan, term, [yd, n](std::size_t o, double total) {
       yd[o] = n == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(total / n);
-  });
+    });
 
   tape.set_backward(yi, [xi, plan, is_mean](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
@@ -136,23 +138,25 @@ Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t 
   T* yd = y.data();
   const double n = static_cast<double>(plan.reduced_size);
   const double dof = n - static_cast<double>(correction);  // torch: n - correction
-  // The row means, kept in double for backward (in float they would round by
-  // more than the deviations of data such as 1e4 + 1e-3 noise).
-  const bool keep_means = tape.requires_grad(yi);
-  xt::xarray<double> means;  // (a default xarray is 0-d: one element, not none)
-  if (keep_means) means.resize({plan.out_size});
-  // m[o] = sum_r x[o, r] / n; y[o] = sum_r (x[o, r] - m[o])^2 / max(0, n - c): two passes
-  detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
-    const double m = plan.reduced_size == 0 ? std::numeric_limits<double>::quiet_NaN()
-                                            : sum_reduced(plan, xd, base) / n;
-    double squares = 0.0;
-    detail::for_each_reduced(plan, base, [&](std::size_t i) {
-      const double deviation = xd[i] - m;
-      squares += deviation * deviation;
-    });
-    yd[o] = static_cast<T>(squares / std::max(0.0, dof));
-    if (keep_means) means.data()[o] = m;
-  });
+  // m[o] = sum_r x[o, r] / n; y[o] = sum_r (x[o, r] - m[o])^2 / max(0, n - c): two
+  // passes. The means stay in double for backward (in float they would round
+  // by more than the deviations of data such as 1e4 + 1e-3 noise).
+  xt::xarray<double> means = xt::xarray<double>::from_shape({plan.out_size});
+  double* m = means.data();
+  detail::sum_terms(
+      plan, [xd](std::size_t, std::size_t i) { return xd[i]; },
+      [m, n](std::size_t o, double total) {
+        m[o] = n == 0 ? std::numeric_limits<double>::quiet_NaN() : total / n;
+      });
+  detail::sum_terms(
+      plan,
+      [xd, m](std::size_t o, std::size_t i) {
+        const double deviation = xd[i] - m[o];
+        return deviation * deviation;
+      },
+      [yd, dof](std::size_t o, double squares) {
+        yd[o] = static_cast<T>(squares / std::max(0.0, dof));
+      });
 
   tape.set_backward(yi, [xi, plan, means = std::move(means), factor = 2.0 / dof](
                             Tape<T>& t, const xt::xarray<T>& dy) {
@@ -187,7 +191,14 @@ Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool ke
     detail::for_each_reduced(plan, base, [&](std::size_t i) { top = xd[i] > top ? xd[i] : top; });
     const T shift = std::isinf(top) ? T(0) : top;
     double total = 0.0;
-    detail::for_each_reduced(plan, base, [&](std::size_t i) { total += std::exp(xd[i] - shift); });
+    detail::for_each_run(plan, base,
+                         [&](std::size_t offset, std::size_t count, std::size_t stride) {
+                           if (stride == 1)
+                             total += sum_exp_run(xd + offset, count, shift);
+                           else
+                             for (std::size_t k = 0; k < count; ++k)
+                               total += std::exp(xd[offset + k * stride] - shift);
+                         });
     yd[o] = static_cast<T>(std::log(total) + shift);
   });
 
