@@ -1,5 +1,6 @@
-#include "reduce.hpp"
 #include "../kernels/vector_math.hpp"  // first (through simd.hpp): see simd.hpp
+
+#include "reduce.hpp"
 
 #include <algorithm>
 #include <cmath>
