@@ -496,6 +496,13 @@ TEST_CASE_TEMPLATE("reduce: NaN is the max and the min, as torch", T, float, dou
   CHECK(m.indices == xt::xarray<std::int64_t>{1, 3});  // the first NaN
   ValuesIndices<T> n = min(x, 1);
   CHECK(n.indices == xt::xarray<std::int64_t>{1, 0});
+  // along axis 0 (whole rows compared at once): still the first NaN of each column
+  auto c = tape.leaf(xt::xarray<T>{{1, nan, 5}, {nan, 2, 7}, {nan, nan, 6}});
+  ValuesIndices<T> cm = max(c, 0);
+  CHECK(cm.indices == xt::xarray<std::int64_t>{1, 0, 1});
+  CHECK(min(c, 0).indices == xt::xarray<std::int64_t>{1, 0, 0});
+  CHECK(std::isnan(amax(c, 0).value()(0)));
+  CHECK(amin(c, 0).value()(2) == T(5));
   tape.backward(m.values, xt::xarray<T>{1, 1});
   CHECK(x.grad() == xt::xarray<T>{{0, 1, 0, 0}, {0, 0, 0, 1}});
   tape.zero_grad();
@@ -663,6 +670,7 @@ TEST_CASE_TEMPLATE("bad input: reduce", T, float, double) {
   Var<T> x = tape.leaf(random_array<T>({2, 3}, 1));
   Var<T> empty = tape.leaf(xt::xarray<T>(xt::zeros<T>({std::size_t(2), std::size_t(0)})));
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
+  Var<T> empty00 = tape.leaf(xt::xarray<T>(xt::zeros<T>({std::size_t(0), std::size_t(0)})));
   tape.backward(sum(x, 1), xt::xarray<T>{1, 2});  // x holds a nonzero gradient
   auto snapshot = [&] {
     State s;
@@ -671,6 +679,7 @@ TEST_CASE_TEMPLATE("bad input: reduce", T, float, double) {
     s.add(x);
     s.add(empty);
     s.add(scalar);
+    s.add(empty00);
     return s;
   };
   std::vector<Row> rows;
@@ -709,6 +718,9 @@ TEST_CASE_TEMPLATE("bad input: reduce", T, float, double) {
         {"xtgrad::" + op, "'dims'", "axis 1", "extent 0", "[2, 0]", "zero-size"});
     bad(op + ": over every axis of an empty tensor", [&empty, call] { call(empty, {}); }, IA,
         {"xtgrad::" + op, "'dims'", "axis 1", "[2, 0]"});
+    bad(op + ": over an axis of extent 0, the result empty too",
+        [&empty00, call] { call(empty00, {1}); }, IA,
+        {"xtgrad::" + op, "'dims'", "axis 1", "[0, 0]", "zero-size"});
   }
   for (const bool is_max : {true, false}) {
     const std::string op = is_max ? "max" : "min";
@@ -720,6 +732,9 @@ TEST_CASE_TEMPLATE("bad input: reduce", T, float, double) {
     bad(op + ": dim -3", [&x, call] { call(x, -3); }, IA, {"xtgrad::" + op, "'dim'", "is -3"});
     bad(op + ": over an axis of extent 0", [&empty, call] { call(empty, -1); }, IA,
         {"xtgrad::" + op, "'dim'", "axis 1", "extent 0", "[2, 0]", "zero-size"});
+    bad(op + ": over an axis of extent 0, the result empty too",
+        [&empty00, call] { call(empty00, 0); }, IA,
+        {"xtgrad::" + op, "'dim'", "axis 0", "[0, 0]", "zero-size"});
     add_handle_rows<T>(
         rows, op, {"x"}, {x}, [call](const std::vector<Var<T>>& v) { call(v[0], 0); }, other,
         stale);
