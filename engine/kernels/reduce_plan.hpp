@@ -10,7 +10,9 @@
 // the reduced elements are runs of `run_count` elements `run_stride` apart
 // (an odometer over the other merged reduced groups). The common cases are
 // one contiguous pass: the last axis gives one run of D per row (stride 1),
-// all axes give one run over the whole array.
+// all axes give one run over the whole array. When the innermost axis is
+// kept (axis 0 of [N, D]) the loops go by blocks of consecutive outputs
+// instead, over contiguous rows (kept_inner, below).
 
 #include <algorithm>
 #include <cstddef>
