@@ -9,6 +9,7 @@
 #include "ops/dropout.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/embedding.hpp"
+#include "ops/extrema.hpp"
 #include "ops/fused_linear.hpp"
 #include "ops/gated.hpp"
 #include "ops/index.hpp"

@@ -1,10 +1,15 @@
+#include "../kernels/vector_math.hpp"  // first (through simd.hpp): see simd.hpp
+
 #include "reduce.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <utility>
 
 #include "../check.hpp"
 #include "../kernels/broadcast.hpp"
+#include "../kernels/reduce_plan.hpp"
 
 namespace xtgrad {
 
@@ -44,6 +49,59 @@ Var<T> reduce_all(const char* op, const Var<T>& x, bool is_mean) {
   return tape.var(yi);
 }
 
+// sum_k exp(x[k] - shift) over a contiguous run: exp in T by xsimd batches
+// (every term <= 1 after the shift), the sums in double.
+template <class T>
+double sum_exp_run(const T* x, std::size_t n, T shift) {
+  using B = xsimd::batch<T>;
+  const B s(shift);
+  double total = 0.0;
+  std::size_t k = 0;
+  for (; k + B::size <= n; k += B::size)
+    total += xsimd::hadd(detail::simd_math::exp_no_ub(B::load_unaligned(x + k) - s));
+  for (; k < n; ++k) total += std::exp(x[k] - shift);
+  return total;
+}
+
+// sum and mean along dims: like reduce_all, per output element.
+template <class T>
+Var<T> reduce_dims(const char* op, const Var<T>& x, const std::vector<std::int64_t>& dims,
+                   bool keepdim, bool is_mean) {
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(plan.out_shape);
+  const T* xd = xv.data();
+  T* yd = y.data();
+  const std::size_t n = plan.reduced_size;
+  // y[o] = sum_r x[o, r], or that / n; a mean over nothing is NaN as in torch.mean
+  const auto term = [xd](std::size_t, std::size_t i) { return xd[i]; };
+  if (!is_mean)
+    detail::sum_terms(plan, term,
+                      [yd](std::size_t o, double total) { yd[o] = static_cast<T>(total); });
+  else
+    detail::sum_terms(plan, term, [yd, n](std::size_t o, double total) {
+      yd[o] = n == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(total / n);
+    });
+
+  tape.set_backward(yi, [xi, plan, is_mean](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    GradSlot<T> dx = t.grad_slot(xi);
+    const T* g = dy.data();
+    if (!is_mean)  // dx[o, r] (+)= dy[o], broadcast over the reduced axes
+      detail::write_reduced(plan, dx, [g](std::size_t o, std::size_t) { return g[o]; });
+    else if (plan.reduced_size > 0)  // dx[o, r] (+)= dy[o] / n
+      detail::write_reduced(plan, dx,
+                            [g, n = static_cast<T>(plan.reduced_size)](std::size_t o, std::size_t) {
+                              return g[o] / n;
+                            });
+  });
+  return tape.var(yi);
+}
+
 }  // namespace
 
 template <class T>
@@ -56,9 +114,122 @@ Var<T> mean(const Var<T>& x) {
   return reduce_all("mean", x, true);
 }
 
+template <class T>
+Var<T> sum(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  return reduce_dims("sum", x, dims, keepdim, false);
+}
+
+template <class T>
+Var<T> mean(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  return reduce_dims("mean", x, dims, keepdim, true);
+}
+
+template <class T>
+Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t correction,
+           bool keepdim) {
+  static constexpr const char* op = "var";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(plan.out_shape);
+  const T* xd = xv.data();
+  T* yd = y.data();
+  const double n = static_cast<double>(plan.reduced_size);
+  const double dof = n - static_cast<double>(correction);  // torch: n - correction
+  // m[o] = sum_r x[o, r] / n; y[o] = sum_r (x[o, r] - m[o])^2 / max(0, n - c): two
+  // passes. The means stay in double for backward (in float they would round
+  // by more than the deviations of data such as 1e4 + 1e-3 noise).
+  xt::xarray<double> means = xt::xarray<double>::from_shape({plan.out_size});
+  double* m = means.data();
+  detail::sum_terms(
+      plan, [xd](std::size_t, std::size_t i) { return xd[i]; },
+      [m, n](std::size_t o, double total) {
+        m[o] = n == 0 ? std::numeric_limits<double>::quiet_NaN() : total / n;
+      });
+  detail::sum_terms(
+      plan,
+      [xd, m](std::size_t o, std::size_t i) {
+        const double deviation = xd[i] - m[o];
+        return deviation * deviation;
+      },
+      [yd, dof](std::size_t o, double squares) {
+        yd[o] = static_cast<T>(squares / std::max(0.0, dof));
+      });
+
+  tape.set_backward(yi, [xi, plan, means = std::move(means), factor = 2.0 / dof](
+                            Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    const T* g = dy.data();
+    const T* x = t.value(xi).data();
+    const double* m = means.data();
+    // dx[o, r] (+)= dy[o] * 2 (x[o, r] - m[o]) / (n - c)
+    detail::write_reduced(plan, t.grad_slot(xi), [g, x, m, factor](std::size_t o, std::size_t i) {
+      return static_cast<T>(g[o] * factor * (x[i] - m[o]));
+    });
+  });
+  return tape.var(yi);
+}
+
+template <class T>
+Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  static constexpr const char* op = "logsumexp";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(plan.out_shape);
+  const T* xd = xv.data();
+  T* yd = y.data();
+  // y[o] = s + log sum_r exp(x[o, r] - s), s = max_r x[o, r] (0 when that is
+  // +-inf, as torch.logsumexp): no overflow, and -inf for all -inf or nothing
+  detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
+    T top = -std::numeric_limits<T>::infinity();
+    detail::for_each_reduced(plan, base, [&](std::size_t i) { top = xd[i] > top ? xd[i] : top; });
+    const T shift = std::isinf(top) ? T(0) : top;
+    double total = 0.0;
+    detail::for_each_run(plan, base,
+                         [&](std::size_t offset, std::size_t count, std::size_t stride) {
+                           if (stride == 1)
+                             total += sum_exp_run(xd + offset, count, shift);
+                           else
+                             for (std::size_t k = 0; k < count; ++k)
+                               total += std::exp(xd[offset + k * stride] - shift);
+                         });
+    yd[o] = static_cast<T>(std::log(total) + shift);
+  });
+
+  tape.set_backward(yi, [xi, yi, plan](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    const T* g = dy.data();
+    const T* x = t.value(xi).data();
+    const T* yv = t.value(yi).data();
+    constexpr T minus_inf = -std::numeric_limits<T>::infinity();
+    // dx[o, r] (+)= dy[o] * exp(x[o, r] - y[o]) (softmax); 0 where y[o] = -inf
+    detail::write_reduced(plan, t.grad_slot(xi),
+                          [g, x, yv, minus_inf](std::size_t o, std::size_t i) {
+                            return yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
+                          });
+  });
+  return tape.var(yi);
+}
+
 template Var<float> sum(const Var<float>&);
 template Var<double> sum(const Var<double>&);
 template Var<float> mean(const Var<float>&);
 template Var<double> mean(const Var<double>&);
+
+#define XTGRAD_INSTANTIATE_REDUCE(T)                                                        \
+  template Var<T> sum(const Var<T>&, const std::vector<std::int64_t>&, bool);               \
+  template Var<T> mean(const Var<T>&, const std::vector<std::int64_t>&, bool);              \
+  template Var<T> var(const Var<T>&, const std::vector<std::int64_t>&, std::int64_t, bool); \
+  template Var<T> logsumexp(const Var<T>&, const std::vector<std::int64_t>&, bool);
+XTGRAD_INSTANTIATE_REDUCE(float)
+XTGRAD_INSTANTIATE_REDUCE(double)
+#undef XTGRAD_INSTANTIATE_REDUCE
 
 }  // namespace xtgrad

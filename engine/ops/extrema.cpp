@@ -1,0 +1,194 @@
+#include "extrema.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "../check.hpp"
+#include "../kernels/axes.hpp"
+#include "../kernels/reduce_plan.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+// v beats the current extreme `best`: larger (IsMax) or smaller.
+template <bool IsMax, class T>
+bool beats(T v, T best) {
+  if constexpr (IsMax)
+    return v > best;
+  else
+    return v < best;
+}
+
+// amax (IsMax) and amin: the extreme over the reduced elements, NaN if any
+// is NaN; the gradient is spread over the elements equal to it.
+template <bool IsMax, class T>
+Var<T> extreme(const char* op, const Var<T>& x, const std::vector<std::int64_t>& dims,
+               bool keepdim) {
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
+  detail::check_nonempty_reduction(op, plan, x.shape());
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(plan.out_shape);
+  const T* xd = xv.data();
+  T* yd = y.data();
+  constexpr T start =
+      IsMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  // y[o] = max_r x[o, r] (or min); NaN when any x[o, r] is NaN, as torch.amax
+  detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
+    T best = start;
+    bool nan = false;
+    detail::for_each_reduced(plan, base, [&](std::size_t i) {
+      const T v = xd[i];
+      best = beats<IsMax>(v, best) ? v : best;
+      nan = nan || std::isnan(v);
+    });
+    yd[o] = nan ? std::numeric_limits<T>::quiet_NaN() : best;
+  });
+
+  tape.set_backward(yi, [xi, yi, plan](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    GradSlot<T> dx = t.grad_slot(xi);
+    T* d = dx.buffer.data();
+    const T* x = t.value(xi).data();
+    const T* yv = t.value(yi).data();
+    const T* g = dy.data();
+    detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
+      const T top = yv[o];
+      std::size_t ties = 0;
+      detail::for_each_reduced(plan, base, [&](std::size_t i) { ties += x[i] == top; });
+      // share[o] = dy[o] / #ties[o] (NaN for a NaN result: no element equals it)
+      const T share = ties == 0 ? std::numeric_limits<T>::quiet_NaN() : g[o] / T(ties);
+      // dx[o, r] (+)= share[o] where x[o, r] == y[o], else 0 (NaN everywhere for no ties)
+      const T other = ties == 0 ? share : T(0);
+      if (dx.accumulate)
+        detail::for_each_reduced(plan, base,
+                                 [&](std::size_t i) { d[i] += x[i] == top ? share : other; });
+      else
+        detail::for_each_reduced(plan, base,
+                                 [&](std::size_t i) { d[i] = x[i] == top ? share : other; });
+    });
+  });
+  return tape.var(yi);
+}
+
+// max (IsMax) and min along one axis, with the index of the first extreme
+// (of the first NaN, if any); the gradient goes to that index only.
+template <bool IsMax, class T>
+ValuesIndices<T> extreme_index(const char* op, const Var<T>& x, std::int64_t dim, bool keepdim) {
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const Shape& shape = x.shape();
+  const std::size_t rank = shape.size();
+  const std::size_t axis = detail::normalize_reduce_dim(op, "dim", dim, rank);
+  const detail::AxisSplit s = rank == 0 ? detail::AxisSplit{} : detail::split_at(shape, axis);
+  if (s.extent == 0)
+    detail::fail_argument(op, "dim",
+                          "is " + std::to_string(dim) + ", axis " + std::to_string(axis) +
+                              " of extent 0 of 'x' of shape " + detail::shape_str(shape) +
+                              ": cannot perform reduction over a zero-size axis");
+  Shape out_shape = shape;
+  if (rank > 0) {
+    if (keepdim)
+      out_shape[axis] = 1;
+    else
+      out_shape.erase(out_shape.begin() + static_cast<std::ptrdiff_t>(axis));
+  }
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(out_shape);
+  Indices indices = Indices::from_shape(out_shape);
+  const T* xd = xv.data();
+  T* yd = y.data();
+  std::int64_t* id = indices.data();
+  const std::size_t inner = s.inner, extent = s.extent;
+  // values[o, i] = x[o, j*, i], indices[o, i] = j*: the first j that beats
+  // every earlier one, a NaN beating any number and never being beaten
+  for (std::size_t o = 0; o < s.outer && inner == 1; ++o) {  // the last axis: scan each row
+    const T* xr = xd + o * extent;
+    T best = xr[0];
+    std::size_t at = 0;
+    for (std::size_t j = 1; j < extent && !std::isnan(best); ++j) {
+      const T v = xr[j];
+      if (beats<IsMax>(v, best) || std::isnan(v)) {
+        best = v;
+        at = j;
+      }
+    }
+    yd[o] = best;
+    id[o] = static_cast<std::int64_t>(at);
+  }
+  for (std::size_t o = 0; o < s.outer && inner > 1; ++o) {  // rows of `inner` at once
+    T* yr = yd + o * inner;
+    std::int64_t* ir = id + o * inner;
+    const T* xr = xd + o * extent * inner;
+    std::copy(xr, xr + inner, yr);
+    std::fill(ir, ir + inner, std::int64_t(0));
+    for (std::size_t j = 1; j < extent; ++j) {
+      const T* xj = xr + j * inner;
+      for (std::size_t i = 0; i < inner; ++i) {
+        const T v = xj[i], best = yr[i];
+        if (beats<IsMax>(v, best) || (std::isnan(v) && !std::isnan(best))) {
+          yr[i] = v;
+          ir[i] = static_cast<std::int64_t>(j);
+        }
+      }
+    }
+  }
+
+  Indices kept;  // backward's copy, only when there will be a backward
+  if (tape.requires_grad(yi)) kept = indices;
+  tape.set_backward(yi, [xi, s, kept](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    GradSlot<T> dx = t.grad_slot(xi);
+    T* d = dx.buffer.data();
+    const T* g = dy.data();
+    const std::int64_t* k = kept.data();
+    // dx[o, j, i] (+)= dy[o, i] where j == indices[o, i], else 0
+    if (!dx.accumulate) std::fill(d, d + dx.buffer.size(), T(0));
+    for (std::size_t o = 0; o < s.outer; ++o)
+      for (std::size_t i = 0; i < s.inner; ++i) {
+        const std::size_t r = o * s.inner + i;
+        d[(o * s.extent + static_cast<std::size_t>(k[r])) * s.inner + i] += g[r];
+      }
+  });
+  return {tape.var(yi), std::move(indices)};
+}
+
+}  // namespace
+
+template <class T>
+Var<T> amax(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  return extreme<true>("amax", x, dims, keepdim);
+}
+
+template <class T>
+Var<T> amin(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  return extreme<false>("amin", x, dims, keepdim);
+}
+
+template <class T>
+ValuesIndices<T> max(const Var<T>& x, std::int64_t dim, bool keepdim) {
+  return extreme_index<true>("max", x, dim, keepdim);
+}
+
+template <class T>
+ValuesIndices<T> min(const Var<T>& x, std::int64_t dim, bool keepdim) {
+  return extreme_index<false>("min", x, dim, keepdim);
+}
+
+#define XTGRAD_INSTANTIATE_EXTREMA(T)                                          \
+  template Var<T> amax(const Var<T>&, const std::vector<std::int64_t>&, bool); \
+  template Var<T> amin(const Var<T>&, const std::vector<std::int64_t>&, bool); \
+  template ValuesIndices<T> max(const Var<T>&, std::int64_t, bool);            \
+  template ValuesIndices<T> min(const Var<T>&, std::int64_t, bool);
+XTGRAD_INSTANTIATE_EXTREMA(float)
+XTGRAD_INSTANTIATE_EXTREMA(double)
+#undef XTGRAD_INSTANTIATE_EXTREMA
+
+}  // namespace xtgrad
