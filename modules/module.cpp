@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "npy.hpp"
+#include "io/npy.hpp"
 
 namespace xtgrad {
 

@@ -6,7 +6,7 @@
 #include "functional.hpp"
 #include "gated_ffn.hpp"
 #include "init.hpp"
+#include "io/npy.hpp"
 #include "linear.hpp"
 #include "module.hpp"
-#include "npy.hpp"
 #include "positionwise_ffn.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <xtgrad/modules/module.hpp>
-#include <xtgrad/modules/npy.hpp>
+#include <xtgrad/modules/io/npy.hpp>
 
 #include "support/test_helpers.hpp"
 

@@ -18,7 +18,7 @@
 
 #include <xtensor/xadapt.hpp>
 
-#include <xtgrad/modules/npy.hpp>
+#include <xtgrad/modules/io/npy.hpp>
 
 #include "support/test_helpers.hpp"
 
