@@ -1,0 +1,336 @@
+// Checkpoint directories through Module::save and Module::load: the format,
+// the atomic save, the all-or-nothing load, and hostile directories.
+
+#include <sys/resource.h>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <csignal>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <xtgrad/modules/io/npy.hpp>
+#include <xtgrad/modules/module.hpp>
+
+#include "support/module_fixtures.hpp"
+#include "support/test_helpers.hpp"
+
+using namespace xtgrad;
+using testing::bit_equal;
+using testing::directory_names;
+using testing::read_file;
+using testing::snapshot;
+using testing::TempDir;
+using testing::TestComposite;
+using testing::TestLeaf;
+using testing::write_file;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small parameter, then a large one: a save that fails on the second file
+// has already written the first.
+template <class T>
+class TestSmallThenLarge : public Module<T> {
+ public:
+  explicit TestSmallThenLarge(std::uint32_t seed)
+      : small("small", testing::random_array<T>({2}, seed)),
+        large("large", testing::random_array<T>({256}, seed + 1)) {}
+  Parameter<T> small;
+  Parameter<T> large;
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override {
+    this->add_parameter(prefix, small, out);
+    this->add_parameter(prefix, large, out);
+  }
+};
+
+// While alive, no file this process writes can grow past `bytes`: a write
+// beyond fails with EFBIG, as on a full disk (SIGXFSZ, which would end the
+// process, is ignored meanwhile). Keep the scope to the one call under test.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &previous_) == 0);
+    handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    ::rlimit limit = previous_;
+    limit.rlim_cur = bytes;
+    set_ = ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &previous_);
+    std::signal(SIGXFSZ, handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  bool set() const { return set_; }
+
+ private:
+  ::rlimit previous_{};
+  void (*handler_)(int) = SIG_DFL;
+  bool set_ = false;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- the format and the atomic save
+
+TEST_CASE_TEMPLATE("checkpoint: save then load restores every value bit for bit", T, float,
+                   double) {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestComposite<T> saved(4);
+  // Values a text format or a conversion would not keep.
+  saved.w1.bias.value(0) = -T(0);
+  saved.w1.bias.value(1) = std::numeric_limits<T>::quiet_NaN();
+  saved.w1.bias.value(2) = std::numeric_limits<T>::infinity();
+  saved.w1.bias.value(3) = std::numeric_limits<T>::denorm_min();
+  saved.scale.value() = T(1) / T(3);
+  saved.save(dir);
+
+  CHECK(directory_names(dir) == std::vector<std::string>{"manifest.tsv", "scale.npy", "w1.bias.npy",
+                                                         "w1.weight.npy", "w2.bias.npy",
+                                                         "w2.weight.npy"});
+  CHECK(directory_names(tmp.path()) == std::vector<std::string>{"ckpt"});  // no temporary left
+  const std::string dtype = sizeof(T) == 4 ? "float32" : "float64";
+  CHECK(read_file(dir / "manifest.tsv") ==
+        "xtgrad-checkpoint 1\n"
+        "w1.weight\t" +
+            dtype +
+            "\t4x3\tw1.weight.npy\n"
+            "w1.bias\t" +
+            dtype +
+            "\t4\tw1.bias.npy\n"
+            "w2.weight\t" +
+            dtype +
+            "\t3x4\tw2.weight.npy\n"
+            "w2.bias\t" +
+            dtype +
+            "\t3\tw2.bias.npy\n"
+            "scale\t" +
+            dtype + "\tscalar\tscale.npy\n");
+  // Each file is a plain .npy of that parameter.
+  CHECK(load_npy<T>(dir / "w2.weight.npy") == saved.w2.weight.value);
+
+  TestComposite<T> loaded(5);
+  REQUIRE_FALSE(bit_equal(snapshot<T>(loaded), snapshot<T>(saved)));
+  loaded.w1.weight.grad.fill(T(2));
+  loaded.load(dir);
+  CHECK(bit_equal(snapshot<T>(loaded), snapshot<T>(saved)));
+  CHECK(std::signbit(loaded.w1.bias.value(0)));
+  CHECK(std::isnan(loaded.w1.bias.value(1)));
+  CHECK(xt::all(xt::equal(loaded.w1.weight.grad, T(2))));  // load leaves gradients alone
+}
+
+TEST_CASE("checkpoint: save replaces a previous checkpoint and accepts an empty directory") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestComposite<double> first(6), second(7), loaded(8);
+  first.save(dir);
+  second.save(dir);  // dir exists: swapped atomically, the old contents removed
+  CHECK(directory_names(tmp.path()) == std::vector<std::string>{"ckpt"});
+  loaded.load(dir);
+  CHECK(bit_equal(snapshot<double>(loaded), snapshot<double>(second)));
+
+  fs::create_directory(tmp / "empty");
+  first.save(tmp / "empty/");  // a trailing separator names the same directory
+  CHECK(directory_names(tmp.path()) == std::vector<std::string>{"ckpt", "empty"});
+  loaded.load(tmp / "empty");
+  CHECK(bit_equal(snapshot<double>(loaded), snapshot<double>(first)));
+}
+
+TEST_CASE("checkpoint: a save that fails part-way leaves the previous checkpoint as it was") {
+  // A real failure: with RLIMIT_FSIZE at 512 bytes, small.npy (136 bytes) is
+  // written and large.npy (1152 bytes) fails with EFBIG part-way through its
+  // data, as on a full disk.
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestSmallThenLarge<float> old_values(9);
+  old_values.save(dir);
+  const std::string old_manifest = read_file(dir / "manifest.tsv");
+  const std::string old_large = read_file(dir / "large.npy");
+  REQUIRE(old_large.size() == 128 + 256 * 4);
+
+  TestSmallThenLarge<float> new_values(10);
+  const auto save_limited = [&](const fs::path& target) -> std::string {
+    FileSizeLimit limit(512);
+    REQUIRE(limit.set());
+    try {
+      new_values.save(target);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "saved";
+  };
+  const std::string what = save_limited(dir);
+  INFO(what);
+  CHECK(testing::message_contains(
+      std::runtime_error(what),
+      {"xtgrad::Module::save:", "cannot write", "large.npy", "File too large"}));
+
+  // The old checkpoint is untouched and no temporary directory is left.
+  CHECK(directory_names(tmp.path()) == std::vector<std::string>{"ckpt"});
+  CHECK(directory_names(dir) == std::vector<std::string>{"large.npy", "manifest.tsv", "small.npy"});
+  CHECK(read_file(dir / "manifest.tsv") == old_manifest);
+  CHECK(read_file(dir / "large.npy") == old_large);
+  TestSmallThenLarge<float> loaded(11);
+  loaded.load(dir);
+  CHECK(bit_equal(snapshot<float>(loaded), snapshot<float>(old_values)));
+
+  // The same when the very first save into a new directory fails.
+  CHECK(save_limited(tmp / "fresh").find("File too large") != std::string::npos);
+  CHECK(directory_names(tmp.path()) == std::vector<std::string>{"ckpt"});
+
+  // Without the limit the same save succeeds.
+  new_values.save(dir);
+  loaded.load(dir);
+  CHECK(bit_equal(snapshot<float>(loaded), snapshot<float>(new_values)));
+}
+
+TEST_CASE("checkpoint: save refuses to overwrite what is not a checkpoint") {
+  TempDir tmp;
+  TestComposite<double> m(12);
+
+  fs::create_directory(tmp / "data");
+  write_file(tmp / "data" / "notes.txt", "precious");
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "data"), std::invalid_argument,
+                          {"Module::save", "data", "not an xtgrad checkpoint", "refusing"});
+  CHECK(directory_names(tmp / "data") == std::vector<std::string>{"notes.txt"});
+  CHECK(read_file(tmp / "data" / "notes.txt") == "precious");
+
+  write_file(tmp / "data" / "manifest.tsv", "something else\n");
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "data"), std::invalid_argument,
+                          {"not an xtgrad checkpoint"});
+
+  write_file(tmp / "file", "precious");
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "file"), std::invalid_argument,
+                          {"Module::save", "file", "not a directory"});
+  CHECK(read_file(tmp / "file") == "precious");
+  CHECK(directory_names(tmp.path()) == std::vector<std::string>{"data", "file"});
+
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "no" / "such" / "parent"), std::runtime_error,
+                          {"Module::save", "cannot create the temporary directory"});
+}
+
+TEST_CASE("checkpoint: save rejects a parameter name that cannot be a file name") {
+  TempDir tmp;
+  TestLeaf<float> m(2, 2, 13);
+  m.weight.name = "sub/weight";
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "ckpt"), std::invalid_argument,
+                          {"Module::save", "'sub/weight'", "no '/'"});
+  m.weight.name = "tab\tname";
+  CHECK_THROWS_AS(m.save(tmp / "ckpt"), std::invalid_argument);
+  CHECK(directory_names(tmp.path()).empty());
+}
+
+// ---------------------------------------------------------------- loading
+
+TEST_CASE("checkpoint: a failed load leaves the module unchanged") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestComposite<double> saved(14);
+  saved.save(dir);
+  TestComposite<double> target(15);
+  const auto before = snapshot<double>(target);
+  const auto check_unchanged = [&] { CHECK(bit_equal(snapshot<double>(target), before)); };
+
+  SUBCASE("a parameter of the module is missing from the checkpoint") {
+    TestComposite<double> no_scale(16, false);
+    fs::remove_all(dir);
+    no_scale.save(dir);
+    CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
+                            {"Module::load", "missing parameter(s) 'scale'"});
+    check_unchanged();
+  }
+  SUBCASE("the checkpoint has a parameter the module lacks") {
+    TestComposite<double> no_scale(16, false);
+    const auto no_scale_before = snapshot<double>(no_scale);
+    CHECK_THROWS_WITH_PARTS(
+        no_scale.load(dir), std::invalid_argument,
+        {"Module::load", "unexpected parameter(s) 'scale'", "not in the module"});
+    CHECK(bit_equal(snapshot<double>(no_scale), no_scale_before));
+  }
+  SUBCASE("a shape differs") {
+    TestComposite<double> wide(17, true, 5);
+    const auto wide_before = snapshot<double>(wide);
+    CHECK_THROWS_WITH_PARTS(
+        wide.load(dir), std::invalid_argument,
+        {"Module::load", "parameter 'w1.weight'", "shape [4, 3]", "the module expects [5, 3]"});
+    CHECK(bit_equal(snapshot<double>(wide), wide_before));
+  }
+  SUBCASE("a float32 checkpoint into a double module") {
+    TestComposite<float> single(18);
+    fs::remove_all(dir);
+    single.save(dir);
+    CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
+                            {"Module::load", "parameter 'w1.weight'", "stores float32",
+                             "module's parameter is float64"});
+    check_unchanged();
+  }
+  SUBCASE("a manifest that lies about the dtype is caught by the file check") {
+    TestComposite<float> single(18);
+    fs::remove_all(dir);
+    single.save(dir);
+    std::string manifest = read_file(dir / "manifest.tsv");
+    for (std::size_t at; (at = manifest.find("float32")) != std::string::npos;)
+      manifest.replace(at, 7, "float64");
+    write_file(dir / "manifest.tsv", manifest);
+    CHECK_THROWS_WITH_PARTS(
+        target.load(dir), std::invalid_argument,
+        {"parameter 'w1.weight'", "w1.weight.npy", "has dtype float32", "expected float64"});
+    check_unchanged();
+  }
+  SUBCASE("a corrupt (truncated) file, read after the others") {
+    const fs::path file = dir / "scale.npy";
+    const std::string bytes = read_file(file);
+    write_file(file, bytes.substr(0, bytes.size() - 3));
+    CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
+                            {"Module::load", "parameter 'scale'", "scale.npy", "truncated"});
+    check_unchanged();
+  }
+  SUBCASE("a file missing") {
+    fs::remove(dir / "w2.bias.npy");
+    CHECK_THROWS_WITH_PARTS(target.load(dir), std::runtime_error,
+                            {"Module::load", "parameter 'w2.bias'", "w2.bias.npy", "cannot open"});
+    check_unchanged();
+  }
+  SUBCASE("a file whose shape disagrees with the manifest") {
+    save_npy(dir / "w2.bias.npy", xt::xarray<double>{{1.0, 2.0, 3.0}});
+    CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
+                            {"parameter 'w2.bias'", "holds shape [1, 3]", "manifest says [3]"});
+    check_unchanged();
+  }
+  SUBCASE("the manifest is missing") {
+    fs::remove(dir / "manifest.tsv");
+    CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
+                            {"Module::load", "ckpt", "has no manifest.tsv"});
+    check_unchanged();
+  }
+  SUBCASE("malformed manifests") {
+    const std::string good = read_file(dir / "manifest.tsv");
+    const auto check_manifest = [&](const std::string& text, const std::string& what) {
+      INFO("manifest:\n" << text);
+      write_file(dir / "manifest.tsv", text);
+      CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
+                              {"Module::load", "manifest.tsv", what});
+      check_unchanged();
+    };
+    check_manifest("", "first line is an empty file");
+    check_manifest("xtgrad-checkpoint 2\n", "expected 'xtgrad-checkpoint 1'");
+    check_manifest(good + "extra\tfloat64\n", "line 7: expected 4 tab-separated fields");
+    check_manifest(good + "scale\tfloat64\tscalar\tscale.npy\n", "'scale' is listed twice");
+    check_manifest(good + "x\tint32\t2\tx.npy\n", "dtype 'int32'");
+    check_manifest(good + "x\tfloat64\t2by3\tx.npy\n", "shape '2by3'");
+    check_manifest(good + "x\tfloat64\t2\t../x.npy\n", "file '../x.npy'");
+  }
+  SUBCASE("the directory does not exist") {
+    CHECK_THROWS_WITH_PARTS(target.load(tmp / "absent"), std::runtime_error,
+                            {"Module::load", "absent", "No such file"});
+    check_unchanged();
+  }
+}
