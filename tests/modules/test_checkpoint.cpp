@@ -1,26 +1,38 @@
-// Checkpoint directories through Module::save and Module::load: the format,
+// Checkpoint directories (modules/io/checkpoint.hpp) through Module::save and
+// Module::load, and save_checkpoint / load_checkpoint directly: the format,
 // the atomic save, the all-or-nothing load, and hostile directories.
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
+#include <future>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
+#include <xtgrad/modules/io/checkpoint.hpp>
 #include <xtgrad/modules/io/npy.hpp>
 #include <xtgrad/modules/module.hpp>
 
 #include "support/module_fixtures.hpp"
+#include "support/npy_bytes.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
 using testing::bit_equal;
 using testing::directory_names;
+using testing::npy_dict;
+using testing::npy_file;
 using testing::read_file;
 using testing::snapshot;
 using testing::TempDir;
@@ -76,6 +88,38 @@ class FileSizeLimit {
   bool set_ = false;
 };
 
+// The outcome of f(): "returned", or the exception's kind and message, where
+// the kind is "runtime_error", "invalid_argument" or "other". If f has not
+// returned after 5 s (blocked opening a FIFO), `fifo` is opened for writing,
+// which releases it, and the outcome starts with "blocked".
+template <class F>
+std::string outcome_without_blocking(F f, const fs::path& fifo) {
+  auto result = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      f();
+      return "returned";
+    } catch (const std::exception& e) {
+      const std::string kind = typeid(e) == typeid(std::runtime_error)      ? "runtime_error"
+                               : typeid(e) == typeid(std::invalid_argument) ? "invalid_argument"
+                                                                            : "other";
+      return kind + ": " + e.what();
+    }
+  });
+  if (result.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    return "blocked, then " + result.get();
+  }
+  return result.get();
+}
+
+// Peak resident memory of this process so far, in bytes.
+std::size_t peak_rss_bytes() {
+  ::rusage usage{};
+  REQUIRE(::getrusage(RUSAGE_SELF, &usage) == 0);
+  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- the format and the atomic save
@@ -125,6 +169,24 @@ TEST_CASE_TEMPLATE("checkpoint: save then load restores every value bit for bit"
   CHECK(std::signbit(loaded.w1.bias.value(0)));
   CHECK(std::isnan(loaded.w1.bias.value(1)));
   CHECK(xt::all(xt::equal(loaded.w1.weight.grad, T(2))));  // load leaves gradients alone
+}
+
+TEST_CASE("checkpoint: save_checkpoint and load_checkpoint work on any named parameters") {
+  TempDir tmp;
+  Parameter<double> a("a", xt::xarray<double>{1.5, -2.0}), b("b", xt::xarray<double>(7.0));
+  save_checkpoint<double>(tmp / "ckpt", {{"first", &a}, {"second", &b}});
+  CHECK(read_file(tmp / "ckpt" / "manifest.tsv") ==
+        "xtgrad-checkpoint 1\nfirst\tfloat64\t2\tfirst.npy\nsecond\tfloat64\tscalar\tsecond.npy\n");
+  Parameter<double> c("c", xt::xarray<double>{0.0, 0.0}), d("d", xt::xarray<double>(0.0));
+  load_checkpoint<double>(tmp / "ckpt", {{"first", &c}, {"second", &d}});
+  CHECK(c.value == xt::xarray<double>{1.5, -2.0});
+  CHECK(d.value() == 7.0);
+  // Messages name the function given as the caller, or the function itself.
+  CHECK_THROWS_WITH_PARTS(load_checkpoint<double>(tmp / "ckpt", {{"first", &c}}),
+                          std::invalid_argument,
+                          {"xtgrad::load_checkpoint:", "unexpected parameter(s) 'second'"});
+  CHECK_THROWS_WITH_PARTS(load_checkpoint<double>(tmp / "ckpt", {{"first", &c}}, "Thing::restore"),
+                          std::invalid_argument, {"xtgrad::Thing::restore:"});
 }
 
 TEST_CASE("checkpoint: save replaces a previous checkpoint and accepts an empty directory") {
@@ -207,6 +269,14 @@ TEST_CASE("checkpoint: save refuses to overwrite what is not a checkpoint") {
   CHECK_THROWS_WITH_PARTS(m.save(tmp / "data"), std::invalid_argument,
                           {"not an xtgrad checkpoint"});
 
+  // A manifest.tsv that is a FIFO is not read (that would block).
+  fs::remove(tmp / "data" / "manifest.tsv");
+  REQUIRE(::mkfifo((tmp / "data" / "manifest.tsv").c_str(), 0600) == 0);
+  const std::string fifo_outcome =
+      outcome_without_blocking([&] { m.save(tmp / "data"); }, tmp / "data" / "manifest.tsv");
+  INFO(fifo_outcome);
+  CHECK(fifo_outcome.rfind("invalid_argument: ", 0) == 0);
+  CHECK(fifo_outcome.find("not an xtgrad checkpoint") != std::string::npos);
   write_file(tmp / "file", "precious");
   CHECK_THROWS_WITH_PARTS(m.save(tmp / "file"), std::invalid_argument,
                           {"Module::save", "file", "not a directory"});
@@ -301,8 +371,9 @@ TEST_CASE("checkpoint: a failed load leaves the module unchanged") {
   }
   SUBCASE("a file whose shape disagrees with the manifest") {
     save_npy(dir / "w2.bias.npy", xt::xarray<double>{{1.0, 2.0, 3.0}});
-    CHECK_THROWS_WITH_PARTS(target.load(dir), std::invalid_argument,
-                            {"parameter 'w2.bias'", "holds shape [1, 3]", "manifest says [3]"});
+    CHECK_THROWS_WITH_PARTS(
+        target.load(dir), std::invalid_argument,
+        {"parameter 'w2.bias'", "holds shape [1, 3]", "manifest says [3]", "module expects [3]"});
     check_unchanged();
   }
   SUBCASE("the manifest is missing") {
@@ -333,4 +404,95 @@ TEST_CASE("checkpoint: a failed load leaves the module unchanged") {
                             {"Module::load", "absent", "No such file"});
     check_unchanged();
   }
+}
+
+TEST_CASE("checkpoint: a file declaring another shape is refused from its header") {
+  // Sparse files (ftruncate: no disk blocks, no bytes read) whose header
+  // declares 1 GiB and 64 GiB of float64 under a manifest that claims the
+  // module's shape. The header is compared with the parameter before any
+  // data is allocated, so the peak memory of the process hardly grows; a
+  // reader that loaded the array first would need the whole size (or throw
+  // std::bad_alloc).
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestLeaf<double> m(3, 4, 23);
+  m.save(dir);
+  const auto before = snapshot<double>(m);
+  const std::size_t peak_before = peak_rss_bytes();
+  for (const auto& [shape, elements] :
+       {std::pair<std::string, std::size_t>{"(16384, 8192)", std::size_t(1) << 27},
+        std::pair<std::string, std::size_t>{"(131072, 65536)", std::size_t(1) << 33}}) {
+    INFO("declared shape " << shape);
+    const std::string header = npy_file(npy_dict("<f8", shape), "");
+    write_file(dir / "weight.npy", header);
+    if (::truncate((dir / "weight.npy").c_str(),
+                   static_cast<off_t>(header.size() + elements * sizeof(double))) != 0) {
+      MESSAGE("SKIPPED: this file system cannot hold a sparse file of " << shape);
+      continue;
+    }
+    REQUIRE(read_npy_header(dir / "weight.npy").size == elements);  // the file itself is valid
+    std::string bracketed = shape;
+    bracketed.front() = '[';
+    bracketed.back() = ']';
+    CHECK_THROWS_WITH_PARTS(m.load(dir), std::invalid_argument,
+                            {"Module::load", "parameter 'weight'", "weight.npy",
+                             "holds shape " + bracketed, "the module expects [4, 3]"});
+    CHECK(bit_equal(snapshot<double>(m), before));
+    const std::size_t growth = peak_rss_bytes() - peak_before;
+    INFO("peak resident memory grew by " << growth << " bytes");
+    CHECK(growth < (std::size_t(64) << 20));  // far below the 1 GiB of the smaller file
+  }
+}
+
+TEST_CASE("checkpoint: an entry that is not a regular file is a runtime_error naming what it is") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestLeaf<float> m(3, 4, 24);
+  m.save(dir);
+  const auto before = snapshot<float>(m);
+  const auto check_refused = [&](const fs::path& entry, const std::vector<std::string>& parts) {
+    const std::string outcome = outcome_without_blocking([&] { m.load(dir); }, entry);
+    INFO(outcome);
+    CHECK(outcome.rfind("runtime_error: xtgrad::Module::load: ", 0) == 0);
+    CHECK(testing::message_contains(std::runtime_error(outcome), parts));
+    CHECK(bit_equal(snapshot<float>(m), before));
+  };
+  const fs::path manifest = dir / "manifest.tsv", bias = dir / "bias.npy";
+  const std::string manifest_text = read_file(manifest), bias_bytes = read_file(bias);
+
+  fs::remove(manifest);
+  fs::create_directory(manifest);
+  check_refused(manifest, {"manifest.tsv", "Is a directory", "not a regular file"});
+  fs::remove(manifest);
+  REQUIRE(::mkfifo(manifest.c_str(), 0600) == 0);
+  check_refused(manifest, {"manifest.tsv", "Is a FIFO", "not a regular file"});
+  fs::remove(manifest);
+  {
+    testing::UnixSocket socket(manifest);
+    check_refused(manifest, {"manifest.tsv", "Is a socket", "not a regular file"});
+  }
+  fs::remove(manifest);
+  write_file(manifest, manifest_text);
+
+  fs::remove(bias);
+  fs::create_directory(bias);
+  check_refused(bias, {"parameter 'bias'", "bias.npy", "Is a directory", "not a regular file"});
+  fs::remove(bias);
+  REQUIRE(::mkfifo(bias.c_str(), 0600) == 0);
+  check_refused(bias, {"parameter 'bias'", "bias.npy", "Is a FIFO", "not a regular file"});
+  fs::remove(bias);
+  {
+    testing::UnixSocket socket(bias);
+    check_refused(bias, {"parameter 'bias'", "bias.npy", "Is a socket", "not a regular file"});
+  }
+  fs::remove(bias);
+  // A device node of /dev/zero's kind (needs the privilege to create one).
+  if (::mknod(bias.c_str(), S_IFCHR | 0600, makedev(1, 5)) == 0) {
+    check_refused(bias, {"parameter 'bias'", "bias.npy", "Is a character device"});
+    fs::remove(bias);
+  } else {
+    MESSAGE("SKIPPED the device case: cannot create a device node here");
+  }
+  write_file(bias, bias_bytes);
+  m.load(dir);  // whole again
 }

@@ -2,6 +2,8 @@
 // the format description (numpy/lib/format.py), never with the writer under
 // test; when NumPy is installed it reads our files and writes files for us.
 
+#include <sys/stat.h>
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -325,7 +327,15 @@ TEST_CASE("npy: I/O failures throw std::runtime_error naming the file") {
   CHECK_THROWS_WITH_PARTS(read_npy_header(dir / "absent.npy"), std::runtime_error,
                           {"read_npy_header", "absent.npy"});
   CHECK_THROWS_WITH_PARTS(load_npy<float>(dir.path()), std::runtime_error,
-                          {"load_npy", "Is a directory"});
+                          {"load_npy", "Is a directory", "not a regular file"});
+  // A FIFO (opening it for reading would wait for a writer) and a socket
+  // (which open() refuses with a misleading ENXIO) are named as what they are.
+  REQUIRE(::mkfifo((dir / "fifo.npy").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_PARTS(load_npy<float>(dir / "fifo.npy"), std::runtime_error,
+                          {"load_npy", "fifo.npy", "Is a FIFO", "not a regular file"});
+  testing::UnixSocket socket(dir / "socket.npy");
+  CHECK_THROWS_WITH_PARTS(read_npy_header(dir / "socket.npy"), std::runtime_error,
+                          {"read_npy_header", "socket.npy", "Is a socket", "not a regular file"});
   CHECK_THROWS_WITH_PARTS(save_npy(dir.path() / "", xt::xarray<float>{1.f}), std::invalid_argument,
                           {"save_npy", "names a directory"});
 }
