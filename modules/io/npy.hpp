@@ -16,10 +16,14 @@
 // load_npy reads versions 1.0, 2.0 and 3.0 and is written for hostile input:
 // every field is validated, and the declared data size (shape product times
 // element size, overflow-checked) must equal the bytes left in the file
-// BEFORE anything of that size is allocated. It accepts the byte orders
-// '<', '>' (converted), '|' and '=' (native), and fortran_order True
-// (converted to row-major). It never converts between float32 and float64:
-// the file's dtype must be T.
+// BEFORE anything of that size is allocated. Every dimension, and the
+// product of the non-zero dimensions times the element size, must fit in a
+// signed 64-bit offset (std::ptrdiff_t), even when the array is empty: that
+// bounds every stride and back-stride xtensor computes, in either order (a
+// shape such as (0, 2**62, 4) has no elements but would overflow them). It
+// accepts the byte orders '<', '>' (converted), '|' and '=' (native), and
+// fortran_order True (converted to row-major). It never converts between
+// float32 and float64: the file's dtype must be T.
 //
 // Errors: std::invalid_argument for bad content (naming the file, what was
 // wrong and what was expected); std::runtime_error for I/O failures and for

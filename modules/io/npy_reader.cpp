@@ -28,22 +28,36 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 // default); bounds the one allocation made before the header is validated.
 constexpr std::size_t k_max_header_bytes = std::size_t(1) << 20;
 
-// The element count of a header of `item_size`-byte elements, refusing more
-// elements or bytes than a size_t counts.
+// The element count of a header of `item_size`-byte elements, refusing the
+// shapes npy.hpp describes: more elements or bytes than a size_t counts, and
+// any shape whose non-zero dimensions times the item size exceed ptrdiff_t
+// (xtensor's strides and back-strides are products of dimensions, as
+// ptrdiff_t, computed even when a zero dimension leaves no element).
 std::size_t checked_size(const InputFile& file, const NpyHeader& header, std::size_t item_size) {
-  for (std::size_t d : header.shape)
-    if (d == 0) return 0;
+  bool empty = false;
+  for (std::size_t d : header.shape) empty = empty || d == 0;
   const std::string shape = "shape " + detail::npy_shape_tuple(header.shape);
-  std::size_t count = 1;
+  const std::string offset_limit = shape + " of " + header.dtype +
+                                   " does not fit array strides: its non-zero dimensions times " +
+                                   std::to_string(item_size) +
+                                   " bytes exceed the largest signed 64-bit offset, " +
+                                   std::to_string(std::numeric_limits<std::ptrdiff_t>::max()) +
+                                   (empty ? " (even though it has no elements)" : "");
+  std::size_t nonzero = 1;  // the product of the non-zero dimensions
   for (std::size_t d : header.shape) {
-    if (count > std::numeric_limits<std::size_t>::max() / d)
-      fail_npy_content(file, shape + " has more elements than a 64-bit size can count");
-    count *= d;
+    if (d == 0) continue;
+    if (nonzero > std::numeric_limits<std::size_t>::max() / d)
+      fail_npy_content(
+          file, empty ? offset_limit : shape + " has more elements than a 64-bit size can count");
+    nonzero *= d;
   }
-  if (count > std::numeric_limits<std::size_t>::max() / item_size)
-    fail_npy_content(
-        file, shape + " of " + header.dtype + " has more bytes than a 64-bit size can count");
-  return count;
+  if (nonzero > std::numeric_limits<std::size_t>::max() / item_size)
+    fail_npy_content(file, empty ? offset_limit
+                                 : shape + " of " + header.dtype +
+                                       " has more bytes than a 64-bit size can count");
+  if (nonzero * item_size > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    fail_npy_content(file, offset_limit);
+  return empty ? 0 : nonzero;
 }
 
 template <class T>

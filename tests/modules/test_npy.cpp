@@ -307,6 +307,47 @@ TEST_CASE("npy: a header claiming a huge array fails before allocating it") {
                           {"truncated", "268435456 elements"});
 }
 
+TEST_CASE("npy: an empty shape whose strides would overflow ptrdiff_t is refused") {
+  // A zero dimension leaves no element, but xtensor still computes strides
+  // and back-strides as std::ptrdiff_t products of the other dimensions; beside
+  // a huge dimension they overflow (undefined behaviour). The rule: the
+  // non-zero dimensions times the element size must not exceed 2^63 - 1.
+  TempDir dir;
+  const fs::path file = dir / "empty.npy";
+  const auto load = [&](const std::string& descr) {
+    return descr == "<f4" ? load_npy<float>(file).size() : load_npy<double>(file).size();
+  };
+  const auto refused = [&](const std::string& descr, const std::string& shape, bool fortran) {
+    INFO(descr << " " << shape << (fortran ? " fortran order" : ""));
+    write_file(file, npy_file(npy_dict(descr, shape, fortran), ""));
+    CHECK_THROWS_WITH_PARTS(
+        load(descr), std::invalid_argument,
+        {"load_npy", "empty.npy", "shape " + shape, "does not fit array strides"});
+    CHECK_THROWS_WITH_PARTS(read_npy_header(file), std::invalid_argument,
+                            {"read_npy_header", "shape " + shape});
+  };
+  for (bool fortran : {false, true}) {
+    refused("<f4", "(0, 9223372036854775808)", fortran);     // 2^63 alone is too large
+    refused("<f4", "(0, 4611686018427387904, 4)", fortran);  // 2^62 * 4 * 4 bytes
+    refused("<f8", "(1152921504606846976, 0)", fortran);     // 2^60 * 8 bytes = 2^63
+    refused("<f4", "(0, 2305843009213693952)", fortran);     // 2^61 * 4 bytes = 2^63
+    refused("<f8", "(0, 18446744073709551615)", fortran);    // 2^64 - 1 elements
+    refused("<f4", "(3, 0, 768614336404564651)", fortran);  // 3 * 768614336404564651 * 4 > 2^63 - 1
+  }
+  // Just inside the limit: loads as an empty array of that shape.
+  write_file(file, npy_file(npy_dict("<f8", "(0, 1152921504606846975)"), ""));  // (2^60 - 1) * 8
+  const xt::xarray<double> d = load_npy<double>(file);
+  CHECK(d.size() == 0);
+  CHECK(d.shape() == xt::xarray<double>::shape_type{0, 1152921504606846975});
+  write_file(file,
+             npy_file(npy_dict("<f4", "(2305843009213693951, 0)", true), ""));  // (2^61 - 1) * 4
+  const xt::xarray<float> f = load_npy<float>(file);
+  CHECK(f.size() == 0);
+  CHECK(f.shape() == xt::xarray<float>::shape_type{2305843009213693951, 0});
+  write_file(file, npy_file(npy_dict("<f4", "(3, 0, 768614336404564650)"), ""));
+  CHECK(read_npy_header(file).size == 0);
+}
+
 TEST_CASE("npy: the dtype must match T; no silent conversion") {
   TempDir dir;
   save_npy(dir / "d.npy", xt::xarray<double>{1.0, 2.0});
