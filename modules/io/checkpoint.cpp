@@ -25,9 +25,13 @@ using detail::fail_errno;
 using detail::fail_value;
 using detail::quoted;
 
+// How much of a name read from a manifest a message quotes.
+constexpr std::size_t k_max_quoted_name = 200;
+
 std::string name_list(const std::vector<std::string>& names) {
   std::string out;
-  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + quoted(names[i]);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i ? ", " : "") + quoted(detail::escaped(names[i], k_max_quoted_name));
   return out;
 }
 
@@ -158,7 +162,7 @@ void save_checkpoint(const fs::path& dir_argument,
                      const std::string& fn) {
   for (const auto& [name, p] : params)
     if (!detail::is_plain_file_name(name))
-      fail_value(fn, "parameter name " + quoted(name) +
+      fail_value(fn, "parameter name " + quoted(detail::escaped(name)) +
                          " cannot name a checkpoint file: expected no '/', no control "
                          "characters and no leading '.'");
   const fs::path dir = normalized_directory(fn, dir_argument);

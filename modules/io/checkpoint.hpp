@@ -7,6 +7,10 @@
 //                  name \t dtype (float32|float64) \t shape (2x16, 0, or scalar) \t file
 //   <name>.npy     the parameter's value (numpy.load reads it)
 //
+// Lines end in '\n'. A reader also accepts "\r\n" and empty lines at the end
+// (a manifest edited on another system); anything else malformed is refused,
+// and messages show its control characters escaped (\r, \x01).
+//
 // save_checkpoint writes a fresh sibling directory "<dir>.tmp-<random>"
 // (every file fsynced, the manifest last) and swaps it into place atomically
 // (renameat2 RENAME_EXCHANGE; two renames on a file system without it), so

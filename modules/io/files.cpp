@@ -62,7 +62,7 @@ void write_all(const std::string& function, int fd, const ByteSpan& part, const 
 }  // namespace
 
 std::string path_str(const fs::path& path) {
-  return quoted(path.string());
+  return quoted(escaped(path.string()));
 }
 
 FileDescriptor::~FileDescriptor() {

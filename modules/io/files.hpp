@@ -43,7 +43,7 @@ struct InputFile {
   std::size_t size = 0;  // from fstat when opened
 };
 
-// A path as messages quote it: 'path'.
+// A path as messages quote it: 'path', control characters escaped.
 std::string path_str(const std::filesystem::path& path);
 
 // "a directory", "a FIFO", "a socket", "a character device", ... for a

@@ -19,6 +19,8 @@ namespace fs = std::filesystem;
 
 // A manifest holds one short line per parameter; anything larger is not one.
 constexpr std::size_t k_max_manifest_bytes = std::size_t(64) << 20;
+// How much of one manifest field or line a message quotes.
+constexpr std::size_t k_max_quoted_field = 200;
 // More digits than any dimension a size_t holds.
 constexpr std::size_t k_max_dimension_digits = 19;
 
@@ -27,7 +29,7 @@ std::string first_line() {
 }
 
 std::string field_str(const std::string& text) {
-  return quoted(text);
+  return quoted(escaped(text, k_max_quoted_field));
 }
 
 // The manifest's shape notation: "2x16", "0", or "scalar" for 0-d.
@@ -56,15 +58,18 @@ bool parse_shape_text(const std::string& text, std::vector<std::size_t>& shape) 
   }
 }
 
-// The lines of `text`, each without its '\n'.
+// The lines of `text`, each without its '\n' and one '\r' before it, and
+// without the empty lines at the end.
 std::vector<std::string> manifest_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::size_t pos = 0;
   while (pos < text.size()) {
     const std::size_t end = std::min(text.find('\n', pos), text.size());
     lines.push_back(text.substr(pos, end - pos));
+    if (!lines.back().empty() && lines.back().back() == '\r') lines.back().pop_back();
     pos = end + 1;
   }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
   return lines;
 }
 

@@ -34,8 +34,9 @@ std::string read_manifest(const std::string& function, int dir_fd,
 
 // Parses and validates the manifest text read from `dir`: the first line,
 // then four fields per line, a known dtype, a shape, a plain file name, no
-// name twice. std::invalid_argument "xtgrad::<function>: '<manifest>' line
-// <n>: ...".
+// name twice. Lines may end in "\r\n"; empty lines at the end are ignored.
+// std::invalid_argument "xtgrad::<function>: '<manifest>' line <n>: ...",
+// control characters of the file shown escaped.
 std::vector<ManifestEntry> parse_manifest(const std::string& function,
                                           const std::filesystem::path& dir,
                                           const std::string& text);

@@ -20,6 +20,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include <xtgrad/engine/errors.hpp>
 #include <xtgrad/modules/io/checkpoint.hpp>
 #include <xtgrad/modules/io/npy.hpp>
 #include <xtgrad/modules/module.hpp>
@@ -118,6 +119,20 @@ std::size_t peak_rss_bytes() {
   ::rusage usage{};
   REQUIRE(::getrusage(RUSAGE_SELF, &usage) == 0);
   return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
+// True when `text` holds a control character (other than none at all).
+bool has_control_character(const std::string& text) {
+  for (char c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
+// `text` with every "\n" replaced by "\r\n".
+std::string with_crlf(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  return out;
 }
 
 }  // namespace
@@ -294,7 +309,8 @@ TEST_CASE("checkpoint: save rejects a parameter name that cannot be a file name"
   CHECK_THROWS_WITH_PARTS(m.save(tmp / "ckpt"), std::invalid_argument,
                           {"Module::save", "'sub/weight'", "no '/'"});
   m.weight.name = "tab\tname";
-  CHECK_THROWS_AS(m.save(tmp / "ckpt"), std::invalid_argument);
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "ckpt"), std::invalid_argument,
+                          {"Module::save", "'tab\\tname'"});
   CHECK(directory_names(tmp.path()).empty());
 }
 
@@ -398,12 +414,67 @@ TEST_CASE("checkpoint: a failed load leaves the module unchanged") {
     check_manifest(good + "x\tint32\t2\tx.npy\n", "dtype 'int32'");
     check_manifest(good + "x\tfloat64\t2by3\tx.npy\n", "shape '2by3'");
     check_manifest(good + "x\tfloat64\t2\t../x.npy\n", "file '../x.npy'");
+    // Only a final '\r' per line and empty lines at the end are tolerated.
+    check_manifest(good + "\nscale\tfloat64\tscalar\tscale.npy\n", "line 7: expected 4");
+    check_manifest(good + " \n", "line 7: expected 4 tab-separated fields");
+    check_manifest("xtgrad-checkpoint 1 \n", "first line is 'xtgrad-checkpoint 1 '");
   }
   SUBCASE("the directory does not exist") {
     CHECK_THROWS_WITH_PARTS(target.load(tmp / "absent"), std::runtime_error,
                             {"Module::load", "absent", "No such file"});
     check_unchanged();
   }
+}
+
+TEST_CASE("checkpoint: a manifest with CRLF line endings or empty lines at the end loads") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestComposite<double> saved(20);
+  saved.save(dir);
+  const std::string good = read_file(dir / "manifest.tsv");
+  REQUIRE(good.find('\r') == std::string::npos);
+  for (const std::string& text :
+       {with_crlf(good), good + "\n", good + "\n\n\n", with_crlf(good) + "\r\n\r\n",
+        good.substr(0, good.size() - 1), with_crlf(good).substr(0, with_crlf(good).size() - 1)}) {
+    INFO("manifest: " << detail::escaped(text));
+    write_file(dir / "manifest.tsv", text);
+    TestComposite<double> loaded(21);
+    loaded.load(dir);
+    CHECK(bit_equal(snapshot<double>(loaded), snapshot<double>(saved)));
+  }
+}
+
+TEST_CASE("checkpoint: a malformed manifest's message shows control characters escaped") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestComposite<double> m(22);
+  m.save(dir);
+  const std::string good = read_file(dir / "manifest.tsv");
+  const std::string body = good.substr(good.find('\n') + 1);
+  const auto before = snapshot<double>(m);
+  const auto check_escaped = [&](const std::string& text, const std::string& shown) {
+    INFO("manifest: " << detail::escaped(text));
+    write_file(dir / "manifest.tsv", text);
+    bool thrown = false;
+    try {
+      m.load(dir);
+    } catch (const std::invalid_argument& e) {
+      thrown = true;
+      const std::string what = e.what();
+      INFO("message: " << detail::escaped(what));
+      CHECK(what.find(shown) != std::string::npos);
+      CHECK_FALSE(has_control_character(what));
+    }
+    CHECK(thrown);
+    CHECK(bit_equal(snapshot<double>(m), before));
+  };
+  // Two '\r' before a '\n': one is stripped, the other is shown.
+  check_escaped("xtgrad-checkpoint 1\r\r\n" + body, "first line is 'xtgrad-checkpoint 1\\r'");
+  check_escaped("xtgrad-checkpoint\x01 1\n" + body, "'xtgrad-checkpoint\\x01 1'");
+  check_escaped(good + "x\tfloat64\x7f\t2\tx.npy\n", "dtype 'float64\\x7f'");
+  check_escaped(good + "x\tfloat64\t2\r\r\n", "found 3 in 'x\\tfloat64\\t2\\r'");
+  check_escaped(good + "odd\x1b[31m\tfloat64\t2\todd.npy\n",
+                "unexpected parameter(s) 'odd\\x1b[31m'");
 }
 
 TEST_CASE("checkpoint: a file declaring another shape is refused from its header") {
