@@ -26,10 +26,15 @@
 // file has been read. Memory stays bounded by the parameters' own size (plus
 // a manifest of at most 64 MiB): a file declaring another shape is refused
 // before anything of its size is allocated. The manifest and the parameter
-// files must be regular files: a directory, FIFO, socket or device is
-// refused without being opened for reading (nothing blocks). Entries are
-// opened relative to the directory, so that a save swapping in another
-// checkpoint meanwhile cannot mix two checkpoints' files.
+// files must be regular files inside the directory: a directory, FIFO,
+// socket or device is refused without being opened for reading (nothing
+// blocks), and a symbolic link is followed only when its target is a plain
+// file name, that is another regular file of the same directory; a link
+// that points anywhere else ("/etc/passwd", "../x", "sub/x") or to another
+// link is refused (`dir` itself may be a link: the caller named it). Entries
+// are opened relative to the directory and with O_NOFOLLOW, so that a save
+// swapping in another checkpoint meanwhile cannot mix two checkpoints'
+// files, and a link swapped in after the check is not followed either.
 //
 // Errors: messages start "xtgrad::<caller>:" and name the parameter or file.
 // std::invalid_argument for bad content (a checkpoint that does not match

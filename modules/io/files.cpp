@@ -23,6 +23,8 @@ namespace fs = std::filesystem;
 // slipped past the type check cannot wait for a writer (it has no effect on
 // regular files), O_NOCTTY so that a terminal never becomes ours.
 constexpr int k_read_flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+// Longer symbolic link targets are not plain file names anyway.
+constexpr std::size_t k_max_link_target = 4096;
 
 [[noreturn]] void fail_not_regular(const std::string& function, const std::string& context,
                                    const fs::path& path, mode_t mode) {
@@ -113,11 +115,31 @@ InputFile open_directory_entry(const std::string& function, const std::string& c
                                const fs::path& dir, const std::string& name) {
   const fs::path path = dir / name;
   struct ::stat info {};
-  if (::fstatat(dir_fd, name.c_str(), &info, 0) != 0)
+  if (::fstatat(dir_fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0)
     fail_errno(function, context, "open", path, errno);
-  if (!S_ISREG(info.st_mode)) fail_not_regular(function, context, path, info.st_mode);
+  std::string entry = name;  // the entry to open: `name`, or the target of the link `name`
+  if (S_ISLNK(info.st_mode)) {
+    char buffer[k_max_link_target];
+    const ::ssize_t length = ::readlinkat(dir_fd, name.c_str(), buffer, sizeof buffer);
+    if (length < 0) fail_errno(function, context, "read the symbolic link", path, errno);
+    const std::string target(buffer, static_cast<std::size_t>(length));
+    if (static_cast<std::size_t>(length) == sizeof buffer || !is_plain_file_name(target))
+      fail_io(function, context + "cannot read " + path_str(path) +
+                            ": Is a symbolic link pointing outside the directory " + path_str(dir) +
+                            " (to " + quoted(escaped(target, k_max_link_target)) +
+                            "); only a link to another file of the same directory is followed");
+    if (::fstatat(dir_fd, target.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0)
+      fail_errno(function, context, "open the target of the symbolic link", path, errno);
+    if (S_ISLNK(info.st_mode))
+      fail_io(function, context + "cannot read " + path_str(path) +
+                            ": Is a symbolic link to another symbolic link (" + quoted(target) +
+                            "); only one level of links is followed");
+    entry = target;
+  }
+  if (!S_ISREG(info.st_mode)) fail_not_regular(function, context, dir / entry, info.st_mode);
+  // O_NOFOLLOW: if the entry became a link since fstatat, the open fails (ELOOP).
   return open_checked(function, context, path,
-                      [&] { return ::openat(dir_fd, name.c_str(), k_read_flags); });
+                      [&] { return ::openat(dir_fd, entry.c_str(), k_read_flags | O_NOFOLLOW); });
 }
 
 void read_exact(InputFile& file, void* buffer, std::size_t n) {

@@ -67,10 +67,13 @@ InputFile open_regular_file(const std::string& function, const std::string& cont
                             const std::filesystem::path& path);
 
 // Opens the entry `name` of the directory open as `dir_fd` (at path `dir`,
-// for messages), relative to that descriptor, as above. (An entry replaced
-// by a device between the type check and the open would be opened, without
-// blocking and without becoming a controlling terminal, and then refused by
-// fstat, never read.)
+// for messages), relative to that descriptor and with O_NOFOLLOW, as above.
+// A symbolic link is followed only when its target is a plain file name, that
+// is another entry of the same directory, and that entry is itself a regular
+// file; a link anywhere else ("/etc/passwd", "../x", "sub/x") is refused as
+// pointing outside the directory. (An entry replaced by a device between the
+// type check and the open would be opened, without blocking and without
+// becoming a controlling terminal, and then refused by fstat, never read.)
 InputFile open_directory_entry(const std::string& function, const std::string& context, int dir_fd,
                                const std::filesystem::path& dir, const std::string& name);
 

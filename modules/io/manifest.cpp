@@ -146,8 +146,9 @@ std::vector<ManifestEntry> parse_manifest(const std::string& function, const fs:
 bool has_manifest_magic(const fs::path& dir) {
   const fs::path path = dir / k_manifest_name;
   struct ::stat info {};
-  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (::lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
+  FileDescriptor fd(
+      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
   if (fd.get() < 0 || ::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
   char buffer[64];
   const ::ssize_t got = ::read(fd.get(), buffer, sizeof buffer);

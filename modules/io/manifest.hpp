@@ -41,7 +41,7 @@ std::vector<ManifestEntry> parse_manifest(const std::string& function,
                                           const std::filesystem::path& dir,
                                           const std::string& text);
 
-// True when `dir/manifest.tsv` is a regular file that starts
+// True when `dir/manifest.tsv` is a regular file (not a link) that starts
 // with "xtgrad-checkpoint ": what save may replace. Reads at most 64 bytes
 // and never blocks.
 bool has_manifest_magic(const std::filesystem::path& dir);

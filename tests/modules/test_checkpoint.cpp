@@ -284,7 +284,8 @@ TEST_CASE("checkpoint: save refuses to overwrite what is not a checkpoint") {
   CHECK_THROWS_WITH_PARTS(m.save(tmp / "data"), std::invalid_argument,
                           {"not an xtgrad checkpoint"});
 
-  // A manifest.tsv that is a FIFO is not read (that would block).
+  // A manifest.tsv that is a FIFO is not read (that would block), nor one
+  // that is a link to a checkpoint's manifest elsewhere.
   fs::remove(tmp / "data" / "manifest.tsv");
   REQUIRE(::mkfifo((tmp / "data" / "manifest.tsv").c_str(), 0600) == 0);
   const std::string fifo_outcome =
@@ -292,6 +293,14 @@ TEST_CASE("checkpoint: save refuses to overwrite what is not a checkpoint") {
   INFO(fifo_outcome);
   CHECK(fifo_outcome.rfind("invalid_argument: ", 0) == 0);
   CHECK(fifo_outcome.find("not an xtgrad checkpoint") != std::string::npos);
+  m.save(tmp / "real");
+  fs::remove(tmp / "data" / "manifest.tsv");
+  fs::create_symlink(tmp / "real" / "manifest.tsv", tmp / "data" / "manifest.tsv");
+  CHECK_THROWS_WITH_PARTS(m.save(tmp / "data"), std::invalid_argument,
+                          {"not an xtgrad checkpoint"});
+  CHECK(read_file(tmp / "data" / "notes.txt") == "precious");
+  fs::remove_all(tmp / "real");
+
   write_file(tmp / "file", "precious");
   CHECK_THROWS_WITH_PARTS(m.save(tmp / "file"), std::invalid_argument,
                           {"Module::save", "file", "not a directory"});
@@ -566,4 +575,60 @@ TEST_CASE("checkpoint: an entry that is not a regular file is a runtime_error na
   }
   write_file(bias, bias_bytes);
   m.load(dir);  // whole again
+}
+
+TEST_CASE("checkpoint: a symbolic link is followed only to another file of the same directory") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  TestLeaf<float> source(3, 4, 25), m(3, 4, 26);
+  source.save(dir);
+  const auto before = snapshot<float>(m);
+  const fs::path bias = dir / "bias.npy";
+  const auto check_refused = [&](const std::vector<std::string>& parts) {
+    CHECK_THROWS_WITH_PARTS(m.load(dir), std::runtime_error, (parts));
+    CHECK(bit_equal(snapshot<float>(m), before));
+  };
+
+  // A valid file of the right shape outside the checkpoint: not read.
+  fs::rename(bias, tmp / "outside.npy");
+  fs::create_symlink(tmp / "outside.npy", bias);
+  check_refused({"Module::load", "parameter 'bias'", "bias.npy", "symbolic link",
+                 "pointing outside", "outside.npy"});
+  fs::remove(bias);
+  fs::create_symlink("../outside.npy", bias);
+  check_refused({"parameter 'bias'", "symbolic link pointing outside", "'../outside.npy'"});
+  fs::remove(bias);
+  fs::create_symlink("/dev/zero", bias);
+  check_refused({"parameter 'bias'", "symbolic link pointing outside", "'/dev/zero'"});
+  fs::remove(bias);
+  // Only a plain name counts as inside: "./x" and "../ckpt/x" are refused too.
+  fs::copy_file(tmp / "outside.npy", dir / "bias_values.npy");
+  fs::create_symlink("./bias_values.npy", bias);
+  check_refused({"parameter 'bias'", "symbolic link pointing outside"});
+  fs::remove(bias);
+  // A link to a link is not followed, even inside.
+  fs::create_symlink("bias_values.npy", dir / "link1.npy");
+  fs::create_symlink("link1.npy", bias);
+  check_refused({"parameter 'bias'", "another symbolic link"});
+  fs::remove(bias);
+  // A link to a directory entry that is a FIFO is refused as a FIFO.
+  REQUIRE(::mkfifo((dir / "pipe").c_str(), 0600) == 0);
+  fs::create_symlink("pipe", bias);
+  const std::string outcome = outcome_without_blocking([&] { m.load(dir); }, dir / "pipe");
+  CHECK(outcome.find("runtime_error: ") == 0);
+  CHECK(outcome.find("Is a FIFO") != std::string::npos);
+  fs::remove(bias);
+
+  // The manifest as a link to a copy outside: refused.
+  const fs::path manifest = dir / "manifest.tsv";
+  fs::rename(manifest, tmp / "manifest_copy.tsv");
+  fs::create_symlink(tmp / "manifest_copy.tsv", manifest);
+  fs::create_symlink("bias_values.npy", bias);
+  check_refused({"Module::load", "manifest.tsv", "symbolic link pointing outside"});
+  fs::remove(manifest);
+  fs::rename(tmp / "manifest_copy.tsv", manifest);
+
+  // A link to another regular file of the same directory is followed.
+  m.load(dir);
+  CHECK(bit_equal(snapshot<float>(m), snapshot<float>(source)));
 }
