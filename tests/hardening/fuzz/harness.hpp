@@ -1,5 +1,5 @@
 #pragma once
-// The fuzz harnesses of issue 6, item 4, shared by the libFuzzer targets
+// The fuzz harnesses, shared by the libFuzzer targets
 // (tests/hardening/fuzz/fuzz_*.cpp, built with clang when XTGRAD_FUZZ is on) and by the
 // corpus replay in tests/hardening/test_bad_input.cpp (every build), so that each input
 // saved under tests/hardening/fuzz/corpus/ -- seeds and former crashes -- is a
