@@ -1,7 +1,7 @@
 #pragma once
 // Internal (not included by any public header): the POSIX file-system
 // building blocks of the .npy and checkpoint code. Reading never blocks and
-// never opens anything but a regular file; writing creates a new file
+// never reads anything but a regular file; writing creates a new file
 // (O_EXCL), fsyncs it and removes it again on failure.
 //
 // Errors: std::runtime_error "xtgrad::<function>: <context>cannot <action>
