@@ -38,6 +38,34 @@ inline std::string quoted(const std::string& text) {
   return "'" + text + "'";
 }
 
+// Text read from a file, made safe to print in a message: printable ASCII as
+// is, a backslash doubled, tab, newline and carriage return as \t \n \r, any
+// other byte as \xNN. At most `max_chars` input bytes are shown, then "...".
+inline std::string escaped(const std::string& text, std::size_t max_chars = std::string::npos) {
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < max_chars; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += k_hex[c >> 4];
+      out += k_hex[c & 0xf];
+    }
+  }
+  if (text.size() > max_chars) out += "...";
+  return out;
+}
+
 // "xtgrad::<function>: argument '<arg>' <message>" as std::invalid_argument.
 [[noreturn]] inline void fail_argument(const std::string& function, const std::string& arg,
                                        const std::string& message) {

@@ -14,21 +14,11 @@
 // (In a class template, write `typename Module<T>::NamedParameters` and
 // `this->add_parameter`.)
 //
-// Checkpoints (save / load) are directories:
-//   manifest.tsv        "xtgrad-checkpoint 1", then one line per parameter:
-//                       name \t dtype (float32|float64) \t shape (2x16, 0, or scalar) \t file
-//   <name>.npy          one NumPy file per parameter (numpy.load reads it)
-// save writes a fresh sibling directory "<dir>.tmp-<random>" (files fsynced)
-// and swaps it into place atomically (renameat2 RENAME_EXCHANGE), so an
-// interrupted save leaves the previous checkpoint intact. load validates the
-// whole checkpoint (names, dtypes, shapes, every file) before assigning
-// anything, so a failed load leaves the module unchanged.
-// Errors: std::invalid_argument for bad content (naming the parameter or
-// file and what was expected), std::runtime_error for I/O failures.
+// save / load write and read a checkpoint directory of the named parameters
+// (save_checkpoint / load_checkpoint in io/checkpoint.hpp: the format, the
+// atomic save, the all-or-nothing load and its errors are described there).
 
-#include <cstddef>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,13 +27,6 @@
 #include "../engine/tape.hpp"
 
 namespace xtgrad {
-
-namespace detail {
-// TEST HOOK, not API: when set, Module::save calls it after writing each file
-// of the temporary checkpoint (argument: files written so far). Tests make it
-// throw to simulate a save interrupted part-way. Not thread-safe; leave empty.
-inline std::function<void(std::size_t files_written)> checkpoint_write_hook;
-}  // namespace detail
 
 template <class T>
 class Module {
@@ -76,13 +59,13 @@ class Module {
   // xtensor expression; bad shapes throw as forward does.
   xt::xarray<T> infer(const xt::xarray<T>& x) const;
 
-  // Write a checkpoint directory (see above). `dir` must not exist, be an
-  // empty directory, or be an xtgrad checkpoint (which is replaced); anything
-  // else is refused with std::invalid_argument. Its parent must exist.
+  // save_checkpoint(dir, named_parameters()): atomic. `dir` must not exist,
+  // be an empty directory, or be an xtgrad checkpoint (which is replaced);
+  // anything else is refused with std::invalid_argument. Its parent must exist.
   void save(const std::filesystem::path& dir) const;
-  // Read a checkpoint written by save: the parameter names must be exactly
-  // this module's, with equal shapes and dtype T (no float32 <-> float64
-  // conversion). All or nothing.
+  // load_checkpoint(dir, named_parameters()): the parameter names must be
+  // exactly this module's, with equal shapes and dtype T (no float32 <->
+  // float64 conversion). All or nothing.
   void load(const std::filesystem::path& dir);
 
  protected:

@@ -2,11 +2,16 @@
 // Helpers shared by every test file. Nothing here computes an expected value
 // with the engine: references are written out in the tests themselves.
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -139,6 +144,33 @@ inline std::vector<std::string> directory_names(const std::filesystem::path& dir
   std::sort(names.begin(), names.end());
   return names;
 }
+
+// Creates or replaces `path` with exactly `bytes`.
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+// A Unix domain socket bound at `path` (a file system entry that is neither
+// a regular file nor openable), closed when the object goes out of scope.
+class UnixSocket {
+ public:
+  explicit UnixSocket(const std::filesystem::path& path) : fd_(::socket(AF_UNIX, SOCK_STREAM, 0)) {
+    REQUIRE(fd_ >= 0);
+    ::sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    REQUIRE(path.string().size() < sizeof address.sun_path);
+    std::strcpy(address.sun_path, path.c_str());
+    REQUIRE(::bind(fd_, reinterpret_cast<const ::sockaddr*>(&address), sizeof address) == 0);
+  }
+  ~UnixSocket() { ::close(fd_); }
+  UnixSocket(const UnixSocket&) = delete;
+  UnixSocket& operator=(const UnixSocket&) = delete;
+
+ private:
+  int fd_;
+};
 
 // True when `what()` of the exception contains every one of `parts`.
 inline bool message_contains(const std::exception& e, const std::vector<std::string>& parts) {

@@ -208,10 +208,10 @@ inline void checkpoint_one(const std::uint8_t* data, std::size_t size) {
 // Interprets the input as a program of up to 64 calls on two tapes: leaves
 // and Parameters of random shapes (0 to 4 along up to 3 axes) and values
 // (NaN, inf, huge and tiny included), every op (torch-style dims, sizes
-// and indices from -2 to 5), the functional API, a module, backward with right and wrong dy, clear, release, zero_grad,
-// recording and anomaly modes, reshaping a recorded Parameter, optimizer
-// steps and clipping. Arguments are picked among everything recorded so far
-// (stale and empty handles included). Recorded leaves must never change.
+// and indices from -2 to 5), the functional API, a module, backward with right and wrong dy, clear,
+// release, zero_grad, recording and anomaly modes, reshaping a recorded Parameter, optimizer steps
+// and clipping. Arguments are picked among everything recorded so far (stale and empty handles
+// included). Recorded leaves must never change.
 template <class T>
 class TapeProgram {
  public:
@@ -424,10 +424,11 @@ class TapeProgram {
   Reduction reduction() { return static_cast<Reduction>(in_.below(4)); }  // 3: invalid
 
   // The ops models are made of: math, division and scalars, softmax and the
-  // losses, norms, dropout, shapes, indexing, matmul, embedding; and, as
+  // losses, norms, dropout, shapes, indexing, matmul, embedding, reductions
+  // along axes; and, as
   // before, an op under NoGradGuard on the other tape.
   void model_op() {
-    const std::size_t family = in_.below(9);
+    const std::size_t family = in_.below(10);
     switch (family) {
       case 0: {
         const Var<T> x = pick();
@@ -435,18 +436,42 @@ class TapeProgram {
         const T a = static_cast<T>(in_.number());
         const T b = static_cast<T>(in_.number());
         switch (which) {
-          case 0: keep(exp(x)); break;
-          case 1: keep(log(x)); break;
-          case 2: keep(sqrt(x)); break;
-          case 3: keep(rsqrt(x)); break;
-          case 4: keep(tanh(x)); break;
-          case 5: keep(sigmoid(x)); break;
-          case 6: keep(abs(x)); break;
-          case 7: keep(square(x)); break;
-          case 8: keep(pow(x, a)); break;
-          case 9: keep(clamp(x, a, b)); break;
-          case 10: keep(clamp_min(x, a)); break;
-          default: keep(clamp_max(x, b)); break;
+          case 0:
+            keep(exp(x));
+            break;
+          case 1:
+            keep(log(x));
+            break;
+          case 2:
+            keep(sqrt(x));
+            break;
+          case 3:
+            keep(rsqrt(x));
+            break;
+          case 4:
+            keep(tanh(x));
+            break;
+          case 5:
+            keep(sigmoid(x));
+            break;
+          case 6:
+            keep(abs(x));
+            break;
+          case 7:
+            keep(square(x));
+            break;
+          case 8:
+            keep(pow(x, a));
+            break;
+          case 9:
+            keep(clamp(x, a, b));
+            break;
+          case 10:
+            keep(clamp_min(x, a));
+            break;
+          default:
+            keep(clamp_max(x, b));
+            break;
         }
         break;
       }
@@ -558,6 +583,24 @@ class TapeProgram {
           const std::optional<std::int64_t> padding =
               in_.flag() ? std::nullopt : std::optional<std::int64_t>(small());
           keep(embedding(index, a, padding));
+        }
+        break;
+      }
+      case 8: {
+        const Var<T> x = pick();
+        const std::vector<std::int64_t> dims = small_list();
+        const bool keepdim = in_.flag();
+        const std::size_t which = in_.below(8);
+        if (which == 0) keep(sum(x, dims, keepdim));
+        if (which == 1) keep(mean(x, dims, keepdim));
+        if (which == 2) keep(var(x, dims, small(), keepdim));
+        if (which == 3) keep(logsumexp(x, dims, keepdim));
+        if (which == 4) keep(amax(x, dims, keepdim));
+        if (which == 5) keep(amin(x, dims, keepdim));
+        if (which >= 6) {
+          const ValuesIndices<T> r =
+              which == 6 ? max(x, small(), keepdim) : min(x, small(), keepdim);
+          keep(r.values);
         }
         break;
       }

@@ -16,13 +16,19 @@
 // load_npy reads versions 1.0, 2.0 and 3.0 and is written for hostile input:
 // every field is validated, and the declared data size (shape product times
 // element size, overflow-checked) must equal the bytes left in the file
-// BEFORE anything of that size is allocated. It accepts the byte orders
-// '<', '>' (converted), '|' and '=' (native), and fortran_order True
-// (converted to row-major). It never converts between float32 and float64:
-// the file's dtype must be T.
+// BEFORE anything of that size is allocated. Every dimension, and the
+// product of the non-zero dimensions times the element size, must fit in a
+// signed 64-bit offset (std::ptrdiff_t), even when the array is empty: that
+// bounds every stride and back-stride xtensor computes, in either order (a
+// shape such as (0, 2**62, 4) has no elements but would overflow them). It
+// accepts the byte orders '<', '>' (converted), '|' and '=' (native), and
+// fortran_order True (converted to row-major). It never converts between
+// float32 and float64: the file's dtype must be T.
 //
 // Errors: std::invalid_argument for bad content (naming the file, what was
-// wrong and what was expected); std::runtime_error for I/O failures.
+// wrong and what was expected); std::runtime_error for I/O failures and for
+// a path that is not a regular file (a directory, FIFO, socket or device is
+// refused without being opened for reading, so nothing blocks).
 
 #include <cstddef>
 #include <filesystem>
@@ -65,31 +71,5 @@ void save_npy(const std::filesystem::path& path, const xt::xarray<T>& array);
 
 template <class T>
 xt::xarray<T> load_npy(const std::filesystem::path& path);
-
-namespace detail {
-
-// Building blocks shared with Module::save (which writes a whole directory
-// and renames that instead of each file).
-
-// Writes `array` as .npy to `path`, which must not exist yet (O_EXCL), and
-// fsyncs it. On failure the partial file is removed and std::runtime_error
-// is thrown; messages start with "xtgrad::<caller>".
-template <class T>
-void write_npy_file(const std::filesystem::path& path, const xt::xarray<T>& array,
-                    const char* caller);
-
-// Writes `bytes` to the new file `path` (O_EXCL) and fsyncs it; as above.
-void write_new_file(const std::filesystem::path& path, const std::string& bytes,
-                    const char* caller);
-
-// Best-effort fsync of a directory, so that renames inside it are durable.
-// Errors are ignored: some file systems refuse fsync on directories, and the
-// rename it follows has already succeeded.
-void fsync_directory(const std::filesystem::path& dir) noexcept;
-
-// 16 random hex digits for temporary names.
-std::string random_suffix();
-
-}  // namespace detail
 
 }  // namespace xtgrad
