@@ -18,10 +18,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xstorage.hpp>
 
+#include "../check.hpp"
 #include "../errors.hpp"
 #include "../indices.hpp"
 #include "../tape.hpp"
@@ -119,6 +121,32 @@ inline void check_nonempty_reduction(const char* op, const ReducePlan& p, const 
     fail_argument(op, "dims",
                   "reduces axis " + std::to_string(p.zero_axis) + " of extent 0 of 'x' of shape " +
                       shape_str(shape) + ": cannot perform reduction over a zero-size axis");
+}
+
+// The first steps every reduction op takes: check the tape and the dims
+// (and, for ops without an identity, that nothing reduced is empty), then
+// record the node and size its value by the plan. Throws before recording.
+template <class T>
+struct ReductionNode {
+  Tape<T>& tape;
+  ReducePlan plan;
+  std::size_t xi, yi;
+  const T* x;  // x's values
+  T* y;        // the result's values, plan.out_shape
+};
+
+template <class T>
+ReductionNode<T> record_reduction(const char* op, const Var<T>& x,
+                                  const std::vector<std::int64_t>& dims, bool keepdim,
+                                  bool needs_nonempty = false) {
+  Tape<T>& tape = common_tape<T>(op, {{"x", &x}});
+  ReducePlan plan = make_reduce_plan(op, x.shape(), dims, keepdim);
+  if (needs_nonempty) check_nonempty_reduction(op, plan, x.shape());
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(plan.out_shape);
+  return {tape, std::move(plan), xi, yi, tape.value(xi).data(), y.data()};
 }
 
 // Calls f(o, base) for every output element o in row-major order; base is

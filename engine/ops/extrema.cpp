@@ -26,16 +26,12 @@ bool beats(T v, T best) {
 template <bool IsMax, class T>
 Var<T> extreme(const char* op, const Var<T>& x, const std::vector<std::int64_t>& dims,
                bool keepdim) {
-  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
-  detail::check_nonempty_reduction(op, plan, x.shape());
-  const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(plan.out_shape);
-  const T* xd = xv.data();
-  T* yd = y.data();
+  const detail::ReductionNode<T> node = detail::record_reduction(op, x, dims, keepdim, true);
+  Tape<T>& tape = node.tape;
+  const detail::ReducePlan& plan = node.plan;
+  const std::size_t xi = node.xi, yi = node.yi;
+  const T* xd = node.x;
+  T* yd = node.y;
   constexpr T start =
       IsMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
   // y[o] = max_r x[o, r] (or min); NaN when any x[o, r] is NaN, as torch.amax

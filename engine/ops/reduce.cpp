@@ -67,15 +67,12 @@ double sum_exp_run(const T* x, std::size_t n, T shift) {
 template <class T>
 Var<T> reduce_dims(const char* op, const Var<T>& x, const std::vector<std::int64_t>& dims,
                    bool keepdim, bool is_mean) {
-  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
-  const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(plan.out_shape);
-  const T* xd = xv.data();
-  T* yd = y.data();
+  const detail::ReductionNode<T> node = detail::record_reduction(op, x, dims, keepdim);
+  Tape<T>& tape = node.tape;
+  const detail::ReducePlan& plan = node.plan;
+  const std::size_t xi = node.xi, yi = node.yi;
+  const T* xd = node.x;
+  T* yd = node.y;
   const std::size_t n = plan.reduced_size;
   // y[o] = sum_r x[o, r], or that / n; a mean over nothing is NaN as in torch.mean
   const auto term = [xd](std::size_t, std::size_t i) { return xd[i]; };
@@ -128,15 +125,12 @@ template <class T>
 Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t correction,
            bool keepdim) {
   static constexpr const char* op = "var";
-  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
-  const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(plan.out_shape);
-  const T* xd = xv.data();
-  T* yd = y.data();
+  const detail::ReductionNode<T> node = detail::record_reduction(op, x, dims, keepdim);
+  Tape<T>& tape = node.tape;
+  const detail::ReducePlan& plan = node.plan;
+  const std::size_t xi = node.xi, yi = node.yi;
+  const T* xd = node.x;
+  T* yd = node.y;
   const double n = static_cast<double>(plan.reduced_size);
   const double dof = n - static_cast<double>(correction);  // torch: n - correction
   // m[o] = sum_r x[o, r] / n; y[o] = sum_r (x[o, r] - m[o])^2 / max(0, n - c): two
@@ -176,15 +170,12 @@ Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t 
 template <class T>
 Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
   static constexpr const char* op = "logsumexp";
-  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const detail::ReducePlan plan = detail::make_reduce_plan(op, x.shape(), dims, keepdim);
-  const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(plan.out_shape);
-  const T* xd = xv.data();
-  T* yd = y.data();
+  const detail::ReductionNode<T> node = detail::record_reduction(op, x, dims, keepdim);
+  Tape<T>& tape = node.tape;
+  const detail::ReducePlan& plan = node.plan;
+  const std::size_t xi = node.xi, yi = node.yi;
+  const T* xd = node.x;
+  T* yd = node.y;
   // y[o] = s + log sum_r exp(x[o, r] - s), s = max_r x[o, r] (0 when that is
   // +-inf, as torch.logsumexp): no overflow, and -inf for all -inf or nothing
   detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
