@@ -46,8 +46,10 @@ Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) 
   // exact in double); a threshold of 2^32 keeps nothing, like p == 1.
   const double threshold_real = std::ceil(std::ldexp(p, 32));
   const bool identity = !training || p == 0.0;
-  const bool all_dropped = !identity && threshold_real >= std::ldexp(1.0, 32);
-  const auto threshold = all_dropped ? 0u : static_cast<std::uint32_t>(threshold_real);
+  const bool keeps_nothing = threshold_real >= std::ldexp(1.0, 32);
+  const bool all_dropped = !identity && keeps_nothing;
+  // (2^32 itself does not fit the threshold's type: p == 1 never reaches the mask)
+  const auto threshold = keeps_nothing ? 0u : static_cast<std::uint32_t>(threshold_real);
   const T scale = all_dropped ? T(0) : static_cast<T>(1.0 / (1.0 - p));
 
   const std::size_t xi = x.index();
