@@ -370,13 +370,7 @@ TEST_CASE_TEMPLATE("bad input: cross_entropy", T, float, double) {
   const Indices t = {0, 3, 1};
   const Indices column = xt::zeros<std::int64_t>({3, 1});
   tape.backward(add(cross_entropy(x, t), cross_entropy(x, q)));  // gradients in place
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : {x, q, q5, row, cube, scalar}) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {x, q, q5, row, cube, scalar});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

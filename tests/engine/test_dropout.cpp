@@ -274,12 +274,7 @@ TEST_CASE_TEMPLATE("bad input: dropout", T, float, double) {
   cleared.clear();
   Var<T> x = tape.leaf(random_array<T>({2, 3}, 1));
   tape.backward(sum(dropout(x, 0.5, true, {1, 2, 3})));
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(x);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape}, {x});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -767,13 +767,7 @@ TEST_CASE_TEMPLATE("bad input: elementwise", T, float, double) {
   Var<T> c = tape.leaf(random_away_from_zero<T>({4, 3}, 98));
   Var<T> d = tape.leaf(random_away_from_zero<T>({2}, 99));
   tape.backward(div(a, b), xt::ones<T>({2, 3}));  // a and b hold nonzero gradients
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : {a, b, c, d}) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {a, b, c, d});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

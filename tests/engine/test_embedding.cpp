@@ -234,13 +234,7 @@ TEST_CASE_TEMPLATE("bad input: embedding", T, float, double) {
   tape.backward(sum(embedding(Indices{1, 1, 4}, w)));  // w holds a nonzero gradient
   const Indices good = {0, 4};
 
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -377,12 +377,7 @@ TEST_CASE_TEMPLATE("bad input: math", T, float, double) {
   cleared.clear();
   Var<T> x = tape.leaf(random_array<T>({2, 3}, 71));
   tape.backward(sum(exp(x)));  // x holds a nonzero gradient
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(x);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape}, {x});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

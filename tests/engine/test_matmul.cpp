@@ -361,13 +361,7 @@ TEST_CASE_TEMPLATE("bad input: matmul", T, float, double) {
                                       b223, b334, b2123, b4334, scalar};
   tape.backward(sum(matmul(m23, m34)));  // m23 and m34 hold nonzero gradients
 
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -318,13 +318,7 @@ TEST_CASE_TEMPLATE("bad input: norm", T, float, double) {
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(0.5)));
   tape.backward(sum(layer_norm(x, opt(w), opt(b))));
   const std::vector<Var<T>> leaves = {x, w, b, v4, m13, scalar};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

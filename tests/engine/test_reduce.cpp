@@ -672,16 +672,7 @@ TEST_CASE_TEMPLATE("bad input: reduce", T, float, double) {
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
   Var<T> empty00 = tape.leaf(xt::xarray<T>(xt::zeros<T>({std::size_t(0), std::size_t(0)})));
   tape.backward(sum(x, 1), xt::xarray<T>{1, 2});  // x holds a nonzero gradient
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    s.add(x);
-    s.add(empty);
-    s.add(scalar);
-    s.add(empty00);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {x, empty, scalar, empty00});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

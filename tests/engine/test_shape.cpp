@@ -340,12 +340,7 @@ TEST_CASE_TEMPLATE("bad input: shape", T, float, double) {
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
   tape.backward(sum(x));
   const std::vector<Var<T>> leaves = {x, c, col, empty, scalar};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -334,13 +334,7 @@ TEST_CASE_TEMPLATE("bad input: slice", T, float, double) {
   Var<T> foreign = other.leaf(random_array<T>({2, 3}, 4));
   tape.backward(sum(x));
   const std::vector<Var<T>> leaves = {x, w, c, scalar};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

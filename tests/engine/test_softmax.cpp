@@ -281,14 +281,7 @@ TEST_CASE_TEMPLATE("bad input: softmax", T, float, double) {
   Var<T> x = tape.leaf(random_array<T>({2, 3}, 51));
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(0.5)));
   tape.backward(sum(softmax(x, 0)), xt::xarray<T>(T(1)));  // x holds a gradient
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    s.add(x);
-    s.add(scalar);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {x, scalar});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;
