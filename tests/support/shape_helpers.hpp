@@ -1,19 +1,18 @@
 #pragma once
 // Helpers of the shape, slice and index tests: arrays from the PyTorch
-// fixtures (tests/support/fixtures/shape_fixtures.hpp), plain row-major index
-// arithmetic for the loop references, and the op an AnomalyError names.
+// fixtures (tests/support/fixtures/shape_fixtures.hpp) and plain row-major
+// index arithmetic for the loop references. (Anomaly checks:
+// check_forward_anomaly in test_helpers.hpp.)
 
 #include <doctest/doctest.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <string>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 #include <xtgrad/engine/indices.hpp>
-#include <xtgrad/engine/tape.hpp>
 
 namespace xtgrad::testing {
 
@@ -62,23 +61,6 @@ inline std::size_t ravel_index(const Dims& index, const Dims& dims) {
 template <class T>
 Dims dims_of(const xt::xarray<T>& a) {
   return Dims(a.shape().begin(), a.shape().end());
-}
-
-// The op named by the AnomalyError that `f` throws ("" and a failed check if
-// it throws nothing or something else).
-template <class F>
-std::string anomaly_op(F&& f) {
-  try {
-    f();
-  } catch (const AnomalyError& e) {
-    CHECK(e.phase() == AnomalyError::Phase::forward);
-    return e.op();
-  } catch (const std::exception& e) {
-    FAIL_CHECK("expected AnomalyError, got: " << e.what());
-    return "";
-  }
-  FAIL_CHECK("expected AnomalyError, nothing was thrown");
-  return "";
 }
 
 }  // namespace xtgrad::testing
