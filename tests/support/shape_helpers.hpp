@@ -1,6 +1,7 @@
 #pragma once
-// Helpers of the shape, slice and index tests: arrays from the PyTorch
-// fixtures (tests/support/fixtures/shape_fixtures.hpp) and plain row-major
+// Helpers of the shape, slice and index tests: arrays from element lists and
+// index lists (from_fixture, in fixtures/fixture_array.hpp, reads the PyTorch
+// fixtures of tests/support/fixtures/shape_fixtures.hpp) and plain row-major
 // index arithmetic for the loop references. (Anomaly checks:
 // check_forward_anomaly in test_helpers.hpp.)
 
@@ -14,17 +15,11 @@
 #include <xtensor/xarray.hpp>
 #include <xtgrad/engine/indices.hpp>
 
+#include "support/fixtures/fixture_array.hpp"
+
 namespace xtgrad::testing {
 
 using Dims = std::vector<std::size_t>;
-
-// An array of the given shape from the first size(shape) fixture values.
-template <class T, class V>
-xt::xarray<T> from_fixture(const V* values, const Dims& shape) {
-  xt::xarray<T> a = xt::empty<T>(shape);
-  for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = static_cast<T>(values[i]);
-  return a;
-}
 
 // An array of the given shape from its elements in row-major order (nested
 // braces such as {{5}, {6}} are ambiguous for xt::xarray).
