@@ -231,8 +231,8 @@ TEST_CASE_TEMPLATE("index: anomaly mode names the op for a non-finite input", T,
   auto x = tape.leaf(xt::xarray<T>{{1, std::numeric_limits<T>::infinity()}, {3, 4}});
   tape.set_detect_anomaly(true);
   const std::size_t before = tape.size();
-  CHECK(anomaly_op([&] { index_select(x, 1, Indices{1}); }) == "index_select");
-  CHECK(anomaly_op([&] { gather(x, 1, indices_as({2, 1}, {1, 0})); }) == "gather");
+  check_forward_anomaly(tape, "index_select", [&] { index_select(x, 1, Indices{1}); });
+  check_forward_anomaly(tape, "gather", [&] { gather(x, 1, indices_as({2, 1}, {1, 0})); });
   CHECK(tape.size() == before);
   // Indices that avoid the Inf read only finite values.
   CHECK(gather(x, 1, indices_as({2, 1}, {0, 1})).value() == shaped_as<T>({2, 1}, {1, 4}));
@@ -246,12 +246,7 @@ TEST_CASE_TEMPLATE("bad input: index", T, float, double) {
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
   tape.backward(sum(x));
   const std::vector<Var<T>> leaves = {x, scalar};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -329,17 +329,7 @@ TEST_CASE_TEMPLATE("matmul: anomaly mode names matmul when a product overflows",
   tape.set_detect_anomaly(true);
   auto a = tape.leaf(xt::xarray<T>{{big, big}});
   auto b = tape.leaf(xt::xarray<T>(xt::full_like(xt::xarray<T>(xt::empty<T>({2, 1})), big)));
-  const std::size_t before = tape.size();
-  bool thrown = false;
-  try {
-    matmul(a, b);
-  } catch (const AnomalyError& e) {
-    thrown = true;
-    CHECK(e.op() == "matmul");
-    CHECK(e.phase() == AnomalyError::Phase::forward);
-  }
-  CHECK(thrown);
-  CHECK(tape.size() == before);
+  check_forward_anomaly(tape, "matmul", [&] { matmul(a, b); });
 }
 
 TEST_CASE_TEMPLATE("bad input: matmul", T, float, double) {
@@ -361,13 +351,7 @@ TEST_CASE_TEMPLATE("bad input: matmul", T, float, double) {
                                       b223, b334, b2123, b4334, scalar};
   tape.backward(sum(matmul(m23, m34)));  // m23 and m34 hold nonzero gradients
 
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -672,16 +672,7 @@ TEST_CASE_TEMPLATE("bad input: reduce", T, float, double) {
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
   Var<T> empty00 = tape.leaf(xt::xarray<T>(xt::zeros<T>({std::size_t(0), std::size_t(0)})));
   tape.backward(sum(x, 1), xt::xarray<T>{1, 2});  // x holds a nonzero gradient
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    s.add(x);
-    s.add(empty);
-    s.add(scalar);
-    s.add(empty00);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {x, empty, scalar, empty00});
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;
@@ -754,28 +745,14 @@ TEST_CASE_TEMPLATE("reduce: anomaly mode names the op whose result is not finite
   auto with_inf = tape.leaf(xt::xarray<T>{{1, std::numeric_limits<T>::infinity()}});
   auto with_nan = tape.leaf(xt::xarray<T>{{1, std::numeric_limits<T>::quiet_NaN()}});
   tape.set_detect_anomaly(true);
-  const std::size_t before = tape.size();
-  const auto expect = [&](const char* op, auto&& f) {
-    INFO(op);
-    bool thrown = false;
-    try {
-      f();
-    } catch (const AnomalyError& e) {
-      thrown = true;
-      CHECK(e.op() == op);
-      CHECK(e.phase() == AnomalyError::Phase::forward);
-    }
-    CHECK(thrown);
-    CHECK(tape.size() == before);
-  };
-  expect("sum", [&] { sum(big, 1); });      // overflow from finite input
-  expect("mean", [&] { mean(empty, 1); });  // 0 / 0
-  expect("var", [&] { var(one, 1); });      // n <= correction
-  expect("logsumexp", [&] { logsumexp(with_inf, -1); });
-  expect("amax", [&] { amax(with_nan, {0, 1}); });
-  expect("amin", [&] { amin(with_nan, 1); });
-  expect("max", [&] { max(with_nan, 1); });
-  expect("min", [&] { min(with_inf, 0, true); });
+  check_forward_anomaly(tape, "sum", [&] { sum(big, 1); });      // overflow from finite input
+  check_forward_anomaly(tape, "mean", [&] { mean(empty, 1); });  // 0 / 0
+  check_forward_anomaly(tape, "var", [&] { var(one, 1); });      // n <= correction
+  check_forward_anomaly(tape, "logsumexp", [&] { logsumexp(with_inf, -1); });
+  check_forward_anomaly(tape, "amax", [&] { amax(with_nan, {0, 1}); });
+  check_forward_anomaly(tape, "amin", [&] { amin(with_nan, 1); });
+  check_forward_anomaly(tape, "max", [&] { max(with_nan, 1); });
+  check_forward_anomaly(tape, "min", [&] { min(with_inf, 0, true); });
   CHECK_NOTHROW(logsumexp(big, 1));  // stable: finite
 }
 

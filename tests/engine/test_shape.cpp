@@ -318,11 +318,11 @@ TEST_CASE_TEMPLATE("shape: anomaly mode names the op for a non-finite input", T,
   auto r = tape.leaf(xt::xarray<T>{{std::numeric_limits<T>::infinity(), 1}});
   tape.set_detect_anomaly(true);
   const std::size_t before = tape.size();
-  CHECK(anomaly_op([&] { reshape(x, {4}); }) == "reshape");
-  CHECK(anomaly_op([&] { flatten(x); }) == "flatten");
-  CHECK(anomaly_op([&] { permute(x, {1, 0}); }) == "permute");
-  CHECK(anomaly_op([&] { transpose(x, 0, 1); }) == "transpose");
-  CHECK(anomaly_op([&] { expand(r, {3, 2}); }) == "expand");
+  check_forward_anomaly(tape, "reshape", [&] { reshape(x, {4}); });
+  check_forward_anomaly(tape, "flatten", [&] { flatten(x); });
+  check_forward_anomaly(tape, "permute", [&] { permute(x, {1, 0}); });
+  check_forward_anomaly(tape, "transpose", [&] { transpose(x, 0, 1); });
+  check_forward_anomaly(tape, "expand", [&] { expand(r, {3, 2}); });
   CHECK(tape.size() == before);
   tape.set_detect_anomaly(false);  // off, NaN and Inf pass through as IEEE says
   CHECK(std::isnan(transpose(x, 0, 1).value()(1, 0)));
@@ -340,12 +340,7 @@ TEST_CASE_TEMPLATE("bad input: shape", T, float, double) {
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
   tape.backward(sum(x));
   const std::vector<Var<T>> leaves = {x, c, col, empty, scalar};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -313,11 +313,11 @@ TEST_CASE_TEMPLATE("slice: anomaly mode names the op for a non-finite input", T,
   auto y = tape.leaf(xt::xarray<T>{{1, 2}, {3, 4}});
   tape.set_detect_anomaly(true);
   const std::size_t before = tape.size();
-  CHECK(anomaly_op([&] { slice(x, 1, 1, 2); }) == "slice");
-  CHECK(anomaly_op([&] { concat<T>({y, x}, 0); }) == "concat");
-  CHECK(anomaly_op([&] { stack<T>({x, y}, 0); }) == "stack");
-  CHECK(anomaly_op([&] { split(x, 1, 1); }) == "split");
-  CHECK(anomaly_op([&] { chunk(x, 2, 0); }) == "chunk");
+  check_forward_anomaly(tape, "slice", [&] { slice(x, 1, 1, 2); });
+  check_forward_anomaly(tape, "concat", [&] { concat<T>({y, x}, 0); });
+  check_forward_anomaly(tape, "stack", [&] { stack<T>({x, y}, 0); });
+  check_forward_anomaly(tape, "split", [&] { split(x, 1, 1); });
+  check_forward_anomaly(tape, "chunk", [&] { chunk(x, 2, 0); });
   CHECK(tape.size() == before);  // not even split's finite first piece
   // A piece without the NaN is fine: only slices that contain it throw.
   CHECK(slice(x, 1, 0, 1).value() == shaped_as<T>({2, 1}, {1, 3}));
@@ -334,13 +334,7 @@ TEST_CASE_TEMPLATE("bad input: slice", T, float, double) {
   Var<T> foreign = other.leaf(random_array<T>({2, 3}, 4));
   tape.backward(sum(x));
   const std::vector<Var<T>> leaves = {x, w, c, scalar};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto bad = row_adder(rows);
   const auto IA = Expect::invalid_argument;

@@ -45,13 +45,7 @@ TEST_CASE_TEMPLATE("bad input: the functional API", T, float, double) {
   tape.backward(sum(positionwise_ffn(x, w1, b1, w2, b2)));
   const std::vector<Var<T>> leaves = {x,  w1, b1,  w2,  b2,  w_up, w_gate, w_down, b_down, x5, x0,
                                       v5, v7, m16, m64, m47, m14,  m46,    m45,    m53,    c3};
-  auto snapshot = [&] {
-    State s;
-    s.add(tape.size());
-    s.add(other.size());
-    for (const Var<T>& v : leaves) s.add(v);
-    return s;
-  };
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
   std::vector<Row> rows;
   const auto IA = Expect::invalid_argument;
 

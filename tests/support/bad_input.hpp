@@ -120,6 +120,19 @@ class State {
   std::vector<std::string> items_;
 };
 
+// The snapshot of a Var table: the size of each of `tapes` and the value and
+// gradient of each of `leaves` (copied handles, so the list may be a
+// temporary).
+template <class T>
+std::function<State()> snapshot_of(std::vector<const Tape<T>*> tapes, std::vector<Var<T>> leaves) {
+  return [tapes = std::move(tapes), leaves = std::move(leaves)] {
+    State s;
+    for (const Tape<T>* tape : tapes) s.add(tape->size());
+    for (const Var<T>& v : leaves) s.add(v);
+    return s;
+  };
+}
+
 // bad(label, call, expected type, message parts): appends one row, without
 // setup or teardown, to `rows`.
 inline auto row_adder(std::vector<Row>& rows) {

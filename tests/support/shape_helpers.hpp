@@ -1,31 +1,25 @@
 #pragma once
-// Helpers of the shape, slice and index tests: arrays from the PyTorch
-// fixtures (tests/support/fixtures/shape_fixtures.hpp), plain row-major index
-// arithmetic for the loop references, and the op an AnomalyError names.
+// Helpers of the shape, slice and index tests: arrays from element lists and
+// index lists (from_fixture, in fixtures/fixture_array.hpp, reads the PyTorch
+// fixtures of tests/support/fixtures/shape_fixtures.hpp) and plain row-major
+// index arithmetic for the loop references. (Anomaly checks:
+// check_forward_anomaly in test_helpers.hpp.)
 
 #include <doctest/doctest.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <string>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 #include <xtgrad/engine/indices.hpp>
-#include <xtgrad/engine/tape.hpp>
+
+#include "support/fixtures/fixture_array.hpp"
 
 namespace xtgrad::testing {
 
 using Dims = std::vector<std::size_t>;
-
-// An array of the given shape from the first size(shape) fixture values.
-template <class T, class V>
-xt::xarray<T> from_fixture(const V* values, const Dims& shape) {
-  xt::xarray<T> a = xt::empty<T>(shape);
-  for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = static_cast<T>(values[i]);
-  return a;
-}
 
 // An array of the given shape from its elements in row-major order (nested
 // braces such as {{5}, {6}} are ambiguous for xt::xarray).
@@ -62,23 +56,6 @@ inline std::size_t ravel_index(const Dims& index, const Dims& dims) {
 template <class T>
 Dims dims_of(const xt::xarray<T>& a) {
   return Dims(a.shape().begin(), a.shape().end());
-}
-
-// The op named by the AnomalyError that `f` throws ("" and a failed check if
-// it throws nothing or something else).
-template <class F>
-std::string anomaly_op(F&& f) {
-  try {
-    f();
-  } catch (const AnomalyError& e) {
-    CHECK(e.phase() == AnomalyError::Phase::forward);
-    return e.op();
-  } catch (const std::exception& e) {
-    FAIL_CHECK("expected AnomalyError, got: " << e.what());
-    return "";
-  }
-  FAIL_CHECK("expected AnomalyError, nothing was thrown");
-  return "";
 }
 
 }  // namespace xtgrad::testing

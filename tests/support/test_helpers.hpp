@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -105,6 +106,39 @@ inline void check_gradients(const GradcheckFunction& f,
   const GradcheckResult result = gradcheck(f, inputs, options);
   INFO(result.report());
   CHECK(result.passed);
+}
+
+// Runs `f`, which must throw AnomalyError in `phase` naming `op`, and checks
+// that the failed call left `tape` with as many nodes as before: a call that
+// anomaly mode stops records nothing.
+template <class T, class F>
+void check_anomaly(const Tape<T>& tape, AnomalyError::Phase phase, const std::string& op, F&& f) {
+  INFO("expected an AnomalyError naming " << op);
+  const std::size_t before = tape.size();
+  bool thrown = false;
+  try {
+    f();
+  } catch (const AnomalyError& e) {
+    thrown = true;
+    CHECK(e.op() == op);
+    CHECK(e.phase() == phase);
+  } catch (const std::exception& e) {
+    FAIL_CHECK("expected AnomalyError, got: " << e.what());
+  }
+  CHECK(thrown);
+  CHECK(tape.size() == before);
+}
+
+// The forward case: `f` records an op whose value is not finite.
+template <class T, class F>
+void check_forward_anomaly(const Tape<T>& tape, const std::string& op, F&& f) {
+  check_anomaly(tape, AnomalyError::Phase::forward, op, std::forward<F>(f));
+}
+
+// The backward case: a backward rule of `op` writes a non-finite gradient.
+template <class T, class F>
+void check_backward_anomaly(const Tape<T>& tape, const std::string& op, F&& f) {
+  check_anomaly(tape, AnomalyError::Phase::backward, op, std::forward<F>(f));
 }
 
 // A fresh scratch directory under the system temp directory, removed (with
