@@ -76,21 +76,22 @@ std::size_t checked_bytes(const InputFile& file, const SafetensorsEntry& e) {
   const std::size_t item = detail::safetensors_dtype_size(e.dtype);
   const std::size_t stored_item = std::max<std::size_t>(item, sizeof(float));
   bool empty = false;
-  std::size_t nonzero = 1;
+  for (std::size_t d : e.shape) empty = empty || d == 0;
+  const std::string stride_limit =
+      tensor + declared(e) + " does not fit array strides: its non-zero dimensions times " +
+      std::to_string(stored_item) + " bytes exceed the largest signed 64-bit offset" +
+      (empty ? " (even though it has no elements)" : "");
+  std::size_t nonzero = 1;  // the product of the non-zero dimensions
   for (std::size_t d : e.shape) {
-    if (d == 0) {
-      empty = true;
-      continue;
-    }
+    if (d == 0) continue;
     if (nonzero > std::numeric_limits<std::size_t>::max() / d)
-      fail_safetensors(file, tensor + declared(e) + " has more elements than a 64-bit size counts");
+      fail_safetensors(
+          file, empty ? stride_limit
+                      : tensor + declared(e) + " has more elements than a 64-bit size counts");
     nonzero *= d;
   }
   if (nonzero > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / stored_item)
-    fail_safetensors(
-        file, tensor + declared(e) + " does not fit array strides: its non-zero dimensions times " +
-                  std::to_string(stored_item) + " bytes exceed the largest signed 64-bit offset" +
-                  (empty ? " (even though it has no elements)" : ""));
+    fail_safetensors(file, stride_limit);
   const std::size_t bytes = empty ? 0 : nonzero * item;
   if (e.end < e.begin) fail_safetensors(file, tensor + offsets_str(e) + " end before they begin");
   if (e.end - e.begin != bytes)

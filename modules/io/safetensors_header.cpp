@@ -136,7 +136,7 @@ class HeaderParser {
   bool end_array() {
     if (where_ == Where::offsets && offsets_.size() != 2)
       fail("data_offsets has " + std::to_string(offsets_.size()) +
-           " numbers, expected 2: [begin, end]");
+           (offsets_.size() == 1 ? " number" : " numbers") + ", expected 2: [begin, end]");
     where_ = Where::entry;
     return true;
   }
