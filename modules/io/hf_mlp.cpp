@@ -75,8 +75,8 @@ std::vector<Slot<T>> llama_slots(GatedFFN<T>& ffn, const std::string& prefix,
       slots.push_back({key(prefix, name), {size}, &p, false});
     else
       unmatched.push_back({key(prefix, name), std::string("the GatedFFN has no b_") + field +
-                                                  " (construct it with GatedBias::" + field +
-                                                  " = true to load it)"});
+                                                  " (construct it with a GatedBias whose " + field +
+                                                  " is true to load it)"});
   };
   bias(ffn.bias().up, "up_proj.bias", d_hidden, ffn.b_up, "up");
   bias(ffn.bias().gate, "gate_proj.bias", d_hidden, ffn.b_gate, "gate");

@@ -180,6 +180,8 @@ const char* safetensors_dtype_name(SafetensorsDtype dtype) {
   }
 }
 
+StoredTensor::StoredTensor() : value_(xt::xarray<float>::from_shape({0})) {}
+
 StoredTensor::StoredTensor(xt::xarray<float> value, SafetensorsDtype dtype)
     : dtype_(dtype), value_(std::move(value)) {
   if (dtype == SafetensorsDtype::F64)

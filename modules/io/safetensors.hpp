@@ -63,7 +63,7 @@ const char* safetensors_dtype_name(SafetensorsDtype dtype);
 // double array (from F64), with the dtype it had in the file.
 class StoredTensor {
  public:
-  StoredTensor() = default;  // an empty F32 tensor
+  StoredTensor();  // an F32 tensor of shape [0]
   // `dtype`: F32, or F16 / BF16 for values read from such a file.
   explicit StoredTensor(xt::xarray<float> value, SafetensorsDtype dtype = SafetensorsDtype::F32);
   explicit StoredTensor(xt::xarray<double> value);

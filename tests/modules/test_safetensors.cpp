@@ -281,6 +281,9 @@ TEST_CASE(
   CHECK_THROWS_WITH_PARTS(StoredTensor(xt::xarray<float>{1}, SafetensorsDtype::F64),
                           std::invalid_argument, {"StoredTensor", "'dtype'", "F64"});
   CHECK(std::string(safetensors_dtype_name(SafetensorsDtype::BF16)) == "BF16");
+  const StoredTensor none;
+  CHECK(none.dtype() == SafetensorsDtype::F32);
+  CHECK(none.shape() == std::vector<std::size_t>{0});
 }
 
 TEST_CASE_TEMPLATE("safetensors: to_tensor_map holds a module's parameters by their names", T,
