@@ -104,7 +104,7 @@ class HeaderParser {
       return true;
     }
     if (where_ == Where::metadata) {
-      if (out_.metadata.count(k)) fail("__metadata__ has the key " + quoted_name(k) + " twice");
+      if (out_.metadata.count(k)) fail("has the key " + quoted_name(k) + " twice");
       key_ = k;
       where_ = Where::metadata_key;
       return true;

@@ -137,7 +137,7 @@ TEST_CASE("bad input: safetensors files") {
        {"the value of 'k' is an object"}},
       {"a duplicate metadata key",
        safetensors_file("{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}"),
-       {"__metadata__ has the key 'k' twice"}},
+       {"__metadata__: has the key 'k' twice"}},
       {"two __metadata__",
        safetensors_file("{\"__metadata__\":{},\"__metadata__\":{}}"),
        {"duplicate name '__metadata__'"}},
