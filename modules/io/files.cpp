@@ -160,6 +160,11 @@ void read_exact(InputFile& file, void* buffer, std::size_t n) {
 
 void write_new_file(const fs::path& path, std::initializer_list<ByteSpan> parts,
                     const std::string& function) {
+  write_new_file(path, std::vector<ByteSpan>(parts), function);
+}
+
+void write_new_file(const fs::path& path, const std::vector<ByteSpan>& parts,
+                    const std::string& function) {
   const int raw = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (raw < 0) fail_errno(function, "", "create", path, errno);
   FileDescriptor fd(raw);

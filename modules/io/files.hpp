@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace xtgrad::detail {
 
@@ -90,6 +91,8 @@ struct ByteSpan {
 // Creates `path` (O_EXCL: it must not exist), writes `parts` in order, fsyncs
 // and closes it; on any failure the partial file is removed.
 void write_new_file(const std::filesystem::path& path, std::initializer_list<ByteSpan> parts,
+                    const std::string& function);
+void write_new_file(const std::filesystem::path& path, const std::vector<ByteSpan>& parts,
                     const std::string& function);
 
 // Best-effort fsync of a directory, so that renames inside it are durable.

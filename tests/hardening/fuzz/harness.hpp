@@ -162,6 +162,43 @@ inline void npy_one(const std::uint8_t* data, std::size_t size) {
   load_one_npy<double>(file, header);
 }
 
+// ---------------------------------------------------------------- safetensors files
+
+// The input is one safetensors file. What read_safetensors accepts must
+// write back (write_safetensors refuses nothing a read produced) and read
+// again to the same names, metadata, dtypes (F16 / BF16 come back as F32)
+// and bits; reading one selected tensor gives that tensor.
+inline void safetensors_one(const std::uint8_t* data, std::size_t size) {
+  const std::filesystem::path file = scratch() / "input.safetensors";
+  write_file(file, data, size);
+  std::optional<Safetensors> read;
+  documented([&] { read = read_safetensors(file); });
+  if (!read) return;
+  const std::filesystem::path copy = scratch() / "copy.safetensors";
+  write_safetensors(copy, read->tensors, read->metadata);
+  const Safetensors again = read_safetensors(copy);
+  require(again.metadata == read->metadata, "the metadata changed in a write and read");
+  require(again.tensors.size() == read->tensors.size(), "tensors were lost in a write and read");
+  for (const auto& [name, tensor] : read->tensors) {
+    const auto found = again.tensors.find(name);
+    require(found != again.tensors.end(), "a tensor was renamed in a write and read");
+    const StoredTensor& back = found->second;
+    const bool doubles = tensor.dtype() == SafetensorsDtype::F64;
+    require(tensor.holds<double>() == doubles, "a tensor is held in the wrong type for its dtype");
+    require(back.dtype() == (doubles ? SafetensorsDtype::F64 : SafetensorsDtype::F32),
+            "write_safetensors wrote another dtype than F32 / F64");
+    require(doubles ? bit_equal(back.get<double>(), tensor.get<double>())
+                    : bit_equal(back.get<float>(), tensor.get<float>()),
+            "a tensor's values changed in a write and read");
+  }
+  if (read->tensors.empty()) return;
+  const std::string first = read->tensors.begin()->first;
+  const Safetensors one =
+      read_safetensors(file, [&](const std::string& name) { return name == first; });
+  require(one.tensors.size() == 1 && one.tensors.count(first) == 1,
+          "select did not read exactly the selected tensor");
+}
+
 // ---------------------------------------------------------------- checkpoints
 
 // The input is a checkpoint directory: chunks separated by "====" become
