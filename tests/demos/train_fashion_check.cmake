@@ -90,6 +90,17 @@ if(NOT a STREQUAL b)
   message(FATAL_ERROR "not reproducible:\n${a}\nthen\n${b}")
 endif()
 
+# --resume continues the saved run: its first epoch is kept, one more is trained.
+run_fashion(${OUT}/resumed --model mlp --epochs 2 --resume ${OUT}/saved)
+file(STRINGS ${OUT}/run/history.csv first)
+file(STRINGS ${OUT}/resumed/history.csv resumed)
+list(LENGTH resumed rows)
+list(GET first 1 first_epoch)
+list(GET resumed 1 resumed_epoch)
+if(NOT rows EQUAL 3 OR NOT first_epoch STREQUAL resumed_epoch)
+  message(FATAL_ERROR "--resume: history ${resumed}, the saved run had ${first}")
+endif()
+
 # A small Mixer on the same subset learns too (PyTorch: 0.52 with these options).
 run_fashion(${OUT}/mixer --model mixer --width 32 --blocks 2 --token-hidden 16 --channel-hidden 64
   --epochs 2 --lr 0.01 --warmup-epochs 0.1)
