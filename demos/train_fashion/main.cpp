@@ -99,7 +99,6 @@ int run(const Options& o) {
   write_confusion_csv(out / "confusion.csv",
                       confusion_matrix(data.test, result.final_test.predictions));
   nlohmann::json summary = summary_of(o, parameters, data, result, data_seconds, total_seconds);
-  summary["train_images"] = n_train;
   write_summary_json(out / "summary.json", summary);
   const PlotResult plotted = plot_all(out, data.test, result.final_test.predictions);
   std::printf("test accuracy %.4f after %zu epochs; %.1f s in all (%.1f s per epoch)\n",
@@ -110,7 +109,7 @@ int run(const Options& o) {
                   ? ", loss.png, accuracy.png, confusion.png, misclassified.png"
               : plotted == PlotResult::no_gnuplot
                   ? " (no pictures: gnuplot is not installed; apt-get install gnuplot-nox)"
-                  : " (gnuplot failed: no pictures)");
+                  : " (gnuplot failed: no pictures; see gnuplot.log)");
   return plotted == PlotResult::failed ? 1 : 0;
 }
 

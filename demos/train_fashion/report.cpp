@@ -16,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::size_t k_grid_columns = 8;
-constexpr std::size_t k_cell = k_image_side + 2;  // an image and its margin, in pixels
+constexpr std::size_t k_cell = k_image_side + 8;  // an image and the margin for its label
 
 std::ofstream open_for_writing(const fs::path& file) {
   std::ofstream out(file, std::ios::trunc);
@@ -55,8 +55,9 @@ std::string class_tics(const char* axis) {
   return out + ")\n";
 }
 
-// misclassified.dat: pixel triples "x y value" of a grid of images, and the
-// gnuplot labels naming each image's true and predicted class.
+// misclassified.dat: a canvas of the first misclassified images in a grid
+// (rows of pixels, each image in a cell with a blank margin), as a gnuplot
+// matrix; and the gnuplot labels naming each image's true and predicted class.
 std::string write_misclassified(const fs::path& out, const Split& test,
                                 const std::vector<std::size_t>& predictions, std::size_t max_images,
                                 std::size_t& rows) {
@@ -64,24 +65,28 @@ std::string write_misclassified(const fs::path& out, const Split& test,
   for (std::size_t i = 0; i < predictions.size() && wrong.size() < max_images; ++i)
     if (predictions[i] != static_cast<std::size_t>(test.labels(i))) wrong.push_back(i);
   rows = (wrong.size() + k_grid_columns - 1) / k_grid_columns;
-  const fs::path file = out / "misclassified.dat";
-  std::ofstream data = open_for_writing(file);
+  const std::size_t width = k_grid_columns * k_cell, height = rows * k_cell;
+  std::vector<int> canvas(width * height, 0);
   std::string labels;
   for (std::size_t k = 0; k < wrong.size(); ++k) {
     const std::size_t gx = k % k_grid_columns, gy = k / k_grid_columns;
     const std::uint8_t* image = test.raw.data() + wrong[k] * k_pixels;
     for (std::size_t y = 0; y < k_image_side; ++y)
       for (std::size_t x = 0; x < k_image_side; ++x)
-        data << gx * k_cell + x << ' ' << gy * k_cell + y << ' ' << int(image[y * k_image_side + x])
-             << '\n';
+        canvas[(gy * k_cell + y) * width + gx * k_cell + x] = image[y * k_image_side + x];
     // A double-quoted gnuplot string, where \n is a line break.
     labels += "set label " + std::to_string(k + 1) +
               " \"true: " + k_class_names[test.labels(wrong[k])] +
-              "\\npred: " + k_class_names[predictions[wrong[k]]] + "\"" + " at " +
+              "\\npred: " + k_class_names[predictions[wrong[k]]] + "\" at " +
               std::to_string(gx * k_cell + k_image_side / 2) + "," +
-              std::to_string(gy * k_cell + k_image_side + 1.5) +
+              std::to_string(gy * k_cell + k_image_side + 4) +
               " center front textcolor rgb '#b00000' font 'Sans,7'\n";
   }
+  const fs::path file = out / "misclassified.dat";
+  std::ofstream data = open_for_writing(file);
+  for (std::size_t y = 0; y < height; ++y)
+    for (std::size_t x = 0; x < width; ++x)
+      data << canvas[y * width + x] << (x + 1 < width ? ' ' : '\n');
   check_written(data, file);
   return labels;
 }
@@ -159,13 +164,15 @@ PlotResult plot_all(const fs::path& out, const Split& test,
        << "set title 'Misclassified test images'\nunset key\nunset colorbox\n"
        << "unset xtics\nunset ytics\nunset border\nset size ratio -1\n"
        << "set palette gray negative\nset cbrange [0:255]\n"
-       << "set xrange [-1:" << k_grid_columns * k_cell << "]\n"
-       << "set yrange [" << rows * k_cell + 2 << ":-1]\n"
+       << "set xrange [-0.5:" << k_grid_columns * k_cell - 0.5 << "]\n"
+       << "set yrange [" << rows * k_cell - 0.5 << ":-0.5]\n"
        << labels << "plot " << gp_quote((out / "misclassified.dat").string())
-       << " using 1:2:3 with image\n";
+       << " matrix with image\n";
   }
   check_written(gp, script);
-  const std::string command = "gnuplot " + shell_quote(script.string()) + " 2>&1";
+  // gnuplot's warnings (a one-epoch run has empty axis ranges) go to a log.
+  const std::string command = "gnuplot " + shell_quote(script.string()) + " > " +
+                              shell_quote((out / "gnuplot.log").string()) + " 2>&1";
   return std::system(command.c_str()) == 0 ? PlotResult::written : PlotResult::failed;
 }
 

@@ -3,7 +3,8 @@
 //   summary.json      options, parameter count, final accuracy, times
 //   history.csv       one row per epoch
 //   confusion.csv     counts, true class (rows) by predicted class (columns)
-//   loss.png, accuracy.png, confusion.png, misclassified.png   (gnuplot)
+//   loss.png, accuracy.png, confusion.png, misclassified.png   (gnuplot,
+//   from plots.gp and misclassified.dat; its messages in gnuplot.log)
 // The pictures need gnuplot (with its pngcairo terminal, as gnuplot-nox has):
 // when it is not installed, the run says so and writes the rest.
 
