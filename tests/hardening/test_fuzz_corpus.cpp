@@ -24,7 +24,8 @@ TEST_CASE("bad input: every saved fuzz input (seeds and former crashes) replays 
       {"npy", &fuzz::npy_one},
       {"checkpoint", &fuzz::checkpoint_one},
       {"tape", &fuzz::tape_one},
-      {"safetensors", &fuzz::safetensors_one}};
+      {"safetensors", &fuzz::safetensors_one},
+      {"idx", &fuzz::idx_one}};
   for (const auto& [name, harness] : targets) {
     const fs::path dir =
         fs::path(XTGRAD_SOURCE_DIR) / "tests" / "hardening" / "fuzz" / "corpus" / name;

@@ -199,6 +199,39 @@ inline void safetensors_one(const std::uint8_t* data, std::size_t size) {
           "select did not read exactly the selected tensor");
 }
 
+// ---------------------------------------------------------------- IDX files
+
+// The bound of the IDX harness: small, so that a claimed size is cheap to
+// refuse and an accepted one cheap to read.
+inline constexpr std::size_t k_idx_fuzz_max_elements = std::size_t{1} << 20;
+
+template <class V>
+void load_one_idx(const std::filesystem::path& file, const std::optional<IdxHeader>& header) {
+  std::optional<xt::xarray<V>> loaded;
+  documented([&] { loaded = load_idx<V>(file, k_idx_fuzz_max_elements); });
+  if (!loaded) return;
+  require(header.has_value(), "load_idx accepted a file read_idx_header refused");
+  require(std::equal(loaded->shape().begin(), loaded->shape().end(), header->shape.begin(),
+                     header->shape.end()),
+          "load_idx gave another shape than the header");
+  require(loaded->size() == header->size, "load_idx gave another size than the header");
+}
+
+// The input is one IDX file, gzip-compressed when it starts with 1f 8b (the
+// corpus holds both kinds).
+inline void idx_one(const std::uint8_t* data, std::size_t size) {
+  const std::filesystem::path file = scratch() / "input.idx";
+  write_file(file, data, size);
+  std::optional<IdxHeader> header;
+  documented([&] { header = read_idx_header(file, k_idx_fuzz_max_elements); });
+  load_one_idx<std::uint8_t>(file, header);
+  load_one_idx<std::int8_t>(file, header);
+  load_one_idx<std::int16_t>(file, header);
+  load_one_idx<std::int32_t>(file, header);
+  load_one_idx<float>(file, header);
+  load_one_idx<double>(file, header);
+}
+
 // ---------------------------------------------------------------- checkpoints
 
 // The input is a checkpoint directory: chunks separated by "====" become

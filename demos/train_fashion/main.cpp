@@ -1,0 +1,207 @@
+// train_fashion: a classifier on Fashion-MNIST (an MLP or an MLP-Mixer),
+// trained with AdamW, warm-up and cosine decay, label smoothing; writes
+// summary.json, history.csv, confusion.csv and the pictures of report.hpp to
+// --out. Exit codes: 0 done, 2 bad options or data, 1 anything else (a file
+// that cannot be written, gnuplot failing).
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "data.hpp"
+#include "models.hpp"
+#include "report.hpp"
+#include "train.hpp"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace {
+
+using namespace fashion;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  ModelConfig model;
+  TrainOptions train;
+  int threads = 2;
+  std::string out = "fashion_out";
+  std::string data_dir = k_default_data_dir;
+  std::size_t train_limit = 0, test_limit = 0;
+};
+
+nlohmann::json summary_of(const Options& o, std::size_t parameters, const FashionMnist& data,
+                          const TrainResult& r, double data_seconds, double total_seconds) {
+  double train_seconds = 0.0;
+  for (const EpochRecord& e : r.history) train_seconds += e.seconds;
+  const double epochs = static_cast<double>(r.history.size());
+  const ModelConfig& m = o.model;
+  nlohmann::json model = {{"kind", m.kind}, {"parameters", parameters}};
+  if (m.kind == "mlp") {
+    model["hidden"] = m.hidden;
+    model["dropout"] = m.dropout;
+  } else {
+    model.update({{"patch", m.patch},
+                  {"width", m.width},
+                  {"blocks", m.blocks},
+                  {"token_hidden", m.token_hidden},
+                  {"channel_hidden", m.channel_hidden}});
+  }
+  const TrainOptions& t = o.train;
+  return {{"model", model},
+          {"epochs", t.epochs},
+          {"batch_size", t.batch_size},
+          {"lr", t.lr},
+          {"weight_decay", t.weight_decay},
+          {"warmup_epochs", t.warmup_epochs},
+          {"label_smoothing", t.label_smoothing},
+          {"seed", t.seed},
+          {"threads", o.threads},
+          {"train_images", data.train.labels.size()},
+          {"test_images", data.test.labels.size()},
+          {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
+          {"final_test_loss", r.final_test.loss},
+          {"final_test_accuracy", r.final_test.accuracy},
+          {"steps", r.steps},
+          {"data_seconds", data_seconds},
+          {"train_seconds", train_seconds},
+          {"seconds_per_epoch", epochs > 0 ? train_seconds / epochs : 0.0},
+          {"images_per_second",
+           train_seconds > 0 ? epochs * data.train.labels.size() / train_seconds : 0.0},
+          {"total_seconds", total_seconds}};
+}
+
+int run(const Options& o) {
+  const Clock::time_point start = Clock::now();
+  openblas_set_num_threads(o.threads);
+  FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
+  const double data_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::size_t n_train = data.train.labels.size();
+  xtgrad::Generator generator(o.train.seed);
+  auto model = make_model(o.model, generator);
+  const std::size_t parameters = parameter_count(*model);
+  std::printf(
+      "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
+      o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
+  const fs::path out(o.out);
+  fs::create_directories(out);
+
+  const TrainResult result = train(*model, o.model, data, o.train, stdout);
+  const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  write_history_csv(out / "history.csv", result.history);
+  write_confusion_csv(out / "confusion.csv",
+                      confusion_matrix(data.test, result.final_test.predictions));
+  nlohmann::json summary = summary_of(o, parameters, data, result, data_seconds, total_seconds);
+  write_summary_json(out / "summary.json", summary);
+  const PlotResult plotted = plot_all(out, data.test, result.final_test.predictions);
+  std::printf("test accuracy %.4f after %zu epochs; %.1f s in all (%.1f s per epoch)\n",
+              result.final_test.accuracy, result.history.size(), total_seconds,
+              summary["seconds_per_epoch"].get<double>());
+  std::printf("wrote %s: summary.json, history.csv, confusion.csv%s\n", out.string().c_str(),
+              plotted == PlotResult::written
+                  ? ", loss.png, accuracy.png, confusion.png, misclassified.png"
+              : plotted == PlotResult::no_gnuplot
+                  ? " (no pictures: gnuplot is not installed; apt-get install gnuplot-nox)"
+                  : " (gnuplot failed: no pictures; see gnuplot.log)");
+  return plotted == PlotResult::failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST"};
+  app.add_option("--model", o.model.kind, "mlp (784-256-256-10) or mixer (MLP-Mixer)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"mlp", "mixer"}));
+  app.add_option("--epochs", o.train.epochs, "training epochs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--batch-size", o.train.batch_size, "images per mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 60000));
+  app.add_option("--lr", o.train.lr, "peak learning rate of AdamW")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", o.train.weight_decay, "AdamW's decoupled weight decay")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-epochs", o.train.warmup_epochs,
+                 "epochs of linear warm-up before the cosine decay (at most half the run)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--hidden", o.model.hidden, "mlp: hidden width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--patch", o.model.patch, "mixer: patch side (divides 28)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({1, 2, 4, 7, 14, 28}));
+  app.add_option("--width", o.model.width, "mixer: channels per token")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--blocks", o.model.blocks, "mixer: number of mixer blocks")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_option("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--channel-hidden", o.model.channel_hidden,
+                 "mixer: hidden width of channel mixing")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16384));
+  app.add_option("--threads", o.threads, "OpenBLAS threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--out", o.out, "output directory")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST IDX files")
+      ->capture_default_str();
+  app.add_option("--train-limit", o.train_limit, "use only the first N training images (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--test-limit", o.test_limit, "use only the first N test images (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  std::string save, resume;
+  app.add_option("--save", save, "save the run (model and state) to DIR after every epoch");
+  app.add_option("--resume", resume, "continue the run saved in DIR")
+      ->check(CLI::ExistingDirectory);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "train_fashion: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  o.train.save = save;
+  o.train.resume = resume;
+  try {
+    return run(o);
+  } catch (const DataError& e) {
+    std::cerr << "train_fashion: " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "train_fashion: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "train_fashion: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,62 @@
+#pragma once
+// The training loop of train_fashion: AdamW (decoupled weight decay) on
+// mini-batches of the shuffled training set, the learning rate warmed up
+// linearly from 0 over the first steps and then decayed to 0 on a cosine
+// (optim::WarmupCosineLR, stepped after every optimizer step), the loss
+// cross-entropy with optional label smoothing; after every epoch the test
+// set is evaluated without recording (Module::infer, dropout off).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data.hpp"
+#include "models.hpp"
+
+namespace fashion {
+
+struct TrainOptions {
+  std::size_t epochs = 10;
+  std::size_t batch_size = 128;
+  double lr = 1e-3;
+  double weight_decay = 1e-2;
+  double warmup_epochs = 1.0;  // at most half of all steps
+  double label_smoothing = 0.1;
+  std::uint64_t seed = 0;
+  std::filesystem::path save;    // after every epoch, when not empty
+  std::filesystem::path resume;  // a directory written by --save, when not empty
+};
+
+struct EpochRecord {
+  std::size_t epoch = 0;       // 1-based
+  double train_loss = 0.0;     // mean over the epoch's batches
+  double test_loss = 0.0;      // mean cross-entropy (no smoothing)
+  double test_accuracy = 0.0;  // fraction correct
+  double lr = 0.0;             // at the end of the epoch
+  double seconds = 0.0;        // training, without the evaluation
+};
+
+struct Evaluation {
+  double loss = 0.0, accuracy = 0.0;
+  std::vector<std::size_t> predictions;  // one per test image
+};
+
+// Loss and accuracy of `model` (set to evaluation) on a split, in batches.
+Evaluation evaluate(Classifier& model, const Split& split);
+
+struct TrainResult {
+  std::vector<EpochRecord> history;  // resumed epochs included
+  Evaluation final_test;
+  std::size_t steps = 0;
+};
+
+// Trains `model` for the epochs of `options` left after a resume, printing
+// progress to `out`. The training images move into the batcher
+// (data.train.images is left empty).
+TrainResult train(Classifier& model, const ModelConfig& config, FashionMnist& data,
+                  const TrainOptions& options, std::FILE* out);
+
+}  // namespace fashion
