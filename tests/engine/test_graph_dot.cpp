@@ -56,7 +56,8 @@ Parsed parse_with_dot(const std::string& dot, const fs::path& dir) {
   REQUIRE(std::system(command.c_str()) == 0);
   Parsed parsed;
   const std::string text = read_file(plain);
-  const std::regex node_line("^node ", std::regex::multiline), edge_line("^edge ", std::regex::multiline);
+  const std::regex node_line("^node ", std::regex::multiline),
+      edge_line("^edge ", std::regex::multiline);
   parsed.nodes = std::distance(std::sregex_iterator(text.begin(), text.end(), node_line),
                                std::sregex_iterator());
   parsed.edges = std::distance(std::sregex_iterator(text.begin(), text.end(), edge_line),
@@ -110,13 +111,13 @@ TEST_CASE("graph_dot: a FeedForward step has one node per tape node and every pa
 TEST_CASE("graph_dot: only the part of the tape leading to y, leaves told from constants") {
   Tape<double> tape;
   Parameter<double> w("w", random_array({3, 4}, 3));
-  const Var<double> x = tape.leaf(random_array({5, 4}, 4));          // 0: input with gradient
-  const Var<double> c = tape.leaf(random_array({5, 3}, 5), false);   // 1: constant
-  const Var<double> wv = tape.param(w);                              // 2
-  const Var<double> h = linear(x, wv);                               // 3: parents x, w, x
-  const Var<double> side = exp(c);                                   // 4: not read by y
-  const Var<double> c2 = mul(c, c);                                  // 5: constants only
-  const Var<double> y = sum(add(h, c2));                             // 6 add, 7 sum
+  const Var<double> x = tape.leaf(random_array({5, 4}, 4));         // 0: input with gradient
+  const Var<double> c = tape.leaf(random_array({5, 3}, 5), false);  // 1: constant
+  const Var<double> wv = tape.param(w);                             // 2
+  const Var<double> h = linear(x, wv);                              // 3: parents x, w, x
+  const Var<double> side = exp(c);                                  // 4: not read by y
+  const Var<double> c2 = mul(c, c);                                 // 5: constants only
+  const Var<double> y = sum(add(h, c2));                            // 6 add, 7 sum
   REQUIRE(tape.size() == 8);
   (void)side;
   const std::string dot = to_dot(tape, y, {{"layer.weight", &w}});
@@ -127,8 +128,8 @@ TEST_CASE("graph_dot: only the part of the tape leading to y, leaves told from c
   CHECK(node_line(dot, 1).find("constant") != std::string::npos);
   CHECK(node_line(dot, 1).find("dashed") != std::string::npos);
   CHECK(node_line(dot, 2).find("layer.weight\\n[3, 4] float64") != std::string::npos);
-  CHECK(node_line(dot, 5).find("dashed") != std::string::npos);    // mul of constants: no gradient
-  CHECK(node_line(dot, 3).find("dashed") == std::string::npos);    // linear carries a gradient
+  CHECK(node_line(dot, 5).find("dashed") != std::string::npos);   // mul of constants: no gradient
+  CHECK(node_line(dot, 3).find("dashed") == std::string::npos);   // linear carries a gradient
   CHECK(dot.find("n0 -> n3;\n  n0 -> n3") == std::string::npos);  // x listed twice, one edge
 
   const std::string whole = to_dot(tape, std::vector<Var<double>>{});
