@@ -101,8 +101,13 @@ double Profiler::self_seconds() const {
 }
 
 Profiler::Totals& Profiler::totals_for(const char* name, ProfileRow::Kind kind) {
-  const auto fast = by_pointer_.find({name, kind});
-  if (fast != by_pointer_.end()) return totals_[fast->second];
+  // Op names are literals (Tape::record), so their address identifies them;
+  // a region's name may be a temporary string, so it is looked up as text.
+  const bool by_address = kind != ProfileRow::Kind::region;
+  if (by_address) {
+    const auto fast = by_pointer_.find({name, kind});
+    if (fast != by_pointer_.end()) return totals_[fast->second];
+  }
   const std::string text = std::to_string(int(kind)) + name;
   auto slow = by_text_.find(text);
   if (slow == by_text_.end()) {
@@ -111,7 +116,7 @@ Profiler::Totals& Profiler::totals_for(const char* name, ProfileRow::Kind kind) 
     totals_.push_back({std::move(row_name), kind});
     slow = by_text_.emplace(text, totals_.size() - 1).first;
   }
-  by_pointer_.emplace(std::pair{name, kind}, slow->second);
+  if (by_address) by_pointer_.emplace(std::pair{name, kind}, slow->second);
   return totals_[slow->second];
 }
 

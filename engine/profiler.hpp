@@ -33,7 +33,9 @@
 // the elementwise ops (every operand read once, the result written once).
 //
 // One Profiler serves one thread at a time (it may watch several tapes of
-// that thread). Off (no profiler set on the tape) it costs one branch per node.
+// that thread). It knows ops by the address of their name (Tape::record's
+// `op`, a literal), so an op name must outlive the profiler too. Off (no
+// profiler set on the tape) it costs one branch per node.
 
 #include <chrono>
 #include <cstddef>
@@ -177,7 +179,8 @@ class ProfilerGuard {
   Profiler* previous_;
 };
 
-// Times a named scope (an optimizer step, a data load) as a row.
+// Times a named scope (an optimizer step, a data load) as a row; regions of
+// the same name share a row. `name` must live until the region ends.
 class ProfileRegion {
  public:
   ProfileRegion(Profiler& profiler, const char* name) : profiler_(profiler) {

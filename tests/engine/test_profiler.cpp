@@ -292,3 +292,13 @@ TEST_CASE("profiler: misuse is refused, and an op that throws leaves the counts 
   CHECK(profiler.rows().empty());
   CHECK(profiler.steps() == 0);
 }
+
+TEST_CASE("profiler: regions are rows by name, also when the names are temporary strings") {
+  Profiler profiler;
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = i % 2 ? "odd" : "even";  // likely one address for both
+    ProfileRegion region(profiler, name.c_str());
+  }
+  const std::map<std::string, std::size_t> expected{{"even", 3}, {"odd", 3}};
+  CHECK(calls_of(profiler) == expected);
+}
