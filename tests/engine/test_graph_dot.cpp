@@ -108,6 +108,24 @@ TEST_CASE("graph_dot: a FeedForward step has one node per tape node and every pa
   CHECK(parsed.edges == 8);
 }
 
+TEST_CASE("graph_dot: a GatedFFN step shows gated_linear and what it fuses") {
+  Generator generator(8);
+  GatedFFN<double> ffn(3, 8, 3, Activation::silu, GatedBias::none(), generator);
+  Tape<double> tape;
+  const Var<double> x = tape.leaf(random_array({4, 3}, 15));
+  const Var<double> y = sum(ffn(x));
+  const std::string dot = to_dot(tape, y, ffn.named_parameters());
+  CHECK(count_node_statements(dot) == tape.size());
+  const std::string fused = node_line(dot, y.index() - 1);
+  CHECK(fused.find("gated_linear") != std::string::npos);
+  CHECK(fused.find("fuses u * f(g) -> linear") != std::string::npos);
+  CHECK(node_line(dot, x.index()).find("input") != std::string::npos);
+  for (const auto& [name, p] : ffn.named_parameters())
+    CHECK_MESSAGE(dot.find("label=\"" + name + "\\n") != std::string::npos, name);
+  CHECK(fused_description("linear") == nullptr);
+  CHECK(fused_description(nullptr) == nullptr);
+}
+
 TEST_CASE("graph_dot: only the part of the tape leading to y, leaves told from constants") {
   Tape<double> tape;
   Parameter<double> w("w", random_array({3, 4}, 3));
