@@ -113,7 +113,9 @@ Profiler::Totals& Profiler::totals_for(const char* name, ProfileRow::Kind kind) 
   if (slow == by_text_.end()) {
     std::string row_name = name;
     if (kind == ProfileRow::Kind::backward) row_name += ".backward";
-    totals_.push_back({std::move(row_name), kind});
+    const CostClass cost_class =
+        kind == ProfileRow::Kind::region ? CostClass::none : classify(name);
+    totals_.push_back({std::move(row_name), kind, cost_class});
     slow = by_text_.emplace(text, totals_.size() - 1).first;
   }
   if (by_address) by_pointer_.emplace(std::pair{name, kind}, slow->second);
@@ -124,7 +126,7 @@ void Profiler::open(const void* owner, std::size_t index, const char* name, Prof
   open_.push_back({owner, index, name, kind, Clock::now()});
 }
 
-void Profiler::close(const void* owner, std::size_t index, ProfileRow::Kind kind, Cost cost) {
+Profiler::Totals* Profiler::close(const void* owner, std::size_t index, ProfileRow::Kind kind) {
   const Clock::time_point now = Clock::now();
   // The innermost matching entry; any above it never closed (an op that
   // threw between record and set_backward) and are dropped untimed.
@@ -134,7 +136,7 @@ void Profiler::close(const void* owner, std::size_t index, ProfileRow::Kind kind
     if (o.owner == owner && o.index == index && o.kind == kind) break;
     --k;
   }
-  if (k == 0) return;  // opened before a reset(), or never opened
+  if (k == 0) return nullptr;  // opened before a reset(), or never opened
   const Open entry = open_[k - 1];
   open_.resize(k - 1);
   const std::int64_t total_ns =
@@ -143,9 +145,8 @@ void Profiler::close(const void* owner, std::size_t index, ProfileRow::Kind kind
   ++t.calls;
   t.total_ns += total_ns;
   t.self_ns += total_ns - entry.inner_ns;
-  t.flops += cost.flops;
-  t.bytes += cost.bytes;
   if (!open_.empty()) open_.back().inner_ns += total_ns;
+  return &t;
 }
 
 void Profiler::region_begin(const char* name) {
@@ -155,7 +156,7 @@ void Profiler::region_begin(const char* name) {
 
 void Profiler::region_end() {
   // Regions are scopes: the innermost open one ends.
-  close(nullptr, 0, ProfileRow::Kind::region, {});
+  close(nullptr, 0, ProfileRow::Kind::region);
 }
 
 template <class T>
@@ -165,7 +166,11 @@ void Profiler::forward_begin(const Tape<T>& tape, std::size_t index) {
 
 template <class T>
 void Profiler::forward_end(const Tape<T>& tape, std::size_t index) {
-  close(&tape, index, ProfileRow::Kind::forward, cost_model(tape, index, false));
+  if (Totals* t = close(&tape, index, ProfileRow::Kind::forward)) {
+    const Cost cost = cost_of(t->cost_class, tape, index, false);  // after the clock stopped
+    t->flops += cost.flops;
+    t->bytes += cost.bytes;
+  }
 }
 
 template <class T>
@@ -175,7 +180,11 @@ void Profiler::backward_begin(const Tape<T>& tape, std::size_t index) {
 
 template <class T>
 void Profiler::backward_end(const Tape<T>& tape, std::size_t index) {
-  close(&tape, index, ProfileRow::Kind::backward, cost_model(tape, index, true));
+  if (Totals* t = close(&tape, index, ProfileRow::Kind::backward)) {
+    const Cost cost = cost_of(t->cost_class, tape, index, true);
+    t->flops += cost.flops;
+    t->bytes += cost.bytes;
+  }
 }
 
 std::vector<ProfileRow> Profiler::rows(ProfileColumn by) const {

@@ -126,9 +126,16 @@ class Profiler {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // Which formula of the cost model an op's name selects (found once per row).
+  enum class CostClass { none, gemm, gated_gemm, elementwise };
+  static CostClass classify(std::string_view op);
+  template <class T>
+  static Cost cost_of(CostClass c, const Tape<T>& tape, std::size_t index, bool backward);
+
   struct Totals {
     std::string name;
     ProfileRow::Kind kind;
+    CostClass cost_class = CostClass::none;
     std::size_t calls = 0;
     std::int64_t self_ns = 0, total_ns = 0;
     double flops = 0, bytes = 0;
@@ -144,7 +151,8 @@ class Profiler {
   };
 
   void open(const void* owner, std::size_t index, const char* name, ProfileRow::Kind kind);
-  void close(const void* owner, std::size_t index, ProfileRow::Kind kind, Cost cost);
+  // Ends the timing of (owner, index, kind); its row, or null if it was not open.
+  Totals* close(const void* owner, std::size_t index, ProfileRow::Kind kind);
   Totals& totals_for(const char* name, ProfileRow::Kind kind);
 
   struct KeyHash {
@@ -206,12 +214,13 @@ class ProfileStep {
   Profiler& profiler_;
 };
 
-#define XTGRAD_PROFILER_EXTERN(T)                                                         \
-  extern template void Profiler::forward_begin(const Tape<T>&, std::size_t);              \
-  extern template void Profiler::forward_end(const Tape<T>&, std::size_t);                \
-  extern template void Profiler::backward_begin(const Tape<T>&, std::size_t);             \
-  extern template void Profiler::backward_end(const Tape<T>&, std::size_t);               \
-  extern template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool); \
+#define XTGRAD_PROFILER_EXTERN(T)                                                                 \
+  extern template void Profiler::forward_begin(const Tape<T>&, std::size_t);                      \
+  extern template void Profiler::forward_end(const Tape<T>&, std::size_t);                        \
+  extern template void Profiler::backward_begin(const Tape<T>&, std::size_t);                     \
+  extern template void Profiler::backward_end(const Tape<T>&, std::size_t);                       \
+  extern template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool);         \
+  extern template Profiler::Cost Profiler::cost_of(CostClass, const Tape<T>&, std::size_t, bool); \
   extern template class ProfilerGuard<T>;
 XTGRAD_PROFILER_EXTERN(float)
 XTGRAD_PROFILER_EXTERN(double)

@@ -21,18 +21,11 @@ namespace xtgrad {
 
 namespace {
 
-// The GEMM ops, each with the parent positions of its input(s) and weight.
-struct GemmOp {
-  std::string_view name;
-  std::size_t inputs;  // parents [0, inputs) are the GEMM's left operand (u and g for gated)
-  std::size_t weight;  // the parent that is the GEMM's right operand
-};
-constexpr std::array<GemmOp, 4> k_gemm_ops{{
-    {"linear", 1, 1},
-    {"matmul", 1, 1},
-    {"activation_linear", 1, 1},
-    {"gated_linear", 2, 2},
-}};
+// The GEMM ops: linear, matmul and activation_linear read their input at
+// parent 0 and their weight at parent 1; gated_linear reads u, g at 0, 1 and
+// the weight at 2.
+constexpr std::array<std::string_view, 3> k_gemm_ops{{"linear", "matmul", "activation_linear"}};
+constexpr std::string_view k_gated_gemm_op = "gated_linear";
 
 // Every op whose forward and backward are one memory-bound pass each.
 constexpr std::array<std::string_view, 28> k_elementwise_ops{{
@@ -42,29 +35,44 @@ constexpr std::array<std::string_view, 28> k_elementwise_ops{{
     "relu",       "gelu", "gelu_tanh", "gelu_sigmoid", "silu",  "gated",      "dropout",
 }};
 
+template <class List>
+bool contains(const List& list, std::string_view op) {
+  return std::find(list.begin(), list.end(), op) != list.end();
+}
+
 }  // namespace
+
+Profiler::CostClass Profiler::classify(std::string_view op) {
+  if (contains(k_gemm_ops, op)) return CostClass::gemm;
+  if (op == k_gated_gemm_op) return CostClass::gated_gemm;
+  if (contains(k_elementwise_ops, op)) return CostClass::elementwise;
+  return CostClass::none;
+}
 
 template <class T>
 Profiler::Cost Profiler::cost_model(const Tape<T>& tape, std::size_t index, bool backward) {
-  const std::string_view op = tape.node_op(index);
+  return cost_of(classify(tape.node_op(index)), tape, index, backward);
+}
+
+template <class T>
+Profiler::Cost Profiler::cost_of(CostClass c, const Tape<T>& tape, std::size_t index,
+                                 bool backward) {
   const std::size_t parents = tape.node_parent_count(index);
   const double y_size = double(tape.value(index).size());
-
-  for (const GemmOp& g : k_gemm_ops) {
-    if (op != g.name || parents <= g.weight) continue;
+  if (c == CostClass::gemm || c == CostClass::gated_gemm) {
+    const std::size_t inputs = c == CostClass::gemm ? 1 : 2, weight = inputs;
+    if (parents <= weight) return {};
     const Shape& left = tape.value(tape.node_parent(index, 0)).shape();
     const double k = left.empty() ? 1.0 : double(left.back());
-    const double gemm = 2.0 * y_size * k;
+    const double gemm = 2.0 * y_size * k;  // [M, K] . [K, N]: M N = y.size()
     if (!backward) return {gemm, 0.0};
-    bool input_grad = false;
-    for (std::size_t p = 0; p < g.inputs; ++p)
+    bool input_grad = false;  // da = dy . W, one GEMM for u and g together
+    for (std::size_t p = 0; p < inputs; ++p)
       input_grad = input_grad || tape.requires_grad(tape.node_parent(index, p));
-    const bool weight_grad = tape.requires_grad(tape.node_parent(index, g.weight));
+    const bool weight_grad = tape.requires_grad(tape.node_parent(index, weight));
     return {gemm * (double(input_grad) + double(weight_grad)), 0.0};
   }
-
-  if (std::find(k_elementwise_ops.begin(), k_elementwise_ops.end(), op) == k_elementwise_ops.end())
-    return {};
+  if (c != CostClass::elementwise) return {};
   double elements = y_size;  // y written (forward) or dy read (backward)
   for (std::size_t p = 0; p < parents; ++p) {
     const std::size_t parent = tape.node_parent(index, p);
@@ -75,7 +83,11 @@ Profiler::Cost Profiler::cost_model(const Tape<T>& tape, std::size_t index, bool
   return {0.0, elements * double(sizeof(T))};
 }
 
-template Profiler::Cost Profiler::cost_model(const Tape<float>&, std::size_t, bool);
-template Profiler::Cost Profiler::cost_model(const Tape<double>&, std::size_t, bool);
+#define XTGRAD_INSTANTIATE_COST(T)                                                 \
+  template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool); \
+  template Profiler::Cost Profiler::cost_of(CostClass, const Tape<T>&, std::size_t, bool);
+XTGRAD_INSTANTIATE_COST(float)
+XTGRAD_INSTANTIATE_COST(double)
+#undef XTGRAD_INSTANTIATE_COST
 
 }  // namespace xtgrad
