@@ -5,11 +5,12 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <regex>
+#include <sstream>
 #include <string>
 
 #include <xtgrad/engine/engine.hpp>
@@ -55,13 +56,11 @@ Parsed parse_with_dot(const std::string& dot, const fs::path& dir) {
       "dot -Tplain '" + (dir / "graph.dot").string() + "' > '" + plain.string() + "'";
   REQUIRE(std::system(command.c_str()) == 0);
   Parsed parsed;
-  const std::string text = read_file(plain);
-  const std::regex node_line("^node ", std::regex::multiline),
-      edge_line("^edge ", std::regex::multiline);
-  parsed.nodes = std::distance(std::sregex_iterator(text.begin(), text.end(), node_line),
-                               std::sregex_iterator());
-  parsed.edges = std::distance(std::sregex_iterator(text.begin(), text.end(), edge_line),
-                               std::sregex_iterator());
+  std::istringstream lines(read_file(plain));
+  for (std::string line; std::getline(lines, line);) {
+    parsed.nodes += line.rfind("node ", 0) == 0;
+    parsed.edges += line.rfind("edge ", 0) == 0;
+  }
   return parsed;
 }
 
@@ -73,9 +72,17 @@ std::string node_line(const std::string& dot, std::size_t index) {
   return dot.substr(at, dot.find('\n', at) - at);
 }
 
+// Lines "  n<index> [label=...": the node statements to_dot writes.
 std::size_t count_node_statements(const std::string& dot) {
-  const std::regex node("^  n[0-9]+ \\[label=", std::regex::multiline);
-  return std::distance(std::sregex_iterator(dot.begin(), dot.end(), node), std::sregex_iterator());
+  std::size_t count = 0;
+  std::istringstream lines(dot);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  n", 0) != 0) continue;
+    std::size_t at = 3;
+    while (at < line.size() && std::isdigit(static_cast<unsigned char>(line[at]))) ++at;
+    count += at > 3 && line.compare(at, 9, " [label=\"") == 0;
+  }
+  return count;
 }
 
 }  // namespace
