@@ -6,7 +6,8 @@
 // linear layers without an activation: a linear map, which cannot bend |x1|.
 //
 // Writes to --out (default toy_out/): history.csv, slice.csv, summary.json,
-// and loss.png, slice.png rendered by gnuplot.
+// and loss.png, slice.png rendered by gnuplot. --graph FILE.svg draws the tape
+// of one training step; --profile prints where the last steps' time went.
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +28,8 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
+
+#include "observe.hpp"
 
 namespace {
 
@@ -49,6 +52,7 @@ struct Options {
   std::string out = "toy_out";
   std::string save;
   std::string load;
+  demo::StepObserverOptions observe;
 };
 
 // The target of the experiment, computed from its equations.
@@ -175,18 +179,29 @@ int run(const Options& o) {
     auto base_opt = make_optimizer<T>(o, baseline.parameters());
     Tape<T> tape;
     const bool terminal = isatty(fileno(stdout));
+    demo::StepObserver<T> observer(o.observe, o.steps);
+    ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
+    for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
+    for (auto& [name, p] : baseline.named_parameters()) names.emplace_back("baseline." + name, p);
     for (std::size_t step = 1; step <= o.steps; ++step) {
-      tape.clear();
-      const Var<T> x = tape.leaf(x_train, false), y = tape.leaf(y_train, false);
-      const Var<T> ffn_loss = mse(ffn(x), y);
-      const Var<T> base_loss = mse(baseline(x), y);
-      tape.backward(ffn_loss);
-      tape.backward(base_loss);
+      Var<T> ffn_loss, base_loss;
+      {
+        auto profiled = observer.step(tape, step);
+        tape.clear();
+        const Var<T> x = tape.leaf(x_train, false), y = tape.leaf(y_train, false);
+        ffn_loss = mse(ffn(x), y);
+        base_loss = mse(baseline(x), y);
+        tape.backward(ffn_loss);
+        tape.backward(base_loss);
+        observer.region("optimizer.step", [&] {
+          ffn_opt->step();
+          base_opt->step();
+          ffn_opt->zero_grad();
+          base_opt->zero_grad();
+        });
+      }
+      observer.graph(tape, {ffn_loss, base_loss}, names, step);
       const double train_ffn = ffn_loss.value()(), train_base = base_loss.value()();
-      ffn_opt->step();
-      base_opt->step();
-      ffn_opt->zero_grad();
-      base_opt->zero_grad();
       final_train = train_ffn;
       if (step % k_eval_every == 0 || step == 1 || step == o.steps) {
         history.push_back({step, train_ffn, evaluate(ffn, x_heldout, y_heldout), train_base,
@@ -204,6 +219,7 @@ int run(const Options& o) {
       }
     }
     if (terminal) std::printf("\n");
+    observer.report(std::cout);
     if (!o.save.empty()) ffn.save(o.save);
   }
   const double seconds =
@@ -299,6 +315,7 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
   app.add_option("--load", o.load, "evaluate a saved FFN instead of training")
       ->check(CLI::ExistingDirectory);
+  demo::add_observer_options(app, o.observe);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

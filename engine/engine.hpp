@@ -1,8 +1,9 @@
 #pragma once
-// Everything in engine/: the tape, the ops and gradcheck.
+// Everything in engine/: the tape, the ops, gradcheck, graph export and the profiler.
 
 #include "activation.hpp"
 #include "gradcheck.hpp"
+#include "graph_dot.hpp"
 #include "indices.hpp"
 #include "ops/activations.hpp"
 #include "ops/cross_entropy.hpp"
@@ -23,4 +24,5 @@
 #include "ops/slice.hpp"
 #include "ops/softmax.hpp"
 #include "parameter.hpp"
+#include "profiler.hpp"
 #include "tape.hpp"

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "errors.hpp"
+#include "profiler.hpp"
 
 namespace xtgrad {
 
@@ -96,6 +97,7 @@ std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::siz
   node.requires_grad = grad_enabled_ && requires_grad;
   node.is_leaf = false;
   node.grad_ready = false;
+  if (profiler_) profiler_->forward_begin(*this, size_);
   return size_++;
 }
 
@@ -104,6 +106,19 @@ void Tape<T>::set_backward(std::size_t index, BackwardFn<T> backward) {
   if (detect_anomaly_) check_forward(index);
   Node& node = nodes_[index];
   if (node.requires_grad) node.backward = std::move(backward);
+  if (profiler_) profiler_->forward_end(*this, index);
+}
+
+template <class T>
+void Tape<T>::profile_forward_end(std::size_t index) {
+  profiler_->forward_end(*this, index);
+}
+
+template <class T>
+void Tape<T>::profile_backward(std::size_t index) {
+  profiler_->backward_begin(*this, index);
+  nodes_[index].backward(*this, nodes_[index].grad);
+  profiler_->backward_end(*this, index);
 }
 
 template <class T>
@@ -129,6 +144,7 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
   // value stays unused for a Parameter node (value() reads p.value); resetting
   // it would allocate (a default xarray holds one element) every step.
   if (detect_anomaly_) check_forward(index);
+  if (profiler_) profiler_->forward_end(*this, index);
   return var(index);
 }
 
@@ -225,7 +241,10 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
   for (std::size_t i = root + 1; i-- > 0;) {
     Node& node = nodes_[i];
     if (node.backward && node.grad_ready) {
-      node.backward(*this, node.grad);
+      if (profiler_)
+        profile_backward(i);
+      else
+        node.backward(*this, node.grad);
       if (detect_anomaly_) check_backward(i);
     }
   }

@@ -50,6 +50,7 @@ namespace xtgrad {
 
 template <class T>
 class Tape;
+class Profiler;  // engine/profiler.hpp
 
 // Blocks template argument deduction, so that an argument declared
 // `const std::optional<Var<NoDeduce<T>>>&` accepts a plain Var<T>.
@@ -167,6 +168,7 @@ class Tape {
     nodes_[index].value = expr.derived_cast();
     nodes_[index].is_leaf = true;
     if (detect_anomaly_) check_forward(index);
+    if (profiler_) profile_forward_end(index);
     return var(index);
   }
   Var<T> leaf(const xt::xarray<T>& value, bool requires_grad = true) {
@@ -206,6 +208,25 @@ class Tape {
   // gradients already accumulated stay as they are (zero_grad before retrying).
   bool detect_anomaly() const { return detect_anomaly_; }
   void set_detect_anomaly(bool enabled) { detect_anomaly_ = enabled; }
+
+  // Profiling (engine/profiler.hpp): while a Profiler is set, every op's
+  // forward (record to set_backward) and backward rule is timed into it.
+  // Null (the default) costs one branch per node. The profiler must outlive
+  // its use here.
+  Profiler* profiler() const { return profiler_; }
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+
+  // Reading a recording (engine/graph_dot.hpp, engine/profiler.hpp), for
+  // index < size(): the op name, the parents in the order the op recorded
+  // them, whether it is a leaf (leaf or param), and its Parameter (null
+  // unless recorded with param()).
+  const char* node_op(std::size_t index) const { return nodes_[index].op; }
+  std::size_t node_parent_count(std::size_t index) const { return nodes_[index].parents.size(); }
+  std::size_t node_parent(std::size_t index, std::size_t k) const {
+    return nodes_[index].parents[k];
+  }
+  bool node_is_leaf(std::size_t index) const { return nodes_[index].is_leaf; }
+  const Parameter<T>* node_param(std::size_t index) const { return nodes_[index].param; }
 
   // ---- Writing an op ----
   //
@@ -299,6 +320,8 @@ class Tape {
   std::string describe(std::size_t index) const;
   [[noreturn]] void fail_param_changed(std::size_t index, const char* where) const;
   const xt::xarray<T>* accumulated_grad(std::size_t index) const;
+  void profile_forward_end(std::size_t index);  // the profiler_ hooks, in tape.cpp
+  void profile_backward(std::size_t index);
 
   // nodes_[0, size_) are live; the rest are kept buffers. A deque, so that a
   // reference to a node's value stays valid while later nodes are appended.
@@ -308,6 +331,7 @@ class Tape {
   bool grad_enabled_ = true;
   xt::xarray<T> ones_;  // the upstream gradient of backward(y)
   bool detect_anomaly_ = false;
+  Profiler* profiler_ = nullptr;
 };
 
 // Turns recording off for a scope (like torch::NoGradGuard), restoring the

@@ -1,0 +1,93 @@
+// Profiler::cost_model: the FLOPs and bytes of one node, from shapes alone.
+//
+// GEMM ops (FLOPs, 2 M N K per GEMM, the count of torch.profiler's
+// with_flops; bias adds and fused activations are not counted):
+//   linear(x [..., K], W, b), matmul(a [..., K], b), activation_linear(h
+//   [..., K], W, b), gated_linear(u [..., K], g, W, b): the forward is one
+//   GEMM, 2 * y.size() * K. The backward is one such GEMM per gradient it
+//   computes: the input's (da = dy . W, shared by u and g) and the weight's.
+// Elementwise ops (bytes, the least memory traffic: every operand read once,
+// the result written once): the forward reads its operands and writes y; the
+// backward reads dy and the operands (or the saved output, of the same size)
+// and writes the gradient of each operand that requires one.
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "profiler.hpp"
+#include "tape.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+// The GEMM ops: linear, matmul and activation_linear read their input at
+// parent 0 and their weight at parent 1; gated_linear reads u, g at 0, 1 and
+// the weight at 2.
+constexpr std::array<std::string_view, 3> k_gemm_ops{{"linear", "matmul", "activation_linear"}};
+constexpr std::string_view k_gated_gemm_op = "gated_linear";
+
+// Every op whose forward and backward are one memory-bound pass each.
+constexpr std::array<std::string_view, 28> k_elementwise_ops{{
+    "add",        "sub",  "mul",       "div",          "scale", "add_scalar", "rsub",
+    "div_scalar", "rdiv", "exp",       "log",          "sqrt",  "rsqrt",      "tanh",
+    "sigmoid",    "abs",  "square",    "pow",          "clamp", "clamp_min",  "clamp_max",
+    "relu",       "gelu", "gelu_tanh", "gelu_sigmoid", "silu",  "gated",      "dropout",
+}};
+
+template <class List>
+bool contains(const List& list, std::string_view op) {
+  return std::find(list.begin(), list.end(), op) != list.end();
+}
+
+}  // namespace
+
+Profiler::CostClass Profiler::classify(std::string_view op) {
+  if (contains(k_gemm_ops, op)) return CostClass::gemm;
+  if (op == k_gated_gemm_op) return CostClass::gated_gemm;
+  if (contains(k_elementwise_ops, op)) return CostClass::elementwise;
+  return CostClass::none;
+}
+
+template <class T>
+Profiler::Cost Profiler::cost_model(const Tape<T>& tape, std::size_t index, bool backward) {
+  return cost_of(classify(tape.node_op(index)), tape, index, backward);
+}
+
+template <class T>
+Profiler::Cost Profiler::cost_of(CostClass c, const Tape<T>& tape, std::size_t index,
+                                 bool backward) {
+  const std::size_t parents = tape.node_parent_count(index);
+  const double y_size = double(tape.value(index).size());
+  if (c == CostClass::gemm || c == CostClass::gated_gemm) {
+    const std::size_t inputs = c == CostClass::gemm ? 1 : 2, weight = inputs;
+    if (parents <= weight) return {};
+    const Shape& left = tape.value(tape.node_parent(index, 0)).shape();
+    const double k = left.empty() ? 1.0 : double(left.back());
+    const double gemm = 2.0 * y_size * k;  // [M, K] . [K, N]: M N = y.size()
+    if (!backward) return {gemm, 0.0};
+    bool input_grad = false;  // da = dy . W, one GEMM for u and g together
+    for (std::size_t p = 0; p < inputs; ++p)
+      input_grad = input_grad || tape.requires_grad(tape.node_parent(index, p));
+    const bool weight_grad = tape.requires_grad(tape.node_parent(index, weight));
+    return {gemm * (double(input_grad) + double(weight_grad)), 0.0};
+  }
+  if (c != CostClass::elementwise) return {};
+  double elements = y_size;  // y written (forward) or dy read (backward)
+  for (std::size_t p = 0; p < parents; ++p) {
+    const std::size_t parent = tape.node_parent(index, p);
+    const double size = double(tape.value(parent).size());
+    elements += size;  // the operand (or the saved output) read
+    if (backward && tape.requires_grad(parent)) elements += size;  // its gradient written
+  }
+  return {0.0, elements * double(sizeof(T))};
+}
+
+#define XTGRAD_INSTANTIATE_COST(T)                                                 \
+  template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool); \
+  template Profiler::Cost Profiler::cost_of(CostClass, const Tape<T>&, std::size_t, bool);
+XTGRAD_INSTANTIATE_COST(float)
+XTGRAD_INSTANTIATE_COST(double)
+#undef XTGRAD_INSTANTIATE_COST
+
+}  // namespace xtgrad
