@@ -1,7 +1,10 @@
 #pragma once
-// Everything in modules/: Module, Linear, the FFN family, the functional API
+// Everything in modules/: Module, Linear, Mlp, Sequential, the FFN family,
+// the norms, Dropout, Embedding, PreNormResidual, the functional API
 // and .npy / checkpoint I/O (modules/io).
 
+#include "dropout.hpp"
+#include "embedding.hpp"
 #include "feed_forward.hpp"
 #include "functional.hpp"
 #include "gated_ffn.hpp"
@@ -9,5 +12,9 @@
 #include "io/checkpoint.hpp"
 #include "io/npy.hpp"
 #include "linear.hpp"
+#include "mlp.hpp"
 #include "module.hpp"
+#include "norm.hpp"
 #include "positionwise_ffn.hpp"
+#include "pre_norm_residual.hpp"
+#include "sequential.hpp"
