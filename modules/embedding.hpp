@@ -30,7 +30,9 @@ class Embedding : public Module<T> {
 
   Var<T> operator()(Tape<T>& tape, const Indices& indices) { return forward(tape, indices); }
   Var<T> forward(Tape<T>& tape, const Indices& indices);
-  using Module<T>::forward;  // (a Var input is not an index tensor: throws std::logic_error)
+  // (A Var input is not an index tensor: these throw std::logic_error.)
+  using Module<T>::operator();
+  using Module<T>::forward;
 
   // forward on a private tape that does not record; see Module::infer.
   xt::xarray<T> infer(const Indices& indices) const;

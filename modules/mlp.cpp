@@ -31,10 +31,12 @@ Mlp<T>::Mlp(std::size_t in_features, std::vector<std::size_t> hidden_features,
   for (const std::size_t h : hidden_features) {
     linears_.emplace_back(width, h, options.bias, generator);
     activations_.emplace_back(options.activation);
-    dropouts_.emplace_back(options.dropout, generator);
     width = h;
   }
   linears_.emplace_back(width, out_features, options.bias, generator);
+  // The dropout seeds after every weight: the weights do not depend on p.
+  for (std::size_t i = 0; i < hidden_features.size(); ++i)
+    dropouts_.emplace_back(options.dropout, generator);
 }
 
 template <class T>

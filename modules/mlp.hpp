@@ -10,8 +10,9 @@
 //
 // so the parameter names are "0.weight", "0.bias", "3.weight", ..., "3k.bias".
 // No hidden sizes is one Linear(in, out); in != out is allowed. Each Linear
-// is initialized as nn.Linear, in order, from the generator; each Dropout
-// draws its seed from it after the Linear before it (when p > 0).
+// is initialized as nn.Linear, in order, from the generator; then each
+// Dropout draws its seed from it (when p > 0), so the weights do not depend
+// on p.
 //
 // forward computes Linear_{i+1}(Dropout(f(Linear_i(...)))) with the
 // activation and the dropout fused into the next layer (activation_linear
