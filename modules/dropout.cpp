@@ -23,8 +23,8 @@ Dropout<T>::Dropout(double p, Generator& generator) : p_(p), seed_(0) {
 }
 
 template <class T>
-std::optional<DropoutKey> Dropout<T>::next_key(const Var<T>& x) {
-  if (!this->training_forward(x)) return std::nullopt;
+std::optional<DropoutKey> Dropout<T>::next_key() {
+  if (!this->training_forward()) return std::nullopt;
   const DropoutKey key{seed_, step_++, 0};
   if (p_ == 0.0) return std::nullopt;
   return key;
@@ -33,7 +33,7 @@ std::optional<DropoutKey> Dropout<T>::next_key(const Var<T>& x) {
 template <class T>
 Var<T> Dropout<T>::forward(const Var<T>& x) {
   x.tape_for("Dropout", "x");
-  const std::optional<DropoutKey> key = next_key(x);
+  const std::optional<DropoutKey> key = next_key();
   if (!key) return x;
   return dropout(x, p_, true, *key);
 }

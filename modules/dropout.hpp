@@ -1,8 +1,9 @@
 #pragma once
 // Dropout<T>(p = 0.5, seed = 0): torch.nn.Dropout(p). In training, each
 // element is zeroed with probability p and the rest scaled by 1 / (1 - p)
-// (ops/dropout.hpp); in eval mode, and in a forward on a tape that does not
-// record (infer), it is the identity and returns x itself. No parameters.
+// (ops/dropout.hpp); in eval mode, and inside infer, it is the identity and
+// returns x itself. As in torch, a tape that does not record (NoGradGuard)
+// does not change that: only the mode does. No parameters.
 //
 // Randomness: the mask of a training forward is the one of
 // DropoutKey{seed(), step(), 0}, and every training forward then advances
@@ -34,11 +35,11 @@ class Dropout : public Module<T> {
   // x of any shape -> the same shape.
   Var<T> forward(const Var<T>& x) override;
 
-  // In a training forward (training mode, x's tape recording): advances
-  // step() and returns the key of this forward's mask (nothing when p == 0).
+  // In a training forward (training mode, not inside infer): advances step()
+  // and returns the key of this forward's mask (nothing when p == 0).
   // Otherwise nothing, step() unchanged. For modules
   // that apply the dropout inside a fused op (the FFN hidden dropout).
-  std::optional<DropoutKey> next_key(const Var<T>& x);
+  std::optional<DropoutKey> next_key();
 
   double p() const { return p_; }
   std::uint64_t seed() const { return seed_; }
@@ -56,7 +57,9 @@ class Dropout : public Module<T> {
 
 namespace detail {
 // The seed a module constructor draws from `generator` for its dropout.
-inline std::uint64_t draw_seed(Generator& generator) { return generator(); }
+inline std::uint64_t draw_seed(Generator& generator) {
+  return generator();
+}
 // std::invalid_argument from `owner` naming `arg` unless 0 <= p <= 1.
 void check_probability(const char* owner, const char* arg, double p);
 }  // namespace detail

@@ -28,8 +28,8 @@ Embedding<T>::Embedding(std::size_t num_embeddings, std::size_t embedding_dim,
                                 std::to_string(-v) + ", " + std::to_string(v) + ")");
     padding_idx_ = *padding_idx < 0 ? *padding_idx + v : *padding_idx;
   }
-  weight =
-      Parameter<T>("weight", detail::standard_normal<T>({num_embeddings, embedding_dim}, generator));
+  weight = Parameter<T>("weight",
+                        detail::standard_normal<T>({num_embeddings, embedding_dim}, generator));
   if (padding_idx_)  // torch's reset_parameters zeroes the padding row
     xt::view(weight.value, *padding_idx_, xt::all()) = T(0);
 }
@@ -43,6 +43,7 @@ Var<T> Embedding<T>::forward(Tape<T>& tape, const Indices& indices) {
 
 template <class T>
 xt::xarray<T> Embedding<T>::infer(const Indices& indices) const {
+  const detail::InferenceScope inference;
   Tape<T> tape;
   tape.set_grad_enabled(false);
   // forward only reads the weight when recording is off (see Module::infer).

@@ -12,8 +12,8 @@ FeedForward<T>::FeedForward(std::size_t d_model, std::size_t d_ff, Activation ac
 namespace {
 
 // Every argument checked, in order, before any parameter is built; returns d_model.
-std::size_t checked(const char* owner, std::size_t d_model, std::size_t d_ff,
-                    Activation activation, double dropout) {
+std::size_t checked(const char* owner, std::size_t d_model, std::size_t d_ff, Activation activation,
+                    double dropout) {
   detail::check_positive_size(owner, "d_model", d_model);
   detail::check_positive_size(owner, "d_ff", d_ff);
   detail::activation_name(activation, owner, "activation");
@@ -51,7 +51,7 @@ Var<T> FeedForward<T>::forward(const Var<T>& x) {
                               w2.weight.value.shape(), w2.bias.value.shape(), activation_);
   const Var<T> w1_weight = tape.param(w1.weight), w1_bias = tape.param(w1.bias);
   const Var<T> w2_weight = tape.param(w2.weight), w2_bias = tape.param(w2.bias);
-  const std::optional<DropoutKey> key = dropout.next_key(x);
+  const std::optional<DropoutKey> key = dropout.next_key();
   const std::optional<HiddenDropout> hidden =
       key ? std::optional(HiddenDropout{dropout.p(), *key}) : std::nullopt;
   return detail::record_two_layer(dims, x, w1_weight, w1_bias, w2_weight, w2_bias, activation_,

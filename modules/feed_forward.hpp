@@ -33,8 +33,8 @@ class FeedForward : public Module<T> {
   std::size_t d_model() const { return w1.in_features(); }
   std::size_t d_ff() const { return w1.out_features(); }
 
-  Linear<T> w1;  // d_model -> d_ff
-  Linear<T> w2;  // d_ff -> d_model
+  Linear<T> w1;        // d_model -> d_ff
+  Linear<T> w2;        // d_ff -> d_model
   Dropout<T> dropout;  // on the hidden f(x W1^T + b1)
 
  protected:

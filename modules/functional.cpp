@@ -100,13 +100,13 @@ GatedDims check_gated(const Shape& x, const Shape& w_up, const Shape& w_gate, co
 
 template <class T>
 Var<T> record_two_layer(const TwoLayerDims& dims, const Var<T>& x, const Var<T>& w1,
-                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2,
-                        Activation activation, const std::optional<HiddenDropout>& dropout) {
+                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2, Activation activation,
+                        const std::optional<HiddenDropout>& dropout) {
   const Var<T> hidden = record_linear<T>(dims.first, x, w1, b1, WeightLayout::out_in);  // [..., H]
   // f(hidden) w2^T + b2, the activation fused into the second layer: f(hidden)
   // is never stored (ops/fused_linear.hpp).
   return record_activation_linear<T>(dims.second, hidden, activation, w2, b2, WeightLayout::out_in,
-                                   dropout);
+                                     dropout);
 }
 
 template <class T>
@@ -122,7 +122,7 @@ Var<T> record_gated(const GatedDims& dims, const Var<T>& x, const Var<T>& w_up,
   // (u * f(g)) w_down + b_down, the gated product fused into the down
   // projection: it is never stored (ops/fused_linear.hpp).
   return record_gated_linear<T>(dims.down, u, g, activation, w_down, b_down, WeightLayout::in_out,
-                              dropout);
+                                dropout);
 }
 
 }  // namespace detail

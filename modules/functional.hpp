@@ -79,8 +79,8 @@ TwoLayerDims check_two_layer(const char* function, const TwoLayerNames& names, c
                              Activation activation);
 template <class T>
 Var<T> record_two_layer(const TwoLayerDims& dims, const Var<T>& x, const Var<T>& w1,
-                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2,
-                        Activation activation, const std::optional<HiddenDropout>& dropout = {});
+                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2, Activation activation,
+                        const std::optional<HiddenDropout>& dropout = {});
 
 // For gated_feedforward (errors name it); absent biases are null.
 struct GatedDims {

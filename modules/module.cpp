@@ -68,6 +68,7 @@ Var<T> Module<T>::forward(const Var<T>&) {
 
 template <class T>
 xt::xarray<T> Module<T>::infer(const xt::xarray<T>& x) const {
+  const detail::InferenceScope inference;
   Tape<T> tape;
   tape.set_grad_enabled(false);
   // forward only reads the Parameters when recording is off (Tape::param

@@ -37,6 +37,27 @@
 
 namespace xtgrad {
 
+namespace detail {
+// Marks the calling thread as inside an infer call while alive (nestable):
+// the one piece of state infer needs to give eval semantics without
+// changing the module, kept per thread so that concurrent infer calls and
+// training on other threads never see each other's.
+class InferenceScope {
+ public:
+  InferenceScope() { ++depth(); }
+  ~InferenceScope() { --depth(); }
+  InferenceScope(const InferenceScope&) = delete;
+  InferenceScope& operator=(const InferenceScope&) = delete;
+  static bool active() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
+}  // namespace detail
+
 template <class T>
 class Module {
  public:
@@ -72,18 +93,17 @@ class Module {
   // The module's computation, recorded on x's tape: y = module(x). A module
   // with one input overrides forward; as in torch.nn.Module, the base's
   // throws std::logic_error (a module that only holds parameters, or whose
-  // inputs are not one tensor, does not need one). A forward on a tape that
-  // does not record (grad_enabled() false, as in infer) is inference: it has
-  // eval() semantics whatever is_training() says (Dropout is the identity
-  // and its step does not advance), so that infer stays const and safe to
-  // call from several threads.
+  // inputs are not one tensor, does not need one).
   Var<T> operator()(const Var<T>& x) { return forward(x); }
   virtual Var<T> forward(const Var<T>& x);
 
   // Inference, array in, array out: the same values as forward, computed on
   // a private tape that does not record and is gone when infer returns, so
   // nothing is kept between calls (a serving loop cannot grow memory) and no
-  // gradient is touched. Safe to call from several threads at once on one
+  // gradient is touched. Inference has eval() semantics whatever
+  // is_training() says: within infer, on the calling thread, every module's
+  // training_forward() is false (Dropout is the identity and its step does
+  // not advance), so that infer changes nothing. Safe to call from several threads at once on one
   // module, as long as nothing changes the module meanwhile. x may be any
   // xtensor expression; bad shapes throw as forward does.
   xt::xarray<T> infer(const xt::xarray<T>& x) const;
@@ -115,9 +135,9 @@ class Module {
   static void add_child(const std::string& prefix, const std::string& child_name, Module<T>& child,
                         NamedParameters& out);
 
-  // True when x's tape records and this module is in training mode: the
-  // condition under which a training-only behaviour (dropout) applies.
-  bool training_forward(const Var<T>& x) const { return training_ && x.tape().grad_enabled(); }
+  // True in training mode outside infer: the condition under which a
+  // training-only behaviour (dropout) applies.
+  bool training_forward() const { return training_ && !detail::InferenceScope::active(); }
 
  private:
   bool training_ = true;

@@ -29,7 +29,9 @@ void check_width(const char* op, const Shape& x, std::size_t d) {
 template <class T>
 LayerNorm<T>::LayerNorm(std::size_t normalized_shape, double eps, bool elementwise_affine,
                         bool bias)
-    : d_(normalized_shape), eps_(eps), affine_(elementwise_affine),
+    : d_(normalized_shape),
+      eps_(eps),
+      affine_(elementwise_affine),
       bias_on_(elementwise_affine && bias) {
   check_norm_options("LayerNorm", normalized_shape, eps);
   if (affine_) weight = Parameter<T>("weight", xt::ones<T>({d_}));

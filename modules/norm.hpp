@@ -51,8 +51,7 @@ class LayerNorm : public Module<T> {
 template <class T>
 class RMSNorm : public Module<T> {
  public:
-  explicit RMSNorm(std::size_t normalized_shape, double eps = 1e-6,
-                   bool elementwise_affine = true);
+  explicit RMSNorm(std::size_t normalized_shape, double eps = 1e-6, bool elementwise_affine = true);
 
   Var<T> forward(const Var<T>& x) override;
 

@@ -15,8 +15,7 @@ constexpr const char* k_owner = "PreNormResidual";
 // The options with their defaults filled in, every one checked before any
 // module is built (the norm and the FFN check their own again, naming
 // themselves: these name the block).
-PreNormResidualOptions resolved(std::size_t d_model, std::size_t d_ff,
-                                PreNormResidualOptions o) {
+PreNormResidualOptions resolved(std::size_t d_model, std::size_t d_ff, PreNormResidualOptions o) {
   detail::check_positive_size(k_owner, "d_model", d_model);
   detail::check_positive_size(k_owner, "d_ff", d_ff);
   if (o.norm != NormKind::layer_norm && o.norm != NormKind::rms_norm)

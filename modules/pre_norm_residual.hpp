@@ -43,12 +43,12 @@ enum class FFNKind { feed_forward, positionwise, gated };
 
 struct PreNormResidualOptions {
   NormKind norm = NormKind::layer_norm;
-  std::optional<double> eps;              // default: 1e-5 (layer_norm), 1e-6 (rms_norm)
+  std::optional<double> eps;  // default: 1e-5 (layer_norm), 1e-6 (rms_norm)
   FFNKind ffn = FFNKind::feed_forward;
-  std::optional<Activation> activation;   // default: gelu, relu (positionwise), silu (gated)
-  GatedBias gated_bias = {};              // FFNKind::gated only
-  double dropout = 0.0;                   // on FFN(Norm(x)), before the residual add
-  double ffn_dropout = 0.0;               // on the FFN's hidden activation
+  std::optional<Activation> activation;  // default: gelu, relu (positionwise), silu (gated)
+  GatedBias gated_bias = {};             // FFNKind::gated only
+  double dropout = 0.0;                  // on FFN(Norm(x)), before the residual add
+  double ffn_dropout = 0.0;              // on the FFN's hidden activation
 };
 
 template <class T>

@@ -17,10 +17,10 @@ namespace xtgrad::detail {
 // What a dropout of probability p does, computed once per call.
 template <class T>
 struct DropoutMask {
-  bool identity;           // p == 0 (or not training): y = x, no random numbers
-  bool all_dropped;        // p == 1: y = 0
-  std::uint32_t threshold; // keep element i when word_i >= threshold
-  T scale;                 // 1 / (1 - p), 0 when all_dropped
+  bool identity;            // p == 0 (or not training): y = x, no random numbers
+  bool all_dropped;         // p == 1: y = 0
+  std::uint32_t threshold;  // keep element i when word_i >= threshold
+  T scale;                  // 1 / (1 - p), 0 when all_dropped
 };
 
 // p must be in [0, 1] (checked by the caller).

@@ -194,9 +194,9 @@ detail::LinearDims check_fused(const char* op, const Var<T>* u, const Var<T>& g,
 
 void detail::check_hidden_dropout(const char* op, const std::optional<HiddenDropout>& dropout) {
   if (dropout && !(dropout->p >= 0.0 && dropout->p <= 1.0))
-    detail::fail_argument(op, "dropout.p",
-                          "is " + detail::number_str(dropout->p) +
-                              ", expected a probability in [0, 1]");
+    detail::fail_argument(
+        op, "dropout.p",
+        "is " + detail::number_str(dropout->p) + ", expected a probability in [0, 1]");
 }
 
 namespace {
@@ -238,26 +238,24 @@ Var<T> detail::record_activation_linear(const LinearDims& dims, const Var<T>& h,
 template <class T>
 Var<T> detail::record_gated_linear(const LinearDims& dims, const Var<T>& u, const Var<T>& g,
                                    Activation f, const Var<T>& weight,
-                                   const std::optional<Var<NoDeduce<T>>>& bias,
-                                   WeightLayout layout,
+                                   const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
                                    const std::optional<HiddenDropout>& dropout) {
   return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout, dropout);
 }
 
-#define XTGRAD_INSTANTIATE_FUSED_LINEAR(T)                                                      \
-  template Var<T> activation_linear(const Var<T>&, Activation, const Var<T>&,                   \
-                                    const std::optional<Var<T>>&, WeightLayout,                 \
-                                    const std::optional<HiddenDropout>&);                       \
-  template Var<T> gated_linear(const Var<T>&, const Var<T>&, Activation, const Var<T>&,         \
-                               const std::optional<Var<T>>&, WeightLayout,                      \
-                               const std::optional<HiddenDropout>&);                            \
-  template Var<T> detail::record_activation_linear(                                             \
+#define XTGRAD_INSTANTIATE_FUSED_LINEAR(T)                                                       \
+  template Var<T> activation_linear(const Var<T>&, Activation, const Var<T>&,                    \
+                                    const std::optional<Var<T>>&, WeightLayout,                  \
+                                    const std::optional<HiddenDropout>&);                        \
+  template Var<T> gated_linear(const Var<T>&, const Var<T>&, Activation, const Var<T>&,          \
+                               const std::optional<Var<T>>&, WeightLayout,                       \
+                               const std::optional<HiddenDropout>&);                             \
+  template Var<T> detail::record_activation_linear(                                              \
       const LinearDims&, const Var<T>&, Activation, const Var<T>&, const std::optional<Var<T>>&, \
-      WeightLayout, const std::optional<HiddenDropout>&);                                       \
-  template Var<T> detail::record_gated_linear(const LinearDims&, const Var<T>&, const Var<T>&,  \
-                                              Activation, const Var<T>&,                        \
-                                              const std::optional<Var<T>>&, WeightLayout,       \
-                                              const std::optional<HiddenDropout>&);
+      WeightLayout, const std::optional<HiddenDropout>&);                                        \
+  template Var<T> detail::record_gated_linear(                                                   \
+      const LinearDims&, const Var<T>&, const Var<T>&, Activation, const Var<T>&,                \
+      const std::optional<Var<T>>&, WeightLayout, const std::optional<HiddenDropout>&);
 XTGRAD_INSTANTIATE_FUSED_LINEAR(float)
 XTGRAD_INSTANTIATE_FUSED_LINEAR(double)
 #undef XTGRAD_INSTANTIATE_FUSED_LINEAR

@@ -82,8 +82,7 @@ Var<T> record_activation_linear(const LinearDims& dims, const Var<T>& h, Activat
 template <class T>
 Var<T> record_gated_linear(const LinearDims& dims, const Var<T>& u, const Var<T>& g, Activation f,
                            const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
-                           WeightLayout layout,
-                           const std::optional<HiddenDropout>& dropout = {});
+                           WeightLayout layout, const std::optional<HiddenDropout>& dropout = {});
 // std::invalid_argument from `op` naming 'dropout.p' unless p is in [0, 1].
 void check_hidden_dropout(const char* op, const std::optional<HiddenDropout>& dropout);
 }  // namespace detail

@@ -35,7 +35,8 @@ Grads run(bool fused, const std::optional<xt::xarray<T>>& uv, const xt::xarray<T
   Var<T> y;
   if (fused) {
     const HiddenDropout drop{p, key};
-    y = u ? gated_linear(*u, g, f, w, b, layout, drop) : activation_linear(g, f, w, b, layout, drop);
+    y = u ? gated_linear(*u, g, f, w, b, layout, drop)
+          : activation_linear(g, f, w, b, layout, drop);
   } else {
     const Var<T> a = u ? gated(*u, g, f) : activation(g, f);
     y = linear(dropout(a, p, true, key), w, b, layout);
@@ -85,7 +86,8 @@ TEST_CASE_TEMPLATE("fused dropout: equals linear(dropout(f(h)), W, b) over sever
         // The dropped elements are exactly zero in both: same mask.
         const xt::xarray<bool> zero_fused = xt::equal(fused.dg, 0.0);
         CHECK(zero_fused == xt::xarray<bool>(xt::equal(plain.dg, 0.0)));
-        // About p of the hidden gradient is dropped.
+        // About p of the hidden gradient is dropped (relu' = 0 zeroes more).
+        if (f == Activation::relu) continue;
         const double dropped = double(xt::sum(xt::cast<double>(zero_fused))()) / double(n * in);
         CHECK(std::abs(dropped - p) < 0.01);
       }
@@ -154,9 +156,9 @@ TEST_CASE_TEMPLATE("fused dropout: a p outside [0, 1] is refused before anything
     CHECK_THROWS_WITH_PARTS(
         activation_linear(h, Activation::relu, w, {}, WeightLayout::out_in, HiddenDropout{p, {}}),
         std::invalid_argument, {"activation_linear", "'dropout.p'", "[0, 1]"});
-    CHECK_THROWS_WITH_PARTS(gated_linear(h, h, Activation::silu, w, {}, WeightLayout::out_in,
-                                         HiddenDropout{p, {}}),
-                            std::invalid_argument, {"gated_linear", "'dropout.p'", "[0, 1]"});
+    CHECK_THROWS_WITH_PARTS(
+        gated_linear(h, h, Activation::silu, w, {}, WeightLayout::out_in, HiddenDropout{p, {}}),
+        std::invalid_argument, {"gated_linear", "'dropout.p'", "[0, 1]"});
   }
   CHECK(tape.size() == before);
 }

@@ -329,11 +329,14 @@ TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNo
   bad("ActivationLayer(Activation(9))", [=] { ActivationLayer<T>{bad_activation}; }, IA,
       {"ActivationLayer", "'activation'", "Activation(9)"});
   bad("Mlp(0, {4}, 2)", [] { Mlp<T>(0, {4}, 2); }, IA, {"Mlp", "'in_features'", "positive"});
-  bad("Mlp(3, {4, 0}, 2)", [] { Mlp<T>(3, {4, 0}, 2); }, IA,
-      {"Mlp", "'hidden_features[1]'", "positive"});
+  bad("Mlp(3, {4, 0}, 2)",
+      [] {
+        Mlp<T>(3, {4, 0}, 2);
+      },
+      IA, {"Mlp", "'hidden_features[1]'", "positive"});
   bad("Mlp(3, {}, 0)", [] { Mlp<T>(3, {}, 0); }, IA, {"Mlp", "'out_features'", "positive"});
   bad("Mlp: Activation(9)",
-      [=] {
+      [=, &generator] {
         MlpOptions o;
         o.activation = bad_activation;
         Mlp<T>(3, {4}, 2, o, generator);
@@ -345,7 +348,8 @@ TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNo
       {"PreNormResidual", "'d_ff'", "positive"});
   const auto block_row = [&](std::string label, std::function<void(PreNormResidualOptions&)> set,
                              std::vector<std::string> parts) {
-    bad("PreNormResidual: " + label,
+    bad(
+        "PreNormResidual: " + label,
         [set] {
           PreNormResidualOptions o;
           set(o);
@@ -386,16 +390,20 @@ TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNo
       {"PreNormResidual", "'x'", "[2, 5]", "expected [..., 4]"});
   bad("PreNormResidual: 0-d x", [&] { block(x0); }, IA, {"PreNormResidual", "'x'", "[]"});
   bad("Sequential: x of the wrong width", [&] { seq(x5); }, IA, {"linear", "'x'", "[2, 5]"});
-  bad("Embedding: index 6 of 6", [&] { emb(tape, Indices{1, 6}); }, IA,
-      {"embedding", "'indices'", "6", "flat position 1", "[0, 6)"});
+  bad("Embedding: index 6 of 6",
+      [&] {
+        emb(tape, Indices{1, 6});
+      },
+      IA, {"embedding", "'indices'", "6", "flat position 1", "[0, 6)"});
   bad("Embedding: index -1", [&] { emb(tape, Indices{-1}); }, IA,
       {"embedding", "'indices'", "-1", "[0, 6)"});
   bad("Embedding::infer: index 9", [&] { emb.infer(Indices{9}); }, IA,
       {"embedding", "'indices'", "9"});
   bad("Embedding: forward(x)", [&] { emb(x4); }, LE, {"Module::forward"});
   const std::vector<std::pair<std::string, Module<T>*>> named = {
-      {"LayerNorm", &ln}, {"RMSNorm", &rms},    {"Dropout", &drop}, {"ActivationLayer", &act},
-      {"Sequential", &seq}, {"Mlp", &mlp},      {"PreNormResidual", &block}};
+      {"LayerNorm", &ln},         {"RMSNorm", &rms},    {"Dropout", &drop},
+      {"ActivationLayer", &act},  {"Sequential", &seq}, {"Mlp", &mlp},
+      {"PreNormResidual", &block}};
   for (const auto& [name, m] : named) {
     Module<T>* module = m;
     bad(name + ": empty x", [module] { (*module)(Var<T>()); }, LE,

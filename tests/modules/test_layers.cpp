@@ -11,7 +11,7 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 
-#include "support/fixture_array.hpp"
+#include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/modules_fixtures.hpp"
 #include "support/module_gradcheck.hpp"
 #include "support/test_helpers.hpp"
@@ -23,14 +23,14 @@ namespace fx = xtgrad::fixtures::modules;
 namespace {
 
 template <class M>
-std::vector<std::string> parameter_names(M& module) {
+std::vector<std::string> parameter_names(M&& module) {
   std::vector<std::string> names;
   for (const auto& entry : module.named_parameters()) names.push_back(entry.first);
   return names;
 }
 
 template <class M>
-std::vector<std::string> module_names(M& module) {
+std::vector<std::string> module_names(M&& module) {
   std::vector<std::string> names;
   for (const auto& entry : module.named_modules()) names.push_back(entry.first);
   return names;
@@ -48,6 +48,10 @@ void load_fixture(Module<T>& module, const fx::Tensor (&params)[N]) {
     REQUIRE(named[i].second->value.shape() == Shape(shape.begin(), shape.end()));
     named[i].second->value = from_fixture<T>(params[i].values, shape);
   }
+}
+
+std::vector<std::size_t> dims(const Shape& shape) {
+  return {shape.begin(), shape.end()};
 }
 
 template <class T>
@@ -70,7 +74,7 @@ TEST_CASE_TEMPLATE("modules: LayerNorm has torch's names, init and values", T, f
 
   load_fixture(norm, fx::layer_norm_params);
   const xt::xarray<T> x = fixture_array<T>(fx::layer_norm_x_shape, fx::layer_norm_x);
-  check_close(norm.infer(x), from_fixture<T>(fx::layer_norm_y, x.shape()), fixture_tol<T>(),
+  check_close(norm.infer(x), from_fixture<T>(fx::layer_norm_y, dims(x.shape())), fixture_tol<T>(),
               fixture_tol<T>());
 }
 
@@ -83,7 +87,7 @@ TEST_CASE_TEMPLATE("modules: RMSNorm has LLaMA's formula, torch's names and init
   CHECK(parameter_names(RMSNorm<T>(5, 1e-6, false)).empty());
   load_fixture(norm, fx::rms_norm_params);
   const xt::xarray<T> x = fixture_array<T>(fx::rms_norm_x_shape, fx::rms_norm_x);
-  check_close(norm.infer(x), from_fixture<T>(fx::rms_norm_y, x.shape()), fixture_tol<T>(),
+  check_close(norm.infer(x), from_fixture<T>(fx::rms_norm_y, dims(x.shape())), fixture_tol<T>(),
               fixture_tol<T>());
 }
 
@@ -127,9 +131,10 @@ TEST_CASE("modules: the norms are the engine ops they stand for, and gradcheck")
 
 // ---------------------------------------------------------------- Dropout
 
-TEST_CASE_TEMPLATE("modules: Dropout is ops/dropout keyed by (seed, step), a new step per "
-                   "training forward",
-                   T, float, double) {
+TEST_CASE_TEMPLATE(
+    "modules: Dropout is ops/dropout keyed by (seed, step), a new step per "
+    "training forward",
+    T, float, double) {
   Dropout<T> drop(0.25, 99);
   CHECK(parameter_names(drop).empty());
   CHECK(drop.is_training());
@@ -155,10 +160,15 @@ TEST_CASE_TEMPLATE("modules: Dropout is ops/dropout keyed by (seed, step), a new
   Var<T> same = drop(x);
   CHECK(same.index() == x.index());
   CHECK(drop.step() == 2);
-  // infer (a tape that does not record) is inference, also in training mode.
+  // infer is inference, also in training mode; a tape that does not record
+  // is not (as torch.no_grad): only the mode decides.
   drop.train();
   CHECK(drop.infer(xv) == xv);
   CHECK(drop.step() == 2);
+  Tape<T> no_grad;
+  no_grad.set_grad_enabled(false);
+  CHECK(drop(no_grad.leaf(xv)).value() == dropout(xr, 0.25, true, DropoutKey{99, 2, 0}).value());
+  CHECK(drop.step() == 3);
 
   // Seeds from a generator differ between modules; p == 0 draws none.
   Generator generator(5);
@@ -228,9 +238,9 @@ TEST_CASE("modules: train() / eval() reach every descendant; named_modules() is 
   block.train();
   for (const auto& [name, m] : block.named_modules()) CHECK(m->is_training());
   // Parameter names are unchanged by the listing's module hook.
-  CHECK(parameter_names(block) ==
-        std::vector<std::string>{"norm.weight", "norm.bias", "ffn.w1.weight", "ffn.w1.bias",
-                                 "ffn.w2.weight", "ffn.w2.bias"});
+  CHECK(parameter_names(block) == std::vector<std::string>{"norm.weight", "norm.bias",
+                                                           "ffn.w1.weight", "ffn.w1.bias",
+                                                           "ffn.w2.weight", "ffn.w2.bias"});
 }
 
 TEST_CASE("modules: ActivationLayer is ops/activations") {

@@ -22,9 +22,9 @@
 
 namespace xtgrad::testing {
 
-inline void check_module_gradients(Module<double>& module, const xt::xarray<double>& x,
-                                   const std::function<void()>& reset = [] {},
-                                   double eps = 1e-6, double atol = 1e-6, double rtol = 1e-4) {
+inline void check_module_gradients(
+    Module<double>& module, const xt::xarray<double>& x, const std::function<void()>& reset = [] {},
+    double eps = 1e-6, double atol = 1e-6, double rtol = 1e-4) {
   // The input, through the public gradcheck.
   check_gradients(
       [&](const std::vector<Var<double>>& v) {
@@ -35,8 +35,9 @@ inline void check_module_gradients(Module<double>& module, const xt::xarray<doub
   // Every parameter: analytic from one backward with a random upstream dy ...
   reset();
   Tape<double> tape;
-  Var<double> y = module(tape.leaf(x, false));
-  const xt::xarray<double> dy = random_array(y.shape(), 4242);
+  Var<double> y = module(tape.leaf(x));
+  const xt::xarray<double> dy =
+      random_array(std::vector<std::size_t>(y.shape().begin(), y.shape().end()), 4242);
   module.zero_grad();
   tape.backward(y, dy);
   // ... against (L(p + eps) - L(p - eps)) / 2 eps with L = sum(dy * y).
