@@ -105,8 +105,10 @@ Var<T> record_two_layer(const TwoLayerDims& dims, const Var<T>& x, const Var<T>&
   const Var<T> hidden = record_linear<T>(dims.first, x, w1, b1, WeightLayout::out_in);  // [..., H]
   // f(hidden) w2^T + b2, the activation fused into the second layer: f(hidden)
   // is never stored (ops/fused_linear.hpp).
-  return record_activation_linear<T>(dims.second, hidden, activation, w2, b2, WeightLayout::out_in,
-                                     dropout);
+  if (dropout)  // and the hidden dropout, inside the same fused op
+    return record_activation_linear<T>(dims.second, hidden, activation, w2, b2,
+                                       WeightLayout::out_in, dropout);
+  return record_activation_linear<T>(dims.second, hidden, activation, w2, b2, WeightLayout::out_in);
 }
 
 template <class T>
@@ -121,8 +123,10 @@ Var<T> record_gated(const GatedDims& dims, const Var<T>& x, const Var<T>& w_up,
       record_linear<T>(dims.gate, x, w_gate, b_gate, WeightLayout::in_out);  // [..., H]
   // (u * f(g)) w_down + b_down, the gated product fused into the down
   // projection: it is never stored (ops/fused_linear.hpp).
-  return record_gated_linear<T>(dims.down, u, g, activation, w_down, b_down, WeightLayout::in_out,
-                                dropout);
+  if (dropout)  // and the hidden dropout, inside the same fused op
+    return record_gated_linear<T>(dims.down, u, g, activation, w_down, b_down, WeightLayout::in_out,
+                                  dropout);
+  return record_gated_linear<T>(dims.down, u, g, activation, w_down, b_down, WeightLayout::in_out);
 }
 
 }  // namespace detail
