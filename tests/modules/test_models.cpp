@@ -4,6 +4,7 @@
 // included), gradcheck in double, train / eval changing dropout only.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -297,4 +298,44 @@ TEST_CASE("models: train / eval changes dropout only") {
   mlp.eval();
   CHECK(mlp(x).value() == mlp_plain(x).value());
   CHECK(mlp_train != mlp(x).value());
+}
+
+// ---------------------------------------------------------------- anomaly mode
+
+TEST_CASE_TEMPLATE("models: anomaly mode names the op of the model that went non-finite", T, float,
+                   double) {
+  const auto anomaly_op = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const AnomalyError& e) {
+      CHECK(e.phase() == AnomalyError::Phase::forward);
+      return e.op();
+    } catch (const std::exception& e) {
+      FAIL_CHECK("expected AnomalyError, got: " << e.what());
+    }
+    return "nothing thrown";
+  };
+  const T big = std::numeric_limits<T>::max() / 4;
+  Tape<T> tape;
+  tape.set_detect_anomaly(true);
+  Var<T> x = tape.leaf(xt::xarray<T>{{1, -2, 3, -4}, {2, 1, -1, 3}}, false);
+
+  // A NaN weight is caught where it is recorded, before any op uses it.
+  PreNormResidual<T> block(4, 8);
+  block.dropout = Dropout<T>(0.5, 3);
+  std::get<LayerNorm<T>>(block.norm).weight.value(2) = std::numeric_limits<T>::quiet_NaN();
+  CHECK(anomaly_op([&] { block(x); }) == "param");
+  CHECK(block.dropout.step() == 0);  // stopped before the dropout drew a mask
+
+  // Overflow in the first layer, then in the fused activation + dropout + linear.
+  MlpOptions o;
+  o.dropout = 0.25;
+  Mlp<T> mlp(4, {3}, 2, o);
+  mlp.layer(0).weight.value.fill(big);
+  CHECK(anomaly_op([&] { mlp(x); }) == "linear");
+  Mlp<T> second(4, {3}, 2, o);
+  second.layer(1).weight.value.fill(big);
+  second.layer(0).weight.value.fill(T(1));
+  second.layer(0).bias.value.fill(T(50));
+  CHECK(anomaly_op([&] { second(x); }) == "activation_linear");
 }
