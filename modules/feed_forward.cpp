@@ -6,17 +6,18 @@ namespace xtgrad {
 
 template <class T>
 FeedForward<T>::FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation)
-    : FeedForward("FeedForward", d_model, d_ff, activation,
+    : FeedForward("FeedForward", d_model, d_ff, activation, 0.0,
                   detail::lvalue(Generator(k_default_seed))) {}
 
 namespace {
 
 // Every argument checked, in order, before any parameter is built; returns d_model.
-std::size_t checked(const char* owner, std::size_t d_model, std::size_t d_ff,
-                    Activation activation) {
+std::size_t checked(const char* owner, std::size_t d_model, std::size_t d_ff, Activation activation,
+                    double dropout) {
   detail::check_positive_size(owner, "d_model", d_model);
   detail::check_positive_size(owner, "d_ff", d_ff);
   detail::activation_name(activation, owner, "activation");
+  detail::check_probability(owner, "dropout", dropout);
   return d_model;
 }
 
@@ -25,13 +26,19 @@ std::size_t checked(const char* owner, std::size_t d_model, std::size_t d_ff,
 template <class T>
 FeedForward<T>::FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation,
                             Generator& generator)
-    : FeedForward("FeedForward", d_model, d_ff, activation, generator) {}
+    : FeedForward("FeedForward", d_model, d_ff, activation, 0.0, generator) {}
+
+template <class T>
+FeedForward<T>::FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation,
+                            double dropout, Generator& generator)
+    : FeedForward("FeedForward", d_model, d_ff, activation, dropout, generator) {}
 
 template <class T>
 FeedForward<T>::FeedForward(const char* owner, std::size_t d_model, std::size_t d_ff,
-                            Activation activation, Generator& generator)
-    : w1(checked(owner, d_model, d_ff, activation), d_ff, true, generator),
+                            Activation activation, double dropout, Generator& generator)
+    : w1(checked(owner, d_model, d_ff, activation, dropout), d_ff, true, generator),
       w2(d_ff, d_model, true, generator),
+      dropout(dropout, generator),
       activation_(activation) {}
 
 template <class T>
@@ -44,7 +51,11 @@ Var<T> FeedForward<T>::forward(const Var<T>& x) {
                               w2.weight.value.shape(), w2.bias.value.shape(), activation_);
   const Var<T> w1_weight = tape.param(w1.weight), w1_bias = tape.param(w1.bias);
   const Var<T> w2_weight = tape.param(w2.weight), w2_bias = tape.param(w2.bias);
-  return detail::record_two_layer(dims, x, w1_weight, w1_bias, w2_weight, w2_bias, activation_);
+  const std::optional<DropoutKey> key = dropout.next_key();
+  const std::optional<HiddenDropout> hidden =
+      key ? std::optional(HiddenDropout{dropout.p(), *key}) : std::nullopt;
+  return detail::record_two_layer(dims, x, w1_weight, w1_bias, w2_weight, w2_bias, activation_,
+                                  hidden);
 }
 
 template <class T>
@@ -52,6 +63,7 @@ void FeedForward<T>::collect_parameters(const std::string& prefix,
                                         typename Module<T>::NamedParameters& out) {
   this->add_child(prefix, "w1", w1, out);
   this->add_child(prefix, "w2", w2, out);
+  this->add_child(prefix, "dropout", dropout, out);
 }
 
 template class FeedForward<float>;

@@ -5,8 +5,16 @@
 // With the default exact GELU it computes feedforward_sublayer; with relu it
 // is PositionwiseFFN. Parameters: w1.weight [d_ff, d_model], w1.bias [d_ff],
 // w2.weight [d_model, d_ff], w2.bias [d_model].
+//
+// Hidden dropout (optional, `dropout` p, default 0): in a training forward,
+//   y = Dropout(f(x W1^T + b1)) W2^T + b2,
+// the dropout applied inside the fused second layer (ops/fused_linear.hpp:
+// the mask is recomputed in backward, never stored). Its p, seed and step
+// are the child module "dropout" (a Dropout, no parameters); built from a
+// Generator, its seed is drawn from it when p > 0.
 
 #include "../engine/activation.hpp"
+#include "dropout.hpp"
 #include "linear.hpp"
 
 namespace xtgrad {
@@ -16,6 +24,8 @@ class FeedForward : public Module<T> {
  public:
   FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation = Activation::gelu);
   FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation, Generator& generator);
+  FeedForward(std::size_t d_model, std::size_t d_ff, Activation activation, double dropout,
+              Generator& generator);
 
   Var<T> forward(const Var<T>& x) override;
 
@@ -23,8 +33,9 @@ class FeedForward : public Module<T> {
   std::size_t d_model() const { return w1.in_features(); }
   std::size_t d_ff() const { return w1.out_features(); }
 
-  Linear<T> w1;  // d_model -> d_ff
-  Linear<T> w2;  // d_ff -> d_model
+  Linear<T> w1;        // d_model -> d_ff
+  Linear<T> w2;        // d_ff -> d_model
+  Dropout<T> dropout;  // on the hidden f(x W1^T + b1)
 
  protected:
   void collect_parameters(const std::string& prefix,
@@ -33,7 +44,7 @@ class FeedForward : public Module<T> {
  protected:
   // For PositionwiseFFN: errors name `owner` instead of FeedForward.
   FeedForward(const char* owner, std::size_t d_model, std::size_t d_ff, Activation activation,
-              Generator& generator);
+              double dropout, Generator& generator);
 
  private:
   Activation activation_;

@@ -100,11 +100,14 @@ GatedDims check_gated(const Shape& x, const Shape& w_up, const Shape& w_gate, co
 
 template <class T>
 Var<T> record_two_layer(const TwoLayerDims& dims, const Var<T>& x, const Var<T>& w1,
-                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2,
-                        Activation activation) {
+                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2, Activation activation,
+                        const std::optional<HiddenDropout>& dropout) {
   const Var<T> hidden = record_linear<T>(dims.first, x, w1, b1, WeightLayout::out_in);  // [..., H]
   // f(hidden) w2^T + b2, the activation fused into the second layer: f(hidden)
   // is never stored (ops/fused_linear.hpp).
+  if (dropout)  // and the hidden dropout, inside the same fused op
+    return record_activation_linear<T>(dims.second, hidden, activation, w2, b2,
+                                       WeightLayout::out_in, dropout);
   return record_activation_linear<T>(dims.second, hidden, activation, w2, b2, WeightLayout::out_in);
 }
 
@@ -113,12 +116,16 @@ Var<T> record_gated(const GatedDims& dims, const Var<T>& x, const Var<T>& w_up,
                     const Var<T>& w_gate, const Var<T>& w_down,
                     const std::optional<Var<NoDeduce<T>>>& b_up,
                     const std::optional<Var<NoDeduce<T>>>& b_gate,
-                    const std::optional<Var<NoDeduce<T>>>& b_down, Activation activation) {
+                    const std::optional<Var<NoDeduce<T>>>& b_down, Activation activation,
+                    const std::optional<HiddenDropout>& dropout) {
   const Var<T> u = record_linear<T>(dims.up, x, w_up, b_up, WeightLayout::in_out);  // [..., H]
   const Var<T> g =
       record_linear<T>(dims.gate, x, w_gate, b_gate, WeightLayout::in_out);  // [..., H]
   // (u * f(g)) w_down + b_down, the gated product fused into the down
   // projection: it is never stored (ops/fused_linear.hpp).
+  if (dropout)  // and the hidden dropout, inside the same fused op
+    return record_gated_linear<T>(dims.down, u, g, activation, w_down, b_down, WeightLayout::in_out,
+                                  dropout);
   return record_gated_linear<T>(dims.down, u, g, activation, w_down, b_down, WeightLayout::in_out);
 }
 
@@ -205,11 +212,11 @@ Var<T> gated_feedforward(const Var<T>& x, const Var<T>& w_up, const Var<T>& w_ga
                                     const std::optional<Var<T>>&, std::string_view);               \
   template Var<T> detail::record_two_layer(const TwoLayerDims&, const Var<T>&, const Var<T>&,      \
                                            const Var<T>&, const Var<T>&, const Var<T>&,            \
-                                           Activation);                                            \
+                                           Activation, const std::optional<HiddenDropout>&);       \
   template Var<T> detail::record_gated(const GatedDims&, const Var<T>&, const Var<T>&,             \
                                        const Var<T>&, const Var<T>&, const std::optional<Var<T>>&, \
                                        const std::optional<Var<T>>&, const std::optional<Var<T>>&, \
-                                       Activation);
+                                       Activation, const std::optional<HiddenDropout>&);
 XTGRAD_INSTANTIATE_FUNCTIONAL(float)
 XTGRAD_INSTANTIATE_FUNCTIONAL(double)
 #undef XTGRAD_INSTANTIATE_FUNCTIONAL

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "../engine/activation.hpp"
+#include "../engine/ops/fused_linear.hpp"
 #include "../engine/ops/linear.hpp"
 #include "../engine/tape.hpp"
 
@@ -78,8 +79,8 @@ TwoLayerDims check_two_layer(const char* function, const TwoLayerNames& names, c
                              Activation activation);
 template <class T>
 Var<T> record_two_layer(const TwoLayerDims& dims, const Var<T>& x, const Var<T>& w1,
-                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2,
-                        Activation activation);
+                        const Var<T>& b1, const Var<T>& w2, const Var<T>& b2, Activation activation,
+                        const std::optional<HiddenDropout>& dropout = {});
 
 // For gated_feedforward (errors name it); absent biases are null.
 struct GatedDims {
@@ -93,7 +94,8 @@ Var<T> record_gated(const GatedDims& dims, const Var<T>& x, const Var<T>& w_up,
                     const Var<T>& w_gate, const Var<T>& w_down,
                     const std::optional<Var<NoDeduce<T>>>& b_up,
                     const std::optional<Var<NoDeduce<T>>>& b_gate,
-                    const std::optional<Var<NoDeduce<T>>>& b_down, Activation activation);
+                    const std::optional<Var<NoDeduce<T>>>& b_down, Activation activation,
+                    const std::optional<HiddenDropout>& dropout = {});
 
 }  // namespace detail
 

@@ -15,11 +15,17 @@ GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
 template <class T>
 GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
                       Activation activation, GatedBias bias, Generator& generator)
+    : GatedFFN(d_in, d_hidden, d_out, activation, bias, 0.0, generator) {}
+
+template <class T>
+GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
+                      Activation activation, GatedBias bias, double dropout, Generator& generator)
     : activation_(activation), bias_(bias) {
   detail::check_positive_size("GatedFFN", "d_in", d_in);
   detail::check_positive_size("GatedFFN", "d_hidden", d_hidden);
   detail::check_positive_size("GatedFFN", "d_out", d_out);
   detail::activation_name(activation, "GatedFFN", "activation");
+  detail::check_probability("GatedFFN", "dropout", dropout);
   w_up = Parameter<T>("w_up", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
   w_gate = Parameter<T>("w_gate", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
   w_down =
@@ -29,6 +35,7 @@ GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
     b_gate = Parameter<T>("b_gate", detail::uniform_fan_in<T>({d_hidden}, d_in, generator));
   if (bias.down)
     b_down = Parameter<T>("b_down", detail::uniform_fan_in<T>({d_out}, d_hidden, generator));
+  this->dropout = Dropout<T>(dropout, generator);
 }
 
 template <class T>
@@ -50,7 +57,11 @@ Var<T> GatedFFN<T>::forward(const Var<T>& x) {
   const std::optional<Var<T>> up_bias = optional_param(bias_.up, b_up);
   const std::optional<Var<T>> gate_bias = optional_param(bias_.gate, b_gate);
   const std::optional<Var<T>> down_bias = optional_param(bias_.down, b_down);
-  return detail::record_gated(dims, x, up, gate, down, up_bias, gate_bias, down_bias, activation_);
+  const std::optional<DropoutKey> key = dropout.next_key();
+  const std::optional<HiddenDropout> hidden =
+      key ? std::optional(HiddenDropout{dropout.p(), *key}) : std::nullopt;
+  return detail::record_gated(dims, x, up, gate, down, up_bias, gate_bias, down_bias, activation_,
+                              hidden);
 }
 
 template <class T>
@@ -62,6 +73,7 @@ void GatedFFN<T>::collect_parameters(const std::string& prefix,
   if (bias_.up) this->add_parameter(prefix, b_up, out);
   if (bias_.gate) this->add_parameter(prefix, b_gate, out);
   if (bias_.down) this->add_parameter(prefix, b_down, out);
+  this->add_child(prefix, "dropout", dropout, out);
 }
 
 template class GatedFFN<float>;

@@ -6,10 +6,15 @@
 // [d_in, d_hidden], w_down [d_hidden, d_out]. Only the gate is activated.
 // Each bias is optional and off by default (as in LLaMA-style SwiGLU).
 // Initialization: uniform in +-1/sqrt(fan_in), as nn.Linear would.
+// Hidden dropout (optional, `dropout` p, default 0): in a training forward the
+// product u * f(g) goes through a dropout inside the fused down projection
+// (ops/fused_linear.hpp: the mask is recomputed in backward, never stored);
+// p, seed and step are the child module "dropout" (see FeedForward).
 // Named constructors: swiglu (silu), geglu (exact GELU), geglu_tanh, reglu.
 
 #include "../engine/activation.hpp"
 #include "../engine/tape.hpp"
+#include "dropout.hpp"
 #include "init.hpp"
 #include "module.hpp"
 
@@ -30,6 +35,8 @@ class GatedFFN : public Module<T> {
            Activation activation = Activation::silu, GatedBias bias = {});
   GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out, Activation activation,
            GatedBias bias, Generator& generator);
+  GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out, Activation activation,
+           GatedBias bias, double dropout, Generator& generator);
 
   static GatedFFN swiglu(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
                          GatedBias bias = {}) {
@@ -59,6 +66,7 @@ class GatedFFN : public Module<T> {
   Parameter<T> b_up;    // [d_hidden] when bias().up
   Parameter<T> b_gate;  // [d_hidden] when bias().gate
   Parameter<T> b_down;  // [d_out] when bias().down
+  Dropout<T> dropout;   // on the hidden u * f(g)
 
  protected:
   void collect_parameters(const std::string& prefix,

@@ -40,5 +40,14 @@ xt::xarray<T> uniform_fan_in(const std::vector<std::size_t>& shape, std::size_t 
   return values;
 }
 
+// Standard normal N(0, 1): torch.nn.init.normal_, nn.Embedding's default.
+template <class T>
+xt::xarray<T> standard_normal(const std::vector<std::size_t>& shape, Generator& generator) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  xt::xarray<T> values = xt::empty<T>(shape);
+  for (auto& v : values) v = static_cast<T>(normal(generator));
+  return values;
+}
+
 }  // namespace detail
 }  // namespace xtgrad

@@ -38,6 +38,23 @@ std::vector<Parameter<T>*> Module<T>::parameters() {
 }
 
 template <class T>
+typename Module<T>::NamedModules Module<T>::named_modules() {
+  NamedModules modules{{"", this}};
+  NamedParameters listing;
+  listing.on_child = [&modules](const std::string& name, Module<T>& child) {
+    modules.emplace_back(name, &child);
+  };
+  collect_parameters("", listing);
+  return modules;
+}
+
+template <class T>
+Module<T>& Module<T>::train(bool mode) {
+  for (const auto& entry : named_modules()) entry.second->training_ = mode;
+  return *this;
+}
+
+template <class T>
 void Module<T>::zero_grad() {
   for (Parameter<T>* p : parameters()) p->zero_grad();
 }
@@ -51,6 +68,7 @@ Var<T> Module<T>::forward(const Var<T>&) {
 
 template <class T>
 xt::xarray<T> Module<T>::infer(const xt::xarray<T>& x) const {
+  const detail::InferenceScope inference;
   Tape<T> tape;
   tape.set_grad_enabled(false);
   // forward only reads the Parameters when recording is off (Tape::param
@@ -67,6 +85,7 @@ void Module<T>::add_parameter(const std::string& prefix, Parameter<T>& p, NamedP
 template <class T>
 void Module<T>::add_child(const std::string& prefix, const std::string& child_name,
                           Module<T>& child, NamedParameters& out) {
+  if (out.on_child) out.on_child(prefix + child_name, child);
   child.collect_parameters(prefix + child_name + ".", out);
 }
 

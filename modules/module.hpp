@@ -1,8 +1,11 @@
 #pragma once
-// Module<T>: the base of every layer. A module owns its Parameters as plain
-// members (so copying a module copies its parameters) and lists them, with
-// its children's, in collect_parameters; nothing else is stored, in
+// Module<T>: the base of every layer. A module owns its Parameters and
+// child modules as plain members (so copying a module copies its parameters)
+// and lists them in collect_parameters; nothing else is stored, in
 // particular no pointers to members, so copies and moves stay correct.
+// That one listing is the source of named_parameters, named_modules and of
+// train() / eval() reaching every child: add_child tells the listing about
+// the child before it lists the child's own members.
 //
 //   class Block : public Module<T> {
 //     Parameter<T> scale;  Linear<T> proj;
@@ -14,11 +17,17 @@
 // (In a class template, write `typename Module<T>::NamedParameters` and
 // `this->add_parameter`.)
 //
+// Training mode, as torch.nn.Module: a module is built in training mode;
+// train() / eval() set the mode of the module and of every descendant. Only
+// modules whose forward differs between the two (Dropout, and the modules
+// holding a dropout) read it.
+//
 // save / load write and read a checkpoint directory of the named parameters
 // (save_checkpoint / load_checkpoint in io/checkpoint.hpp: the format, the
 // atomic save, the all-or-nothing load and its errors are described there).
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,10 +37,37 @@
 
 namespace xtgrad {
 
+namespace detail {
+// Marks the calling thread as inside an infer call while alive (nestable):
+// the one piece of state infer needs to give eval semantics without
+// changing the module, kept per thread so that concurrent infer calls and
+// training on other threads never see each other's.
+class InferenceScope {
+ public:
+  InferenceScope() { ++depth(); }
+  ~InferenceScope() { --depth(); }
+  InferenceScope(const InferenceScope&) = delete;
+  InferenceScope& operator=(const InferenceScope&) = delete;
+  static bool active() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
+}  // namespace detail
+
 template <class T>
 class Module {
  public:
-  using NamedParameters = std::vector<std::pair<std::string, Parameter<T>*>>;
+  // The listing collect_parameters writes into: the named parameters, in
+  // order; and, when on_child is set, a call for every child module as
+  // add_child enters it (pre-order), with its dotted name.
+  struct NamedParameters : std::vector<std::pair<std::string, Parameter<T>*>> {
+    std::function<void(const std::string& name, Module<T>& child)> on_child;
+  };
+  using NamedModules = std::vector<std::pair<std::string, Module<T>*>>;
 
   virtual ~Module() = default;
 
@@ -40,6 +76,16 @@ class Module {
   NamedParameters named_parameters();
   std::vector<std::pair<std::string, const Parameter<T>*>> named_parameters() const;
   std::vector<Parameter<T>*> parameters();
+
+  // The module itself (named "") and every descendant with its dotted name
+  // ("ffn", "ffn.w1"), in pre-order, as torch.nn.Module.named_modules.
+  NamedModules named_modules();
+
+  // train(true) / train() / eval() = train(false): set is_training() on this
+  // module and every descendant. Returns *this.
+  Module& train(bool mode = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
 
   // Parameter<T>::zero_grad() on every parameter.
   void zero_grad();
@@ -54,7 +100,10 @@ class Module {
   // Inference, array in, array out: the same values as forward, computed on
   // a private tape that does not record and is gone when infer returns, so
   // nothing is kept between calls (a serving loop cannot grow memory) and no
-  // gradient is touched. Safe to call from several threads at once on one
+  // gradient is touched. Inference has eval() semantics whatever
+  // is_training() says: within infer, on the calling thread, every module's
+  // training_forward() is false (Dropout is the identity and its step does
+  // not advance), so that infer changes nothing. Safe to call from several threads at once on one
   // module, as long as nothing changes the module meanwhile. x may be any
   // xtensor expression; bad shapes throw as forward does.
   xt::xarray<T> infer(const xt::xarray<T>& x) const;
@@ -81,8 +130,17 @@ class Module {
   // Appends (prefix + p.name, &p).
   static void add_parameter(const std::string& prefix, Parameter<T>& p, NamedParameters& out);
   // child.collect_parameters(prefix + child_name + ".", out).
+  // Tells out.on_child (if set) about the child, then
+  // child.collect_parameters(prefix + child_name + ".", out).
   static void add_child(const std::string& prefix, const std::string& child_name, Module<T>& child,
                         NamedParameters& out);
+
+  // True in training mode outside infer: the condition under which a
+  // training-only behaviour (dropout) applies.
+  bool training_forward() const { return training_ && !detail::InferenceScope::active(); }
+
+ private:
+  bool training_ = true;
 };
 
 extern template class Module<float>;

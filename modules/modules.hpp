@@ -1,8 +1,11 @@
 #pragma once
-// Everything in modules/: Module, Linear, the FFN family, the functional API
-// and .npy / checkpoint I/O (modules/io).
+// Everything in modules/: Module, Linear, Mlp, Sequential, the FFN family,
+// the norms, Dropout, Embedding, PreNormResidual, the functional API
+// the Batcher, and .npy / safetensors / IDX / checkpoint I/O (modules/io).
 
 #include "data/batcher.hpp"
+#include "dropout.hpp"
+#include "embedding.hpp"
 #include "feed_forward.hpp"
 #include "functional.hpp"
 #include "gated_ffn.hpp"
@@ -13,5 +16,9 @@
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "linear.hpp"
+#include "mlp.hpp"
 #include "module.hpp"
+#include "norm.hpp"
 #include "positionwise_ffn.hpp"
+#include "pre_norm_residual.hpp"
+#include "sequential.hpp"

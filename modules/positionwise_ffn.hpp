@@ -16,7 +16,10 @@ class PositionwiseFFN : public FeedForward<T> {
   PositionwiseFFN(std::size_t d_model, std::size_t d_ff)
       : PositionwiseFFN(d_model, d_ff, detail::lvalue(Generator(k_default_seed))) {}
   PositionwiseFFN(std::size_t d_model, std::size_t d_ff, Generator& generator)
-      : FeedForward<T>("PositionwiseFFN", d_model, d_ff, Activation::relu, generator) {}
+      : FeedForward<T>("PositionwiseFFN", d_model, d_ff, Activation::relu, 0.0, generator) {}
+  // With a dropout on the hidden relu(x W1^T + b1) (see FeedForward).
+  PositionwiseFFN(std::size_t d_model, std::size_t d_ff, double dropout, Generator& generator)
+      : FeedForward<T>("PositionwiseFFN", d_model, d_ff, Activation::relu, dropout, generator) {}
 };
 
 }  // namespace xtgrad

@@ -6,32 +6,13 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
-#include "../kernels/counter_rng.hpp"
+#include "../kernels/dropout_mask.hpp"
 
 namespace xtgrad {
 
 namespace {
 
 constexpr const char* op_name = "dropout";
-
-// out[i] (+)= m_i * in[i] * scale, m_i = [word_i >= threshold], for the
-// words of `key` (the mask of dropout's forward and of its backward).
-template <class T, bool Accumulate>
-void masked_scale(const DropoutKey& key, std::uint32_t threshold, T scale, const T* in, T* out,
-                  std::size_t n) {
-  detail::uniform_words(key.seed, key.step, key.first_element, n,
-                        [=](std::size_t i0, const std::uint32_t* words, std::size_t count) {
-                          const T* a = in + i0;
-                          T* b = out + i0;
-                          for (std::size_t j = 0; j < count; ++j) {
-                            const T kept = words[j] >= threshold ? a[j] * scale : T(0);
-                            if constexpr (Accumulate)
-                              b[j] += kept;
-                            else
-                              b[j] = kept;
-                          }
-                        });
-}
 
 }  // namespace
 
@@ -42,15 +23,10 @@ Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) 
     detail::fail_argument(op_name, "p",
                           "is " + detail::number_str(p) + ", expected a probability in [0, 1]");
 
-  // u >= p with u = word / 2^32 exactly when word >= ceil(p 2^32) (p 2^32 is
-  // exact in double); a threshold of 2^32 keeps nothing, like p == 1.
-  const double threshold_real = std::ceil(std::ldexp(p, 32));
-  const bool identity = !training || p == 0.0;
-  const bool keeps_nothing = threshold_real >= std::ldexp(1.0, 32);
-  const bool all_dropped = !identity && keeps_nothing;
-  // (2^32 itself does not fit the threshold's type: p == 1 never reaches the mask)
-  const auto threshold = keeps_nothing ? 0u : static_cast<std::uint32_t>(threshold_real);
-  const T scale = all_dropped ? T(0) : static_cast<T>(1.0 / (1.0 - p));
+  const detail::DropoutMask<T> mask = detail::dropout_mask<T>(p, training);
+  const bool identity = mask.identity, all_dropped = mask.all_dropped;
+  const std::uint32_t threshold = mask.threshold;
+  const T scale = mask.scale;
 
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op_name, {xi}, x.requires_grad());
@@ -63,7 +39,7 @@ Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) 
   else if (all_dropped)  // y[x] = 0
     std::fill(y.data(), y.data() + n, T(0));
   else  // y[x] = m[x] * x[x] / (1 - p)
-    masked_scale<T, false>(key, threshold, scale, xv.data(), y.data(), n);
+    detail::masked_scale<T, false>(key, threshold, scale, xv.data(), y.data(), n);
 
   tape.set_backward(
       yi, [xi, key, identity, all_dropped, threshold, scale](Tape<T>& t, const xt::xarray<T>& dy) {
@@ -80,9 +56,9 @@ Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) 
         } else if (all_dropped) {  // dx[x] (+)= 0
           if (!dx.accumulate) std::fill(d, d + count, T(0));
         } else if (dx.accumulate) {  // dx[x] += m[x] * dy[x] / (1 - p), m recomputed from key
-          masked_scale<T, true>(key, threshold, scale, g, d, count);
+          detail::masked_scale<T, true>(key, threshold, scale, g, d, count);
         } else {  // dx[x] = m[x] * dy[x] / (1 - p)
-          masked_scale<T, false>(key, threshold, scale, g, d, count);
+          detail::masked_scale<T, false>(key, threshold, scale, g, d, count);
         }
       });
   return tape.var(yi);

@@ -5,6 +5,7 @@
 
 #include "../check.hpp"
 #include "../kernels/activation_kernels.hpp"
+#include "../kernels/dropout_mask.hpp"
 #include "../kernels/gemm.hpp"
 #include "../kernels/scratch.hpp"
 
@@ -34,6 +35,23 @@ detail::MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
   return {data, rows, cols};
 }
 
+// The hidden dropout of a row block: block[count] = m * block / (1 - p) in
+// place, m the mask of the block's elements (counters from `first`).
+template <class T>
+struct BlockDropout {
+  detail::DropoutMask<T> mask;
+  DropoutKey key;
+
+  void apply(T* block, std::size_t first, std::size_t count) const {
+    if (mask.all_dropped) {
+      std::fill(block, block + count, T(0));
+      return;
+    }
+    const DropoutKey at{key.seed, key.step, key.first_element + first};
+    detail::masked_scale<T, false>(at, mask.threshold, mask.scale, block, block, count);
+  }
+};
+
 // The two ops differ only in the input a: f(h) (u null, g = h) or u * f(g).
 // f and f' are the formulas of kernels/activation_formulas.hpp (one struct per
 // activation, value() and slope() side by side); the kernels called below
@@ -42,8 +60,14 @@ detail::MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
 template <class T>
 Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>* u,
                     const Var<T>& g, Activation f, const Var<T>& weight,
-                    const std::optional<Var<T>>& bias, WeightLayout layout) {
+                    const std::optional<Var<T>>& bias, WeightLayout layout,
+                    const std::optional<HiddenDropout>& dropout) {
   Tape<T>& tape = g.tape();
+  // p == 0 is no dropout: then the op is exactly the one without it.
+  const std::optional<BlockDropout<T>> drop =
+      dropout && dropout->p > 0.0
+          ? std::optional(BlockDropout<T>{detail::dropout_mask<T>(dropout->p, true), dropout->key})
+          : std::nullopt;
   const bool out_in = layout == WeightLayout::out_in;
   const std::size_t in = dims.in, out = dims.out, n = dims.rows;
   const std::optional<std::size_t> ui = u ? std::optional(u->index()) : std::nullopt;
@@ -74,6 +98,8 @@ Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>
       detail::gated_forward(f, uv + r0 * in, gv + r0 * in, a, rows * in);
     else
       detail::activation_forward(f, gv + r0 * in, a, rows * in);
+    // a[rows, in] = m * a / (1 - p)   (hidden dropout)
+    if (drop) drop->apply(a, r0 * in, rows * in);
     // y[rows, out] = b broadcast, then += a[rows, in] . op(W)   (bias as GEMM beta = 1)
     T* yb = y.data() + r0 * out;
     if (bv) detail::broadcast_rows(bv, yb, rows, out);
@@ -81,7 +107,7 @@ Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>
                     matrix(wv, w_rows, w_cols), out_in, matrix(yb, rows, out), bv != nullptr);
   }
 
-  tape.set_backward(yi, [op, ui, gi, wi, bi, n, in, out, out_in, f, one_block](
+  tape.set_backward(yi, [op, ui, gi, wi, bi, n, in, out, out_in, f, one_block, drop](
                             Tape<T>& t, const xt::xarray<T>& dy) {
     // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
     const GradPointer<T> du_slot = ui ? t.grad_pointer(*ui) : GradPointer<T>{};
@@ -110,6 +136,8 @@ Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>
       if (want_input)
         detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, w_rows, w_cols), !out_in,
                         matrix(da, rows, in), false);
+      // da[rows,in] = m * da / (1 - p)   (hidden dropout: the gradient of a before the mask)
+      if (want_input && drop) drop->apply(da, offset, count);
       // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
       // dh (+)= da * f'(h), or du (+)= da * f(g) and dg (+)= da * u * f'(g)
       if (uv)
@@ -121,6 +149,8 @@ Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>
                                               count);
       else
         detail::activation_forward(f, gv + offset, a, count);
+      // a[rows,in] = m * a / (1 - p), the dropped hidden that dW is made of
+      if (dw && drop) drop->apply(a, offset, count);
       if (dw) {
         if (out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
           detail::gemm<T>(op, matrix(dyb, rows, out), true,
@@ -160,6 +190,17 @@ detail::LinearDims check_fused(const char* op, const Var<T>* u, const Var<T>& g,
   return dims;
 }
 
+}  // namespace
+
+void detail::check_hidden_dropout(const char* op, const std::optional<HiddenDropout>& dropout) {
+  if (dropout && !(dropout->p >= 0.0 && dropout->p <= 1.0))
+    detail::fail_argument(
+        op, "dropout.p",
+        "is " + detail::number_str(dropout->p) + ", expected a probability in [0, 1]");
+}
+
+namespace {
+
 constexpr const char* k_activation_linear = "activation_linear";
 constexpr const char* k_gated_linear = "gated_linear";
 
@@ -167,47 +208,54 @@ constexpr const char* k_gated_linear = "gated_linear";
 
 template <class T>
 Var<T> activation_linear(const Var<T>& h, Activation f, const Var<T>& weight,
-                         const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
+                         const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
+                         const std::optional<HiddenDropout>& dropout) {
   const detail::LinearDims dims =
       check_fused<T>(k_activation_linear, nullptr, h, "h", f, weight, bias, layout);
-  return record_fused<T>(k_activation_linear, dims, nullptr, h, f, weight, bias, layout);
+  detail::check_hidden_dropout(k_activation_linear, dropout);
+  return record_fused<T>(k_activation_linear, dims, nullptr, h, f, weight, bias, layout, dropout);
 }
 
 template <class T>
 Var<T> gated_linear(const Var<T>& u, const Var<T>& g, Activation f, const Var<T>& weight,
-                    const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
+                    const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
+                    const std::optional<HiddenDropout>& dropout) {
   const detail::LinearDims dims =
       check_fused<T>(k_gated_linear, &u, g, "g", f, weight, bias, layout);
-  return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout);
+  detail::check_hidden_dropout(k_gated_linear, dropout);
+  return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout, dropout);
 }
 
 template <class T>
 Var<T> detail::record_activation_linear(const LinearDims& dims, const Var<T>& h, Activation f,
                                         const Var<T>& weight,
                                         const std::optional<Var<NoDeduce<T>>>& bias,
-                                        WeightLayout layout) {
-  return record_fused<T>(k_activation_linear, dims, nullptr, h, f, weight, bias, layout);
+                                        WeightLayout layout,
+                                        const std::optional<HiddenDropout>& dropout) {
+  return record_fused<T>(k_activation_linear, dims, nullptr, h, f, weight, bias, layout, dropout);
 }
 
 template <class T>
 Var<T> detail::record_gated_linear(const LinearDims& dims, const Var<T>& u, const Var<T>& g,
                                    Activation f, const Var<T>& weight,
-                                   const std::optional<Var<NoDeduce<T>>>& bias,
-                                   WeightLayout layout) {
-  return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout);
+                                   const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
+                                   const std::optional<HiddenDropout>& dropout) {
+  return record_fused<T>(k_gated_linear, dims, &u, g, f, weight, bias, layout, dropout);
 }
 
 #define XTGRAD_INSTANTIATE_FUSED_LINEAR(T)                                                       \
   template Var<T> activation_linear(const Var<T>&, Activation, const Var<T>&,                    \
-                                    const std::optional<Var<T>>&, WeightLayout);                 \
+                                    const std::optional<Var<T>>&, WeightLayout,                  \
+                                    const std::optional<HiddenDropout>&);                        \
   template Var<T> gated_linear(const Var<T>&, const Var<T>&, Activation, const Var<T>&,          \
-                               const std::optional<Var<T>>&, WeightLayout);                      \
-  template Var<T> detail::record_activation_linear(const LinearDims&, const Var<T>&, Activation, \
-                                                   const Var<T>&, const std::optional<Var<T>>&,  \
-                                                   WeightLayout);                                \
-  template Var<T> detail::record_gated_linear(const LinearDims&, const Var<T>&, const Var<T>&,   \
-                                              Activation, const Var<T>&,                         \
-                                              const std::optional<Var<T>>&, WeightLayout);
+                               const std::optional<Var<T>>&, WeightLayout,                       \
+                               const std::optional<HiddenDropout>&);                             \
+  template Var<T> detail::record_activation_linear(                                              \
+      const LinearDims&, const Var<T>&, Activation, const Var<T>&, const std::optional<Var<T>>&, \
+      WeightLayout, const std::optional<HiddenDropout>&);                                        \
+  template Var<T> detail::record_gated_linear(                                                   \
+      const LinearDims&, const Var<T>&, const Var<T>&, Activation, const Var<T>&,                \
+      const std::optional<Var<T>>&, WeightLayout, const std::optional<HiddenDropout>&);
 XTGRAD_INSTANTIATE_FUSED_LINEAR(float)
 XTGRAD_INSTANTIATE_FUSED_LINEAR(double)
 #undef XTGRAD_INSTANTIATE_FUSED_LINEAR

@@ -25,6 +25,17 @@
 // and their gradients. Values equal the unfused composition up to the
 // rounding of the per-block sums of dW.
 //
+// Hidden dropout (optional, `dropout`): a is replaced by dropout(a, p, true,
+// key) of ops/dropout.hpp before the product, a' = a * m / (1 - p), and then
+//   da = m / (1 - p) * (dy . op(W)^T),   dW from a' instead of a.
+// The mask is the one dropout.hpp draws for `key` on a tensor of a's shape
+// (element r * in + j of a has counter key.first_element + r * in + j), so
+// the fused op equals linear(dropout(activation(h, f), p, true, key), W, b)
+// to the rounding of the per-block sums of dW; a row block recomputes its
+// share of the mask in backward, which is never stored. p == 0 is no dropout,
+// p == 1 gives a' = 0. Throws std::invalid_argument naming 'dropout.p' for p
+// outside [0, 1] or NaN.
+//
 // Shapes: h (u, g) [..., in], any leading axes, [0, in] and [in] included;
 // y [..., out]. Errors (std::invalid_argument naming the op, the argument and
 // both shapes): weight not 2-D, h's (u's) last axis not `in`, g's shape not
@@ -35,31 +46,45 @@
 
 #include "../activation.hpp"
 #include "../tape.hpp"
+#include "dropout.hpp"
 #include "linear.hpp"
 
 namespace xtgrad {
 
+// Dropout of probability p on the hidden a, with the mask of `key` (always in
+// training: pass no HiddenDropout for inference).
+struct HiddenDropout {
+  double p = 0.0;
+  DropoutKey key;
+};
+
 template <class T>
 Var<T> activation_linear(const Var<T>& h, Activation f, const Var<T>& weight,
                          const std::optional<Var<NoDeduce<T>>>& bias = {},
-                         WeightLayout layout = WeightLayout::out_in);
+                         WeightLayout layout = WeightLayout::out_in,
+                         const std::optional<HiddenDropout>& dropout = {});
 
 template <class T>
 Var<T> gated_linear(const Var<T>& u, const Var<T>& g, Activation f, const Var<T>& weight,
                     const std::optional<Var<NoDeduce<T>>>& bias = {},
-                    WeightLayout layout = WeightLayout::out_in);
+                    WeightLayout layout = WeightLayout::out_in,
+                    const std::optional<HiddenDropout>& dropout = {});
 
 namespace detail {
 // The two ops without their checks, for a caller that has checked tape, f
-// and shapes already (dims from check_linear_shapes; see record_linear).
+// and shapes already (dims from check_linear_shapes; see record_linear) and
+// the dropout probability (check_hidden_dropout).
 template <class T>
 Var<T> record_activation_linear(const LinearDims& dims, const Var<T>& h, Activation f,
                                 const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
-                                WeightLayout layout);
+                                WeightLayout layout,
+                                const std::optional<HiddenDropout>& dropout = {});
 template <class T>
 Var<T> record_gated_linear(const LinearDims& dims, const Var<T>& u, const Var<T>& g, Activation f,
                            const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
-                           WeightLayout layout);
+                           WeightLayout layout, const std::optional<HiddenDropout>& dropout = {});
+// std::invalid_argument from `op` naming 'dropout.p' unless p is in [0, 1].
+void check_hidden_dropout(const char* op, const std::optional<HiddenDropout>& dropout);
 }  // namespace detail
 
 }  // namespace xtgrad

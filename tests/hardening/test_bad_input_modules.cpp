@@ -224,3 +224,193 @@ TEST_CASE_TEMPLATE("bad input: module constructors and forwards", T, float, doub
 
   report("modules", run_rows(rows, snapshot));
 }
+
+// ---------------------------------------------------------------- the model modules
+
+TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNormResidual", T,
+                   float, double) {
+  LayerNorm<T> ln(4);
+  RMSNorm<T> rms(4);
+  Dropout<T> drop(0.5, 1);
+  Embedding<T> emb(6, 3, 0);
+  ActivationLayer<T> act(Activation::relu);
+  Sequential<T> seq;
+  seq.template emplace_back<Linear<T>>(4, 2);
+  MlpOptions mo;
+  mo.dropout = 0.5;
+  Mlp<T> mlp(4, {5}, 2, mo);
+  PreNormResidualOptions po;
+  po.dropout = 0.5;
+  po.ffn_dropout = 0.5;
+  PreNormResidual<T> block(4, 8, po);
+  Tape<T> tape, cleared;
+  const Var<T> stale = cleared.leaf(xt::xarray<T>{1});
+  cleared.clear();
+  Var<T> x4 = tape.leaf(random_array<T>({2, 4}, 1));
+  Var<T> x5 = tape.leaf(random_array<T>({2, 5}, 2));
+  Var<T> x0 = tape.leaf(xt::xarray<T>(T(1)));
+  tape.backward(sum(ln(x4)) + sum(rms(x4)) + sum(mlp(x4)) + sum(block(x4)) + sum(seq(x4)) +
+                sum(emb(tape, Indices{1, 2})));  // gradients everywhere
+
+  const std::vector<Module<T>*> modules = {&ln, &rms, &drop, &emb, &act, &seq, &mlp, &block};
+  auto snapshot = [&] {
+    State s;
+    s.add(tape.size());
+    for (Module<T>* m : modules) {
+      for (Parameter<T>* p : m->parameters()) s.add(*p);
+      for (const auto& entry : m->named_modules())  // the dropout steps
+        if (auto* d = dynamic_cast<Dropout<T>*>(entry.second)) s.add(std::size_t(d->step()));
+    }
+    for (const Var<T>& v : {x4, x5, x0}) s.add(v);
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  const auto LE = Expect::logic_error;
+  const auto OR = Expect::out_of_range;
+  const auto bad = row_adder(rows);
+  const double nan = k_nan, inf = k_inf;
+  Generator generator(1);
+  const auto bad_activation = static_cast<Activation>(9);
+
+  // Constructors: every option out of its range, one at a time.
+  bad("LayerNorm(0)", [] { LayerNorm<T>(0); }, IA, {"LayerNorm", "'normalized_shape'", "positive"});
+  for (const double eps : {-1e-5, nan, inf})
+    bad("LayerNorm(4, " + std::to_string(eps) + ")", [eps] { LayerNorm<T>(4, eps); }, IA,
+        {"LayerNorm", "'eps'", "finite eps >= 0"});
+  bad("RMSNorm(0)", [] { RMSNorm<T>(0); }, IA, {"RMSNorm", "'normalized_shape'", "positive"});
+  for (const double eps : {-1e-6, nan, inf})
+    bad("RMSNorm(4, " + std::to_string(eps) + ")", [eps] { RMSNorm<T>(4, eps); }, IA,
+        {"RMSNorm", "'eps'", "finite eps >= 0"});
+  for (const double p : {-0.1, 1.5, nan}) {
+    const std::string ps = std::to_string(p);
+    bad("Dropout(" + ps + ")", [p] { Dropout<T>{p}; }, IA, {"Dropout", "'p'", "[0, 1]"});
+    bad("Dropout(" + ps + ", generator)", [p, &generator] { Dropout<T>(p, generator); }, IA,
+        {"Dropout", "'p'", "[0, 1]"});
+    bad("FeedForward(4, 8, gelu, " + ps + ", generator)",
+        [p, &generator] { FeedForward<T>(4, 8, Activation::gelu, p, generator); }, IA,
+        {"FeedForward", "'dropout'", "[0, 1]"});
+    bad("PositionwiseFFN(4, 8, " + ps + ", generator)",
+        [p, &generator] { PositionwiseFFN<T>(4, 8, p, generator); }, IA,
+        {"PositionwiseFFN", "'dropout'", "[0, 1]"});
+    bad("GatedFFN(4, 6, 3, silu, {}, " + ps + ", generator)",
+        [p, &generator] { GatedFFN<T>(4, 6, 3, Activation::silu, {}, p, generator); }, IA,
+        {"GatedFFN", "'dropout'", "[0, 1]"});
+    bad("Mlp: dropout " + ps,
+        [p] {
+          MlpOptions o;
+          o.dropout = p;
+          Mlp<T>(3, {4}, 2, o);
+        },
+        IA, {"Mlp", "'dropout'", "[0, 1]"});
+    bad("PreNormResidual: dropout " + ps,
+        [p] {
+          PreNormResidualOptions o;
+          o.dropout = p;
+          PreNormResidual<T>(4, 8, o);
+        },
+        IA, {"PreNormResidual", "'dropout'", "[0, 1]"});
+    bad("PreNormResidual: ffn_dropout " + ps,
+        [p] {
+          PreNormResidualOptions o;
+          o.ffn_dropout = p;
+          PreNormResidual<T>(4, 8, o);
+        },
+        IA, {"PreNormResidual", "'ffn_dropout'", "[0, 1]"});
+  }
+  bad("Embedding(0, 3)", [] { Embedding<T>(0, 3); }, IA,
+      {"Embedding", "'num_embeddings'", "positive"});
+  bad("Embedding(6, 0)", [] { Embedding<T>(6, 0); }, IA,
+      {"Embedding", "'embedding_dim'", "positive"});
+  bad("Embedding(6, 3, 6)", [] { Embedding<T>(6, 3, 6); }, IA,
+      {"Embedding", "'padding_idx'", "6", "[-6, 6)"});
+  bad("Embedding(6, 3, -7, generator)", [&] { Embedding<T>(6, 3, -7, generator); }, IA,
+      {"Embedding", "'padding_idx'", "-7", "[-6, 6)"});
+  bad("ActivationLayer(Activation(9))", [=] { ActivationLayer<T>{bad_activation}; }, IA,
+      {"ActivationLayer", "'activation'", "Activation(9)"});
+  bad("Mlp(0, {4}, 2)", [] { Mlp<T>(0, {4}, 2); }, IA, {"Mlp", "'in_features'", "positive"});
+  bad("Mlp(3, {4, 0}, 2)",
+      [] {
+        Mlp<T>(3, {4, 0}, 2);
+      },
+      IA, {"Mlp", "'hidden_features[1]'", "positive"});
+  bad("Mlp(3, {}, 0)", [] { Mlp<T>(3, {}, 0); }, IA, {"Mlp", "'out_features'", "positive"});
+  bad("Mlp: Activation(9)",
+      [=, &generator] {
+        MlpOptions o;
+        o.activation = bad_activation;
+        Mlp<T>(3, {4}, 2, o, generator);
+      },
+      IA, {"Mlp", "'activation'", "Activation(9)"});
+  bad("PreNormResidual(0, 8)", [] { PreNormResidual<T>(0, 8); }, IA,
+      {"PreNormResidual", "'d_model'", "positive"});
+  bad("PreNormResidual(4, 0)", [] { PreNormResidual<T>(4, 0); }, IA,
+      {"PreNormResidual", "'d_ff'", "positive"});
+  const auto block_row = [&](std::string label, std::function<void(PreNormResidualOptions&)> set,
+                             std::vector<std::string> parts) {
+    bad(
+        "PreNormResidual: " + label,
+        [set] {
+          PreNormResidualOptions o;
+          set(o);
+          PreNormResidual<T>(4, 8, o);
+        },
+        IA, std::move(parts));
+  };
+  for (const double eps : {-1.0, nan, inf})
+    block_row("eps " + std::to_string(eps), [eps](auto& o) { o.eps = eps; },
+              {"PreNormResidual", "'eps'", "finite eps >= 0"});
+  block_row("NormKind(7)", [](auto& o) { o.norm = static_cast<NormKind>(7); },
+            {"PreNormResidual", "'norm'", "NormKind(7)"});
+  block_row("FFNKind(7)", [](auto& o) { o.ffn = static_cast<FFNKind>(7); },
+            {"PreNormResidual", "'ffn'", "FFNKind(7)"});
+  block_row("Activation(9)", [=](auto& o) { o.activation = bad_activation; },
+            {"PreNormResidual", "'activation'", "Activation(9)"});
+  block_row("positionwise with gelu",
+            [](auto& o) {
+              o.ffn = FFNKind::positionwise;
+              o.activation = Activation::gelu;
+            },
+            {"PreNormResidual", "'activation'", "gelu", "relu"});
+  bad("Sequential::push_back(nullptr)", [&] { seq.push_back(std::unique_ptr<Module<T>>()); }, IA,
+      {"Sequential::push_back", "'module'", "null"});
+  bad("Sequential::at(1)", [&] { seq.at(1); }, OR, {"Sequential::at", "1", "1 modules"});
+
+  // Forwards: a misfit x, a 0-d x, bad handles; bad indices.
+  bad("LayerNorm: x of the wrong width", [&] { ln(x5); }, IA,
+      {"layer_norm", "'x'", "[2, 5]", "expected [..., 4]"});
+  bad("LayerNorm: 0-d x", [&] { ln(x0); }, IA, {"layer_norm", "'x'", "[]"});
+  bad("RMSNorm: x of the wrong width", [&] { rms(x5); }, IA,
+      {"rms_norm", "'x'", "[2, 5]", "expected [..., 4]"});
+  bad("RMSNorm: 0-d x", [&] { rms(x0); }, IA, {"rms_norm", "'x'", "[]"});
+  bad("Mlp: x of the wrong width", [&] { mlp(x5); }, IA,
+      {"Mlp", "'x'", "[2, 5]", "expected [..., 4]"});
+  bad("Mlp: 0-d x", [&] { mlp(x0); }, IA, {"Mlp", "'x'", "[]"});
+  bad("PreNormResidual: x of the wrong width", [&] { block(x5); }, IA,
+      {"PreNormResidual", "'x'", "[2, 5]", "expected [..., 4]"});
+  bad("PreNormResidual: 0-d x", [&] { block(x0); }, IA, {"PreNormResidual", "'x'", "[]"});
+  bad("Sequential: x of the wrong width", [&] { seq(x5); }, IA, {"linear", "'x'", "[2, 5]"});
+  bad("Embedding: index 6 of 6",
+      [&] {
+        emb(tape, Indices{1, 6});
+      },
+      IA, {"embedding", "'indices'", "6", "flat position 1", "[0, 6)"});
+  bad("Embedding: index -1", [&] { emb(tape, Indices{-1}); }, IA,
+      {"embedding", "'indices'", "-1", "[0, 6)"});
+  bad("Embedding::infer: index 9", [&] { emb.infer(Indices{9}); }, IA,
+      {"embedding", "'indices'", "9"});
+  bad("Embedding: forward(x)", [&] { emb(x4); }, LE, {"Module::forward"});
+  const std::vector<std::pair<std::string, Module<T>*>> named = {
+      {"LayerNorm", &ln},         {"RMSNorm", &rms},    {"Dropout", &drop},
+      {"ActivationLayer", &act},  {"Sequential", &seq}, {"Mlp", &mlp},
+      {"PreNormResidual", &block}};
+  for (const auto& [name, m] : named) {
+    Module<T>* module = m;
+    bad(name + ": empty x", [module] { (*module)(Var<T>()); }, LE,
+        {name, "'x'", "empty Var handle"});
+    bad(name + ": x of a cleared tape", [module, stale] { (*module)(stale); }, LE,
+        {name, "'x'", "cleared"});
+  }
+
+  report("model modules", run_rows(rows, snapshot));
+}

@@ -1,0 +1,44 @@
+#include "dropout.hpp"
+
+#include <string>
+
+#include "../engine/errors.hpp"
+
+namespace xtgrad {
+
+void detail::check_probability(const char* owner, const char* arg, double p) {
+  if (!(p >= 0.0 && p <= 1.0))
+    fail_argument(owner, arg, "is " + number_str(p) + ", expected a probability in [0, 1]");
+}
+
+template <class T>
+Dropout<T>::Dropout(double p, std::uint64_t seed) : p_(p), seed_(seed) {
+  detail::check_probability("Dropout", "p", p);
+}
+
+template <class T>
+Dropout<T>::Dropout(double p, Generator& generator) : p_(p), seed_(0) {
+  detail::check_probability("Dropout", "p", p);
+  if (p > 0.0) seed_ = detail::draw_seed(generator);
+}
+
+template <class T>
+std::optional<DropoutKey> Dropout<T>::next_key() {
+  if (!this->training_forward()) return std::nullopt;
+  const DropoutKey key{seed_, step_++, 0};
+  if (p_ == 0.0) return std::nullopt;
+  return key;
+}
+
+template <class T>
+Var<T> Dropout<T>::forward(const Var<T>& x) {
+  x.tape_for("Dropout", "x");
+  const std::optional<DropoutKey> key = next_key();
+  if (!key) return x;
+  return dropout(x, p_, true, *key);
+}
+
+template class Dropout<float>;
+template class Dropout<double>;
+
+}  // namespace xtgrad

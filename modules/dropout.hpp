@@ -1,0 +1,70 @@
+#pragma once
+// Dropout<T>(p = 0.5, seed = 0): torch.nn.Dropout(p). In training, each
+// element is zeroed with probability p and the rest scaled by 1 / (1 - p)
+// (ops/dropout.hpp); in eval mode, and inside infer, it is the identity and
+// returns x itself. As in torch, a tape that does not record (NoGradGuard)
+// does not change that: only the mode does. No parameters.
+//
+// Randomness: the mask of a training forward is the one of
+// DropoutKey{seed(), step(), 0}, and every training forward then advances
+// step() by one, so each step draws a new mask. step() and set_step() let a
+// resumed run continue with the masks it would have drawn. Two Dropout
+// modules with the same seed draw the same masks for inputs of one shape: the
+// constructor that takes a Generator draws the seed from it (when p > 0;
+// with p == 0 it draws nothing and the seed is 0), so the modules of a model
+// built from one Generator get distinct seeds.
+//
+// Copying a Dropout copies its seed and step: the copy repeats the masks.
+
+#include <cstdint>
+#include <optional>
+
+#include "../engine/ops/dropout.hpp"
+#include "init.hpp"
+#include "module.hpp"
+
+namespace xtgrad {
+
+template <class T>
+class Dropout : public Module<T> {
+ public:
+  // std::invalid_argument naming 'p' unless 0 <= p <= 1.
+  explicit Dropout(double p = 0.5, std::uint64_t seed = 0);
+  Dropout(double p, Generator& generator);
+
+  // x of any shape -> the same shape.
+  Var<T> forward(const Var<T>& x) override;
+
+  // In a training forward (training mode, not inside infer): advances step()
+  // and returns the key of this forward's mask (nothing when p == 0).
+  // Otherwise nothing, step() unchanged. For modules
+  // that apply the dropout inside a fused op (the FFN hidden dropout).
+  std::optional<DropoutKey> next_key();
+
+  double p() const { return p_; }
+  std::uint64_t seed() const { return seed_; }
+  std::uint64_t step() const { return step_; }
+  void set_step(std::uint64_t step) { step_ = step; }
+
+ protected:
+  void collect_parameters(const std::string&, typename Module<T>::NamedParameters&) override {}
+
+ private:
+  double p_;
+  std::uint64_t seed_;
+  std::uint64_t step_ = 0;
+};
+
+namespace detail {
+// The seed a module constructor draws from `generator` for its dropout.
+inline std::uint64_t draw_seed(Generator& generator) {
+  return generator();
+}
+// std::invalid_argument from `owner` naming `arg` unless 0 <= p <= 1.
+void check_probability(const char* owner, const char* arg, double p);
+}  // namespace detail
+
+extern template class Dropout<float>;
+extern template class Dropout<double>;
+
+}  // namespace xtgrad

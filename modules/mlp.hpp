@@ -1,0 +1,74 @@
+#pragma once
+// Mlp<T>(in_features, hidden_features {h_0, ..., h_{k-1}}, out_features,
+// options): a multilayer perceptron, the structure and names of
+// torchvision.ops.MLP(in_features, [h_0, ..., h_{k-1}, out_features],
+// activation_layer, dropout=p) without its final Dropout on the output:
+//
+//   "0" Linear(in, h_0), "1" activation, "2" Dropout(p),
+//   "3" Linear(h_0, h_1), "4" activation, "5" Dropout(p), ...,
+//   "3k" Linear(h_{k-1}, out)
+//
+// so the parameter names are "0.weight", "0.bias", "3.weight", ..., "3k.bias".
+// No hidden sizes is one Linear(in, out); in != out is allowed. Each Linear
+// is initialized as nn.Linear, in order, from the generator; then each
+// Dropout draws its seed from it (when p > 0), so the weights do not depend
+// on p.
+//
+// forward computes Linear_{i+1}(Dropout(f(Linear_i(...)))) with the
+// activation and the dropout fused into the next layer (activation_linear
+// with a hidden dropout, ops/fused_linear.hpp), so the activated hidden is
+// never stored; the values are those of the composition of linear,
+// activation and dropout (to the rounding of the weight gradients' sums).
+// x [..., in] -> [..., out]; a bad x is refused before anything is recorded.
+// Copying an Mlp copies its layers and its dropouts' seeds and steps.
+
+#include <cstddef>
+#include <vector>
+
+#include "../engine/activation.hpp"
+#include "dropout.hpp"
+#include "linear.hpp"
+#include "sequential.hpp"
+
+namespace xtgrad {
+
+struct MlpOptions {
+  Activation activation = Activation::relu;  // torchvision's default, nn.ReLU
+  double dropout = 0.0;                      // after every activation
+  bool bias = true;                          // of every Linear
+};
+
+template <class T>
+class Mlp : public Module<T> {
+ public:
+  Mlp(std::size_t in_features, std::vector<std::size_t> hidden_features, std::size_t out_features,
+      MlpOptions options = {});
+  Mlp(std::size_t in_features, std::vector<std::size_t> hidden_features, std::size_t out_features,
+      MlpOptions options, Generator& generator);
+
+  Var<T> forward(const Var<T>& x) override;
+
+  // The k + 1 Linear layers, in order (child "3i" is layer(i)).
+  std::size_t num_layers() const { return linears_.size(); }
+  Linear<T>& layer(std::size_t i) { return linears_.at(i); }
+  // The Dropout after layer(i)'s activation, i < num_layers() - 1 (child "3i+2").
+  Dropout<T>& dropout(std::size_t i) { return dropouts_.at(i); }
+  std::size_t in_features() const { return linears_.front().in_features(); }
+  std::size_t out_features() const { return linears_.back().out_features(); }
+  const MlpOptions& options() const { return options_; }
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override;
+
+ private:
+  MlpOptions options_;
+  std::vector<Linear<T>> linears_;
+  std::vector<ActivationLayer<T>> activations_;
+  std::vector<Dropout<T>> dropouts_;
+};
+
+extern template class Mlp<float>;
+extern template class Mlp<double>;
+
+}  // namespace xtgrad
