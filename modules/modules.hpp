@@ -8,6 +8,7 @@
 #include "init.hpp"
 #include "io/checkpoint.hpp"
 #include "io/npy.hpp"
+#include "io/state_directory.hpp"
 #include "linear.hpp"
 #include "module.hpp"
 #include "positionwise_ffn.hpp"
