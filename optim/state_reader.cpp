@@ -25,7 +25,7 @@ void StateReader<T>::expect_string(const std::string& name, const std::string& e
   if (it == state_.strings.end())
     fail("has no string " + name_str(name) + " (expected " + name_str(expected) + ")");
   if (it->second != expected)
-    fail("is of " + name_str(it->second) + " (string " + name_str(name) + "), expected " +
+    fail("has string " + name_str(name) + " = " + name_str(it->second) + ", expected " +
          name_str(expected));
   used_.insert("s" + name);
 }
