@@ -114,7 +114,7 @@ std::size_t array_limit(const Module<T>& model, const optim::Optimizer<T>& optim
 template <class T>
 void save_training_state(const fs::path& dir, const Module<T>& model,
                          const optim::Optimizer<T>& optimizer,
-                         const optim::LRScheduler<T>* scheduler, const TrainingExtras& extras) {
+                         const detail::SchedulerArg<T>* scheduler, const TrainingExtras& extras) {
   StateDict<T> all;
   StateDict<T> model_part;
   for (const auto& [name, p] : model.named_parameters()) model_part.arrays.emplace(name, p->value);
@@ -131,7 +131,7 @@ void save_training_state(const fs::path& dir, const Module<T>& model,
 template <class T>
 TrainingExtras load_training_state(const fs::path& dir, Module<T>& model,
                                    optim::Optimizer<T>& optimizer,
-                                   optim::LRScheduler<T>* scheduler) {
+                                   detail::SchedulerArg<T>* scheduler) {
   Parts<T> parts = split(load_state_directory<T>(dir, array_limit(model, optimizer), k_load), dir);
   const std::string where = "the training state " + detail::quoted(dir.string());
   // Every check first: nothing changes unless all three parts fit.

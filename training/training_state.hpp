@@ -40,6 +40,17 @@
 
 namespace xtgrad {
 
+namespace detail {
+// Keeps the schedule argument out of deduction, so that nullptr (no
+// schedule) works: T comes from the model and the optimizer.
+template <class S>
+struct NoDeduceScheduler {
+  using type = S;
+};
+template <class T>
+using SchedulerArg = typename NoDeduceScheduler<optim::LRScheduler<T>>::type;
+}  // namespace detail
+
 // The training loop's own scalars, saved exactly.
 struct TrainingExtras {
   std::map<std::string, std::int64_t> integers;
@@ -49,13 +60,14 @@ struct TrainingExtras {
 template <class T>
 void save_training_state(const std::filesystem::path& dir, const Module<T>& model,
                          const optim::Optimizer<T>& optimizer,
-                         const optim::LRScheduler<T>* scheduler, const TrainingExtras& extras = {});
+                         const detail::SchedulerArg<T>* scheduler,
+                         const TrainingExtras& extras = {});
 
 // Returns the extras that were saved.
 template <class T>
 TrainingExtras load_training_state(const std::filesystem::path& dir, Module<T>& model,
                                    optim::Optimizer<T>& optimizer,
-                                   optim::LRScheduler<T>* scheduler);
+                                   detail::SchedulerArg<T>* scheduler);
 
 extern template void save_training_state(const std::filesystem::path&, const Module<float>&,
                                          const optim::Optimizer<float>&,

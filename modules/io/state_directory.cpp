@@ -60,12 +60,11 @@ StateDict<T> load_state_directory(const fs::path& dir, std::size_t max_array_byt
                          "; xtgrad does not convert between float32 and float64 silently");
   const std::size_t bytes = declared_bytes(entries, sizeof(T));
   if (bytes > max_array_bytes)
-    fail_value(fn, detail::path_str(dir) + " declares " +
+    fail_value(fn, detail::path_str(dir) + " declares arrays of " +
                        (bytes == std::numeric_limits<std::size_t>::max()
                             ? std::string("more bytes than memory can hold")
-                            : std::to_string(bytes) + " bytes") +
-                       " of arrays, more than the " + std::to_string(max_array_bytes) +
-                       " this load allows");
+                            : std::to_string(bytes) + " bytes in all") +
+                       ", more than the " + std::to_string(max_array_bytes) + " this load allows");
   detail::Scalars scalars = detail::read_scalars(fn, dir_fd.get(), dir);
 
   StateDict<T> out;
