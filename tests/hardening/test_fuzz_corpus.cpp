@@ -21,7 +21,10 @@ TEST_CASE("bad input: every saved fuzz input (seeds and former crashes) replays 
   // exceptions through; here they run in the ordinary build, sanitized or not.
   using Harness = void (*)(const std::uint8_t*, std::size_t);
   const std::vector<std::pair<std::string, Harness>> targets = {
-      {"npy", &fuzz::npy_one}, {"checkpoint", &fuzz::checkpoint_one}, {"tape", &fuzz::tape_one}};
+      {"npy", &fuzz::npy_one},
+      {"checkpoint", &fuzz::checkpoint_one},
+      {"state", &fuzz::state_one},
+      {"tape", &fuzz::tape_one}};
   for (const auto& [name, harness] : targets) {
     const fs::path dir =
         fs::path(XTGRAD_SOURCE_DIR) / "tests" / "hardening" / "fuzz" / "corpus" / name;
