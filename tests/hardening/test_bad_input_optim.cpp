@@ -373,6 +373,18 @@ TEST_CASE_TEMPLATE("bad input: optimizer and schedule state dicts", T, float, do
   schedule_row("an array", cosine,
                [](StateDict<T>& s) { s.arrays["base_lrs"] = xt::zeros<T>({1}); },
                {"unexpected array 'base_lrs'"});
+  rows.push_back({"SGD::set_lr: a group out of range",
+                  [&] { sgd.set_lr(1, 0.1); },
+                  Expect::out_of_range,
+                  {"SGD::set_lr", "'group' is 1", "less than 1"}});
+  rows.push_back({"Adam::lr: a group out of range",
+                  [&] { adam.lr(3); },
+                  Expect::out_of_range,
+                  {"Adam::lr", "'group' is 3"}});
+  rows.push_back({"AdamW::set_lr: a negative lr for group 0",
+                  [&] { adamw.set_lr(0, -0.5); },
+                  IA,
+                  {"AdamW::set_lr", "'lr'", "finite number >= 0, got -0.5"}});
   rows.push_back({"check_state_dict names itself",
                   [&] {
                     StateDict<T> s = adamw.state_dict();
