@@ -17,6 +17,7 @@
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/training_state.hpp>
 
+#include "support/bit_equal.hpp"
 #include "support/npy_bytes.hpp"
 #include "support/test_helpers.hpp"
 
@@ -25,15 +26,6 @@ using namespace xtgrad::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <class T>
-bool bit_equal(const xt::xarray<T>& a, const xt::xarray<T>& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-bool bit_equal(double a, double b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
 
 template <class T>
 StateDict<T> sample_state() {

@@ -15,18 +15,15 @@
 
 #include <xtgrad/optim/optim.hpp>
 
+#include "support/bit_equal.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
 using namespace xtgrad::optim;
+using xtgrad::testing::bit_equal;
 using xtgrad::testing::check_close;
 
 namespace {
-
-template <class T>
-bool bit_equal(const xt::xarray<T>& a, const xt::xarray<T>& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 template <class T>
 std::vector<std::string> array_names(const StateDict<T>& s) {

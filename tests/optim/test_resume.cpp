@@ -15,9 +15,11 @@
 #include <xtensor/xview.hpp>
 
 #include "optim/training_example.hpp"
+#include "support/bit_equal.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
+using xtgrad::testing::bit_equal;
 using xtgrad::testing::check_close;
 using xtgrad::testing::random_array;
 using xtgrad::testing::TempDir;
@@ -26,15 +28,6 @@ namespace {
 
 constexpr std::size_t k_d_model = 4, k_d_ff = 16, k_rows = 8;
 constexpr std::int64_t k_steps = 2000, k_stop = 1000;
-
-template <class T>
-bool bit_equal(const xt::xarray<T>& a, const xt::xarray<T>& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-bool bit_equal(double a, double b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
 
 template <class T>
 void check_bit_equal(const StateDict<T>& a, const StateDict<T>& b) {
