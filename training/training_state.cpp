@@ -88,7 +88,8 @@ void check_model_part(const StateDict<T>& part, Module<T>& model, const fs::path
                                      detail::shape_str(want));
   }
   if (part.arrays.size() != named.size())
-    for (const auto& [name, array] : part.arrays) {
+    for (const auto& stored : part.arrays) {
+      const std::string& name = stored.first;  // (a lambda cannot capture a structured binding)
       const bool known = std::any_of(named.begin(), named.end(),
                                      [&](const auto& entry) { return entry.first == name; });
       if (!known)
