@@ -15,6 +15,7 @@
 #include "io/idx.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
+#include "io/state_directory.hpp"
 #include "linear.hpp"
 #include "mlp.hpp"
 #include "module.hpp"

@@ -31,6 +31,10 @@ class AdamOptions : public detail::AdamOptionsBase<AdamOptions> {
       : AdamOptionsBase(lr, 0.0) {}
 };
 
+// A parameter group of Adam: {params, AdamOptions}.
+template <class T>
+using AdamParamGroup = ParamGroup<T, AdamOptions>;
+
 template <class T>
 class Adam : public detail::AdamFamily<T, AdamOptions> {
  public:

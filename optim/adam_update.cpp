@@ -95,16 +95,21 @@ void adam_kernel(T* p, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_
 }  // namespace
 
 template <class T>
-void adam_step(const std::string& owner, const std::vector<Parameter<T>*>& params,
-               std::vector<std::optional<AdamParamState<T>>>& state, const AdamStepConfig& config) {
-  // Every check first, so that a failed step changes nothing.
+void check_adam_step(const std::string& owner, const std::vector<Parameter<T>*>& params,
+                     const std::vector<std::optional<AdamParamState<T>>>& state) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
     check_gradient(owner + "::step", i, p);
     if (state[i]) check_state_shape(owner + "::step", i, p, state[i]->exp_avg);
   }
-  for (std::size_t i = 0; i < params.size(); ++i) {
+}
+
+template <class T>
+void adam_step(const std::vector<Parameter<T>*>& params,
+               std::vector<std::optional<AdamParamState<T>>>& state, std::size_t begin,
+               std::size_t end, const AdamStepConfig& config) {
+  for (std::size_t i = begin; i < end; ++i) {
     Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
     std::optional<AdamParamState<T>>& slot = state[i];
@@ -146,11 +151,24 @@ void check_adam_hyperparameters(const std::string& owner, double beta1, double b
 
 template <class T, class Options>
 AdamFamily<T, Options>::AdamFamily(std::vector<Parameter<T>*> params, const Options& options)
-    : Optimizer<T>(Options::k_name, std::move(params), options.lr()),
-      options_(options),
+    : AdamFamily(std::vector<ParamGroup<T, Options>>(
+          1, ParamGroup<T, Options>{std::move(params), options})) {}
+
+template <class T, class Options>
+AdamFamily<T, Options>::AdamFamily(const std::vector<ParamGroup<T, Options>>& groups)
+    : Optimizer<T>(Options::k_name, group_params(groups), group_lrs(groups)),
       state_(this->parameters().size()) {
-  check_adam_hyperparameters(this->name(), std::get<0>(options.betas()),
-                             std::get<1>(options.betas()), options.eps(), options.weight_decay());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Options& o = groups[g].options;
+    check_adam_hyperparameters(this->group_owner(g), std::get<0>(o.betas()), std::get<1>(o.betas()),
+                               o.eps(), o.weight_decay());
+    options_.push_back(o);
+  }
+}
+
+template <class T, class Options>
+Options AdamFamily<T, Options>::options(std::size_t group) const {
+  return Options(options_.at(group)).lr(this->lr(group));
 }
 
 template <class T, class Options>
@@ -162,15 +180,20 @@ const AdamParamState<T>* AdamFamily<T, Options>::state(std::size_t index) const 
 
 template <class T, class Options>
 void AdamFamily<T, Options>::step() {
-  AdamStepConfig config;
-  config.lr = this->lr();
-  config.beta1 = std::get<0>(options_.betas());
-  config.beta2 = std::get<1>(options_.betas());
-  config.eps = options_.eps();
-  (Options::k_decoupled_weight_decay ? config.decoupled_weight_decay : config.l2_weight_decay) =
-      options_.weight_decay();
-  config.amsgrad = options_.amsgrad();
-  adam_step(this->name(), this->parameters(), state_, config);
+  // Every check first, so that a failed step changes nothing.
+  check_adam_step(this->name(), this->parameters(), state_);
+  for (std::size_t g = 0; g < this->group_count(); ++g) {
+    const Options& o = options_[g];
+    AdamStepConfig config;
+    config.lr = this->lr(g);
+    config.beta1 = std::get<0>(o.betas());
+    config.beta2 = std::get<1>(o.betas());
+    config.eps = o.eps();
+    (Options::k_decoupled_weight_decay ? config.decoupled_weight_decay : config.l2_weight_decay) =
+        o.weight_decay();
+    config.amsgrad = o.amsgrad();
+    adam_step(this->parameters(), state_, this->group_begin(g), this->group_end(g), config);
+  }
 }
 
 template class AdamFamily<float, AdamOptions>;
@@ -178,9 +201,15 @@ template class AdamFamily<double, AdamOptions>;
 template class AdamFamily<float, AdamWOptions>;
 template class AdamFamily<double, AdamWOptions>;
 
-template void adam_step(const std::string&, const std::vector<Parameter<float>*>&,
-                        std::vector<std::optional<AdamParamState<float>>>&, const AdamStepConfig&);
-template void adam_step(const std::string&, const std::vector<Parameter<double>*>&,
-                        std::vector<std::optional<AdamParamState<double>>>&, const AdamStepConfig&);
+template void check_adam_step(const std::string&, const std::vector<Parameter<float>*>&,
+                              const std::vector<std::optional<AdamParamState<float>>>&);
+template void check_adam_step(const std::string&, const std::vector<Parameter<double>*>&,
+                              const std::vector<std::optional<AdamParamState<double>>>&);
+template void adam_step(const std::vector<Parameter<float>*>&,
+                        std::vector<std::optional<AdamParamState<float>>>&, std::size_t,
+                        std::size_t, const AdamStepConfig&);
+template void adam_step(const std::vector<Parameter<double>*>&,
+                        std::vector<std::optional<AdamParamState<double>>>&, std::size_t,
+                        std::size_t, const AdamStepConfig&);
 
 }  // namespace xtgrad::optim::detail

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -51,10 +52,18 @@ struct AdamStepConfig {
   bool amsgrad = false;
 };
 
-// One step over every parameter with a gradient; allocates state on first use.
+// The checks of one step over every parameter (gradient and state shapes),
+// made before any group is updated so that a failed step changes nothing.
 template <class T>
-void adam_step(const std::string& owner, const std::vector<Parameter<T>*>& params,
-               std::vector<std::optional<AdamParamState<T>>>& state, const AdamStepConfig& config);
+void check_adam_step(const std::string& owner, const std::vector<Parameter<T>*>& params,
+                     const std::vector<std::optional<AdamParamState<T>>>& state);
+
+// One step over params[begin, end) (one group) for those with a gradient;
+// allocates state on first use. check_adam_step comes first.
+template <class T>
+void adam_step(const std::vector<Parameter<T>*>& params,
+               std::vector<std::optional<AdamParamState<T>>>& state, std::size_t begin,
+               std::size_t end, const AdamStepConfig& config);
 
 // Validates what Adam and AdamW share: betas each in [0, 1), eps finite and
 // > 0, weight_decay finite and >= 0 (lr is checked by Optimizer).
@@ -104,21 +113,45 @@ class AdamOptionsBase {
 // The optimizer behind Adam<T> (Options = AdamOptions) and AdamW<T>
 // (AdamWOptions): Options::k_name names it in errors, and
 // Options::k_decoupled_weight_decay says which weight decay it applies.
+//
+// The state dict (Optimizer::state_dict) holds, beside "type" (Options::k_name),
+// "param_groups" and each group's "param_groups.<g>.params" and ".lr":
+//   reals     param_groups.<g>.beta1, .beta2, .eps, .weight_decay
+//   integers  param_groups.<g>.amsgrad (0 or 1)
+//   integers  state.<i>.step (>= 1), for each parameter i that has state,
+//   arrays    with state.<i>.exp_avg, state.<i>.exp_avg_sq and, exactly when
+//             its group has amsgrad, state.<i>.max_exp_avg_sq
+// (torch keeps step as a float tensor; here it is an exact int64).
 template <class T, class Options>
 class AdamFamily : public Optimizer<T> {
  public:
+  // One group: every parameter with `options`.
   explicit AdamFamily(std::vector<Parameter<T>*> params, const Options& options = {});
+  // The same for a braced list, Adam<T>({&w, &b}), which would otherwise be
+  // ambiguous with the groups' vector (its iterator-pair constructor).
+  explicit AdamFamily(std::initializer_list<Parameter<T>*> params, const Options& options = {})
+      : AdamFamily(std::vector<Parameter<T>*>(params), options) {}
+  // One group per element, each with its own options.
+  explicit AdamFamily(const std::vector<ParamGroup<T, Options>>& groups);
 
   void step() override;
 
-  // The hyperparameters, with the current learning rate (set_lr, schedules).
-  Options options() const { return Options(options_).lr(this->lr()); }
+  // The hyperparameters of a group, with its current learning rate (set_lr,
+  // schedules). std::out_of_range for a bad group.
+  Options options(std::size_t group = 0) const;
   // The state of parameter `index`; nullptr before its first update. Throws
   // std::out_of_range for a bad index.
   const AdamParamState<T>* state(std::size_t index) const;
 
+  StateDict<T> state_dict() const override;
+  void load_state_dict(const StateDict<T>& state) override;
+  void check_state_dict(const StateDict<T>& state) const override;
+
  private:
-  Options options_;
+  struct Loaded;
+  Loaded read_state_dict(const StateDict<T>& state, const std::string& function) const;
+
+  std::vector<Options> options_;  // per group; the lr lives in Optimizer
   std::vector<std::optional<AdamParamState<T>>> state_;
 };
 

@@ -33,6 +33,10 @@ class AdamWOptions : public detail::AdamOptionsBase<AdamWOptions> {
       : AdamOptionsBase(lr, 1e-2) {}
 };
 
+// A parameter group of AdamW: {params, AdamWOptions}.
+template <class T>
+using AdamWParamGroup = ParamGroup<T, AdamWOptions>;
+
 template <class T>
 class AdamW : public detail::AdamFamily<T, AdamWOptions> {
  public:

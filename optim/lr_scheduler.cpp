@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "state_reader.hpp"
 
 namespace xtgrad::optim {
 
@@ -30,8 +35,11 @@ void require_start_factor(const char* owner, double start_factor) {
 }  // namespace
 
 template <class T>
-LRScheduler<T>::LRScheduler(Optimizer<T>& optimizer)
-    : optimizer_(&optimizer), base_lr_(optimizer.lr()), last_lr_(optimizer.lr()) {}
+LRScheduler<T>::LRScheduler(std::string name, Optimizer<T>& optimizer)
+    : name_(std::move(name)), optimizer_(&optimizer) {
+  for (std::size_t g = 0; g < optimizer.group_count(); ++g) base_lrs_.push_back(optimizer.lr(g));
+  last_lrs_ = base_lrs_;
+}
 
 template <class T>
 void LRScheduler<T>::start() {
@@ -47,13 +55,68 @@ void LRScheduler<T>::step() {
 
 template <class T>
 void LRScheduler<T>::apply() {
-  last_lr_ = lr_at(last_epoch_);
-  optimizer_->set_lr(last_lr_);
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g) {
+    last_lrs_[g] = schedule(last_epoch_, base_lrs_[g]);
+    optimizer_->set_lr(g, last_lrs_[g]);
+  }
+}
+
+template <class T>
+struct LRScheduler<T>::Loaded {
+  std::int64_t last_epoch = 0;
+  std::vector<double> base_lrs, last_lrs;
+};
+
+template <class T>
+StateDict<T> LRScheduler<T>::state_dict() const {
+  StateDict<T> out;
+  out.strings["type"] = name_;
+  out.integers["last_epoch"] = last_epoch_;
+  out.integers["param_groups"] = static_cast<std::int64_t>(base_lrs_.size());
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g) {
+    out.reals["base_lrs." + std::to_string(g)] = base_lrs_[g];
+    out.reals["last_lrs." + std::to_string(g)] = last_lrs_[g];
+  }
+  return out;
+}
+
+template <class T>
+typename LRScheduler<T>::Loaded LRScheduler<T>::read_state_dict(const StateDict<T>& state,
+                                                                const std::string& fn) const {
+  detail::StateReader<T> reader(fn, state);
+  reader.expect_string("type", name_);
+  Loaded out;
+  out.last_epoch = reader.integer_in("last_epoch", 0, std::numeric_limits<std::int64_t>::max());
+  const auto groups = static_cast<std::int64_t>(base_lrs_.size());
+  reader.integer_in("param_groups", groups, groups);
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g)
+    for (const char* table : {"base_lrs.", "last_lrs."}) {
+      const std::string key = table + std::to_string(g);
+      const double lr = reader.real(key);
+      detail::require_finite_nonnegative(fn, key.c_str(), lr);
+      (table[0] == 'b' ? out.base_lrs : out.last_lrs).push_back(lr);
+    }
+  reader.finish();
+  return out;
+}
+
+template <class T>
+void LRScheduler<T>::check_state_dict(const StateDict<T>& state) const {
+  read_state_dict(state, name_ + "::check_state_dict");
+}
+
+template <class T>
+void LRScheduler<T>::load_state_dict(const StateDict<T>& state) {
+  Loaded loaded = read_state_dict(state, name_ + "::load_state_dict");
+  last_epoch_ = loaded.last_epoch;
+  base_lrs_ = std::move(loaded.base_lrs);
+  last_lrs_ = std::move(loaded.last_lrs);
+  for (std::size_t g = 0; g < last_lrs_.size(); ++g) optimizer_->set_lr(g, last_lrs_[g]);
 }
 
 template <class T>
 StepLR<T>::StepLR(Optimizer<T>& optimizer, std::int64_t step_size, double gamma)
-    : LRScheduler<T>(optimizer), step_size_(step_size), gamma_(gamma) {
+    : LRScheduler<T>("StepLR", optimizer), step_size_(step_size), gamma_(gamma) {
   detail::require_at_least("StepLR", "step_size", step_size, 1);
   detail::require(std::isfinite(gamma) && gamma > 0.0, "StepLR", "gamma", "a finite number > 0",
                   gamma);
@@ -61,41 +124,43 @@ StepLR<T>::StepLR(Optimizer<T>& optimizer, std::int64_t step_size, double gamma)
 }
 
 template <class T>
-double StepLR<T>::lr_at(std::int64_t t) const {
-  return this->base_lr() * std::pow(gamma_, static_cast<double>(t / step_size_));
+double StepLR<T>::schedule(std::int64_t t, double base_lr) const {
+  return base_lr * std::pow(gamma_, static_cast<double>(t / step_size_));
 }
 
 template <class T>
 CosineAnnealingLR<T>::CosineAnnealingLR(Optimizer<T>& optimizer, std::int64_t T_max, double eta_min)
-    : LRScheduler<T>(optimizer), t_max_(T_max), eta_min_(eta_min) {
+    : LRScheduler<T>("CosineAnnealingLR", optimizer), t_max_(T_max), eta_min_(eta_min) {
   detail::require_at_least("CosineAnnealingLR", "T_max", T_max, 1);
   detail::require_finite_nonnegative("CosineAnnealingLR", "eta_min", eta_min);
   this->start();
 }
 
 template <class T>
-double CosineAnnealingLR<T>::lr_at(std::int64_t t) const {
-  return cosine_annealing(this->base_lr(), eta_min_, t, t_max_);
+double CosineAnnealingLR<T>::schedule(std::int64_t t, double base_lr) const {
+  return cosine_annealing(base_lr, eta_min_, t, t_max_);
 }
 
 template <class T>
 LinearWarmup<T>::LinearWarmup(Optimizer<T>& optimizer, std::int64_t warmup_steps,
                               double start_factor)
-    : LRScheduler<T>(optimizer), warmup_steps_(warmup_steps), start_factor_(start_factor) {
+    : LRScheduler<T>("LinearWarmup", optimizer),
+      warmup_steps_(warmup_steps),
+      start_factor_(start_factor) {
   detail::require_at_least("LinearWarmup", "warmup_steps", warmup_steps, 0);
   require_start_factor("LinearWarmup", start_factor);
   this->start();
 }
 
 template <class T>
-double LinearWarmup<T>::lr_at(std::int64_t t) const {
-  return linear_warmup(this->base_lr(), start_factor_, t, warmup_steps_);
+double LinearWarmup<T>::schedule(std::int64_t t, double base_lr) const {
+  return linear_warmup(base_lr, start_factor_, t, warmup_steps_);
 }
 
 template <class T>
 WarmupCosineLR<T>::WarmupCosineLR(Optimizer<T>& optimizer, std::int64_t warmup_steps,
                                   std::int64_t cosine_steps, double start_factor, double eta_min)
-    : LRScheduler<T>(optimizer),
+    : LRScheduler<T>("WarmupCosineLR", optimizer),
       warmup_steps_(warmup_steps),
       cosine_steps_(cosine_steps),
       start_factor_(start_factor),
@@ -108,10 +173,10 @@ WarmupCosineLR<T>::WarmupCosineLR(Optimizer<T>& optimizer, std::int64_t warmup_s
 }
 
 template <class T>
-double WarmupCosineLR<T>::lr_at(std::int64_t t) const {
-  if (t < warmup_steps_) return linear_warmup(this->base_lr(), start_factor_, t, warmup_steps_);
+double WarmupCosineLR<T>::schedule(std::int64_t t, double base_lr) const {
+  if (t < warmup_steps_) return linear_warmup(base_lr, start_factor_, t, warmup_steps_);
   const std::int64_t s = std::min(t - warmup_steps_, cosine_steps_);
-  return cosine_annealing(this->base_lr(), eta_min_, s, cosine_steps_);
+  return cosine_annealing(base_lr, eta_min_, s, cosine_steps_);
 }
 
 template class LRScheduler<float>;

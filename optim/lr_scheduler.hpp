@@ -1,19 +1,33 @@
 #pragma once
 // Learning-rate schedules, in the shape of torch.optim.lr_scheduler. Each is a
-// closed-form function lr_at(t) of the epoch (or step) counter t and of
-// base_lr, the optimizer's learning rate when the schedule was constructed.
+// closed-form function lr_at(t, g) of the epoch (or step) counter t and of
+// base_lr(g), the learning rate of the optimizer's parameter group g when the
+// schedule was constructed: as torch's LRScheduler keeps one base_lrs entry
+// per group (each group's 'initial_lr'), every group follows the same curve
+// scaled to its own base lr (eta_min, where a schedule has one, is shared).
 //
-// Protocol (PyTorch's): construction sets the optimizer's lr to lr_at(0); each
-// step() (called after optimizer.step()) advances t by one and sets the lr to
-// lr_at(t). last_lr() is the lr last set. Because every value is computed
-// from base_lr, a schedule overwrites any lr set by hand or by another
+// Protocol (PyTorch's): construction sets each group's lr to lr_at(0, g); each
+// step() (called after optimizer.step()) advances t by one and sets each lr
+// to lr_at(t, g). last_lr(g) is the lr last set. Because every value is
+// computed from base_lr, a schedule overwrites any lr set by hand or by another
 // schedule on the same optimizer (PyTorch's chaining of two schedules on one
 // optimizer is not supported; compose with WarmupCosineLR instead).
+//
+// state_dict() holds "type" (the schedule's class name), "last_epoch",
+// "param_groups" and the reals "base_lrs.<g>" and "last_lrs.<g>";
+// load_state_dict() checks them all (the type, the optimizer's number of
+// groups, last_epoch >= 0, finite rates >= 0) before changing anything, then
+// restores them and sets each group's lr to its last_lr, so that loading the
+// optimizer and the schedule in either order gives the saved learning rates.
+// The schedule's own arguments (T_max, gamma, ...) are the constructor's.
 // Schedules work with any Optimizer<T>, which must outlive them. Invalid
 // arguments throw std::invalid_argument naming the schedule, the argument and
 // its value.
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "optimizer.hpp"
 
@@ -24,26 +38,43 @@ class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
 
-  // Advance one epoch and set the optimizer's learning rate to lr_at(last_epoch()).
+  // Advance one epoch and set each group's learning rate to lr_at(last_epoch(), g).
   void step();
 
-  double last_lr() const { return last_lr_; }
+  // Per group (the first by default); std::out_of_range for a bad group.
+  double last_lr(std::size_t group = 0) const { return last_lrs_.at(group); }
+  double base_lr(std::size_t group = 0) const { return base_lrs_.at(group); }
+  const std::vector<double>& last_lrs() const { return last_lrs_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
   std::int64_t last_epoch() const { return last_epoch_; }
-  double base_lr() const { return base_lr_; }
-  // The closed form of the schedule at epoch t >= 0.
-  virtual double lr_at(std::int64_t t) const = 0;
+  // The closed form of the schedule at epoch t >= 0 for group `group`.
+  double lr_at(std::int64_t t, std::size_t group = 0) const {
+    return schedule(t, base_lrs_.at(group));
+  }
+  // The class name: "StepLR", "CosineAnnealingLR", ...
+  const std::string& name() const { return name_; }
+
+  StateDict<T> state_dict() const;
+  void load_state_dict(const StateDict<T>& state);
+  // Throws what load_state_dict(state) would throw, and changes nothing.
+  void check_state_dict(const StateDict<T>& state) const;
 
  protected:
-  explicit LRScheduler(Optimizer<T>& optimizer);
+  LRScheduler(std::string name, Optimizer<T>& optimizer);
   // Sets the lr of epoch 0; the constructor of each (final) schedule ends with it.
   void start();
+  // The schedule's lr at epoch t for a group whose base lr is base_lr.
+  virtual double schedule(std::int64_t t, double base_lr) const = 0;
 
  private:
+  struct Loaded;
+  Loaded read_state_dict(const StateDict<T>& state, const std::string& function) const;
   void apply();
+  std::string name_;
   Optimizer<T>* optimizer_;
-  double base_lr_;
+  std::vector<double> base_lrs_;
   std::int64_t last_epoch_ = 0;
-  double last_lr_;
+  std::vector<double> last_lrs_;
 };
 
 // torch.optim.lr_scheduler.StepLR:  lr = base_lr * gamma^floor(t / step_size).
@@ -52,9 +83,9 @@ template <class T>
 class StepLR final : public LRScheduler<T> {
  public:
   StepLR(Optimizer<T>& optimizer, std::int64_t step_size, double gamma = 0.1);
-  double lr_at(std::int64_t t) const override;
 
  private:
+  double schedule(std::int64_t t, double base_lr) const override;
   std::int64_t step_size_;
   double gamma_;
 };
@@ -69,9 +100,9 @@ template <class T>
 class CosineAnnealingLR final : public LRScheduler<T> {
  public:
   CosineAnnealingLR(Optimizer<T>& optimizer, std::int64_t T_max, double eta_min = 0.0);
-  double lr_at(std::int64_t t) const override;
 
  private:
+  double schedule(std::int64_t t, double base_lr) const override;
   std::int64_t t_max_;
   double eta_min_;
 };
@@ -86,9 +117,9 @@ template <class T>
 class LinearWarmup final : public LRScheduler<T> {
  public:
   LinearWarmup(Optimizer<T>& optimizer, std::int64_t warmup_steps, double start_factor);
-  double lr_at(std::int64_t t) const override;
 
  private:
+  double schedule(std::int64_t t, double base_lr) const override;
   std::int64_t warmup_steps_;
   double start_factor_;
 };
@@ -107,9 +138,9 @@ class WarmupCosineLR final : public LRScheduler<T> {
  public:
   WarmupCosineLR(Optimizer<T>& optimizer, std::int64_t warmup_steps, std::int64_t cosine_steps,
                  double start_factor = 0.0, double eta_min = 0.0);
-  double lr_at(std::int64_t t) const override;
 
  private:
+  double schedule(std::int64_t t, double base_lr) const override;
   std::int64_t warmup_steps_;
   std::int64_t cosine_steps_;
   double start_factor_;

@@ -1,6 +1,7 @@
 #pragma once
-// Umbrella header of xtgrad::optim: optimizers (SGD, Adam, AdamW), gradient
-// clipping and learning-rate schedules.
+// Umbrella header of xtgrad::optim: optimizers (SGD, Adam, AdamW) with
+// parameter groups and state dicts, gradient clipping and learning-rate
+// schedules. Saving a run's state to disk: training/training_state.hpp.
 
 #include "adam.hpp"
 #include "adamw.hpp"

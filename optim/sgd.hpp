@@ -14,6 +14,14 @@
 //
 // State per parameter: momentum_buffer (only when momentum != 0).
 //
+// Each parameter group has its own SGDOptions (every field may differ). The
+// state dict (Optimizer::state_dict) holds, beside "type" = "SGD",
+// "param_groups" and each group's "param_groups.<g>.params" and ".lr":
+//   reals     param_groups.<g>.momentum, .dampening, .weight_decay
+//   integers  param_groups.<g>.nesterov (0 or 1)
+//   arrays    state.<i>.momentum_buffer, for each parameter i that has one
+// A momentum buffer is refused for a parameter whose group has momentum 0.
+//
 // Defaults are PyTorch's. lr defaults to 1e-3 as in Python's torch.optim.SGD
 // (the C++ frontend's SGDOptions requires it). The constructor throws
 // std::invalid_argument naming "SGD", the hyperparameter and its value for:
@@ -21,6 +29,7 @@
 // (PyTorch does not check it); nesterov with momentum <= 0 or dampening != 0.
 
 #include <cstddef>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -66,20 +75,38 @@ struct SGDParamState {
 };
 
 template <class T>
+using SGDParamGroup = ParamGroup<T, SGDOptions>;
+
+template <class T>
 class SGD : public Optimizer<T> {
  public:
+  // One group: every parameter with `options`.
   explicit SGD(std::vector<Parameter<T>*> params, const SGDOptions& options = {});
+  // The same for a braced list, SGD<T>({&w, &b}), which would otherwise be
+  // ambiguous with the groups' vector (its iterator-pair constructor).
+  explicit SGD(std::initializer_list<Parameter<T>*> params, const SGDOptions& options = {})
+      : SGD(std::vector<Parameter<T>*>(params), options) {}
+  // One group per element, each with its own options.
+  explicit SGD(const std::vector<SGDParamGroup<T>>& groups);
 
   void step() override;
 
-  // The hyperparameters, with the current learning rate (set_lr, schedules).
-  SGDOptions options() const { return SGDOptions(options_).lr(this->lr()); }
+  // The hyperparameters of a group, with its current learning rate (set_lr,
+  // schedules). std::out_of_range for a bad group.
+  SGDOptions options(std::size_t group = 0) const;
   // The state of parameter `index`; nullptr before its first update and always
   // when momentum == 0. Throws std::out_of_range for a bad index.
   const SGDParamState<T>* state(std::size_t index) const;
 
+  StateDict<T> state_dict() const override;
+  void load_state_dict(const StateDict<T>& state) override;
+  void check_state_dict(const StateDict<T>& state) const override;
+
  private:
-  SGDOptions options_;
+  struct Loaded;
+  Loaded read_state_dict(const StateDict<T>& state, const std::string& function) const;
+
+  std::vector<SGDOptions> options_;  // per group; the lr lives in Optimizer
   std::vector<std::optional<SGDParamState<T>>> state_;
 };
 

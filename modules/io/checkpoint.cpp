@@ -1,10 +1,5 @@
 #include "checkpoint.hpp"
 
-// renameat2 and RENAME_EXCHANGE come from glibc's <stdio.h> (glibc >= 2.28)
-// under _GNU_SOURCE, which g++ defines for C++.
-#include <fcntl.h>
-#include <stdio.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <map>
@@ -12,6 +7,7 @@
 #include <system_error>
 
 #include "../../engine/errors.hpp"
+#include "directory.hpp"
 #include "files.hpp"
 #include "manifest.hpp"
 #include "npy_detail.hpp"
@@ -21,7 +17,6 @@ namespace xtgrad {
 namespace {
 
 namespace fs = std::filesystem;
-using detail::fail_errno;
 using detail::fail_value;
 using detail::quoted;
 
@@ -38,79 +33,6 @@ std::string name_list(const std::vector<std::string>& names) {
 template <class A, class B>
 bool equal_shape(const A& a, const B& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
-}
-
-// Absolute, without "." / ".." / trailing separators, so that "ckpt/" and
-// "./ckpt" name the same sibling temporary directory.
-fs::path normalized_directory(const std::string& fn, const fs::path& dir) {
-  if (dir.empty()) fail_value(fn, "the checkpoint directory path is empty");
-  fs::path out = fs::absolute(dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();
-  if (out == out.root_path())
-    fail_value(fn,
-               "the checkpoint directory cannot be the root directory " + detail::path_str(out));
-  return out;
-}
-
-// save may replace `dir` only if it is absent, empty, or a checkpoint.
-void check_replaceable(const std::string& fn, const fs::path& dir) {
-  std::error_code error;
-  const fs::file_status status = fs::symlink_status(dir, error);
-  if (status.type() == fs::file_type::not_found) return;
-  if (error)
-    detail::fail_io(fn, "cannot inspect " + detail::path_str(dir) + ": " + error.message());
-  if (fs::is_symlink(status))
-    fail_value(fn, detail::path_str(dir) +
-                       " is a symbolic link; pass the directory it points to (the atomic swap "
-                       "would replace the link itself)");
-  if (!fs::is_directory(status))
-    fail_value(fn, detail::path_str(dir) +
-                       " exists and is not a directory; refusing to replace it with a "
-                       "checkpoint");
-  const bool empty = fs::is_empty(dir, error);
-  if (error) detail::fail_io(fn, "cannot list " + detail::path_str(dir) + ": " + error.message());
-  if (empty || detail::has_manifest_magic(dir)) return;
-  fail_value(fn, detail::path_str(dir) +
-                     " exists, is not empty and is not an xtgrad checkpoint (no " +
-                     detail::k_manifest_name + " starting with '" + detail::k_manifest_magic +
-                     "'); refusing to overwrite it");
-}
-
-// Puts the complete checkpoint `fresh` at `dir`. Afterwards `fresh` holds the
-// previous contents of `dir` (if any), for the caller to delete.
-void swap_into_place(const std::string& fn, const fs::path& fresh, const fs::path& dir) {
-  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) return;
-  const int error = errno;
-  if (error == ENOENT) {  // no previous checkpoint: a plain rename
-    if (::rename(fresh.c_str(), dir.c_str()) != 0) fail_errno(fn, "", "rename into", dir, errno);
-    return;
-  }
-  if (error != EINVAL && error != ENOSYS && error != EOPNOTSUPP)
-    fail_errno(fn, "", "swap the new checkpoint into", dir, error);
-  // A file system without RENAME_EXCHANGE: two renames. Between them `dir`
-  // is briefly absent, but the previous checkpoint stays whole at `aside`
-  // and is put back if the second rename fails.
-  const fs::path aside =
-      dir.parent_path() / (dir.filename().string() + ".old-" + detail::random_suffix());
-  if (::rename(dir.c_str(), aside.c_str()) != 0)
-    fail_errno(fn, "", "move the previous checkpoint aside from", dir, errno);
-  if (::rename(fresh.c_str(), dir.c_str()) != 0) {
-    const int rename_error = errno;
-    ::rename(aside.c_str(), dir.c_str());
-    fail_errno(fn, "", "rename into", dir, rename_error);
-  }
-  ::rename(aside.c_str(), fresh.c_str());
-}
-
-// Opens the checkpoint directory for reading its entries relative to it.
-detail::FileDescriptor open_checkpoint_directory(const std::string& fn, const fs::path& dir) {
-  detail::FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() >= 0) return fd;
-  if (errno == ENOTDIR)
-    fail_value(fn, detail::path_str(dir) +
-                       " is not a directory, expected a checkpoint directory written by "
-                       "save_checkpoint or Module::save");
-  fail_errno(fn, "", "open checkpoint directory", dir, errno);
 }
 
 // The manifest's entries, checked against `params`: the same names, and for
@@ -157,7 +79,7 @@ std::vector<detail::ManifestEntry> matching_entries(
 }  // namespace
 
 template <class T>
-void save_checkpoint(const fs::path& dir_argument,
+void save_checkpoint(const fs::path& dir,
                      const std::vector<std::pair<std::string, const Parameter<T>*>>& params,
                      const std::string& fn) {
   for (const auto& [name, p] : params)
@@ -165,44 +87,16 @@ void save_checkpoint(const fs::path& dir_argument,
       fail_value(fn, "parameter name " + quoted(detail::escaped(name)) +
                          " cannot name a checkpoint file: expected no '/', no control "
                          "characters and no leading '.'");
-  const fs::path dir = normalized_directory(fn, dir_argument);
-  check_replaceable(fn, dir);
-
-  // Everything goes into a fresh sibling directory first (same file system,
-  // so the final swap is a rename); the manifest is written last.
-  const fs::path fresh =
-      dir.parent_path() / (dir.filename().string() + ".tmp-" + detail::random_suffix());
-  std::error_code error;
-  if (!fs::create_directory(fresh, error))
-    fail_errno(fn, "", "create the temporary directory", fresh, error ? error.value() : EEXIST);
-  try {
-    std::vector<detail::ManifestEntry> entries;
-    for (const auto& [name, p] : params) {
-      const std::string file = name + ".npy";
-      detail::write_npy_file(fresh / file, p->value, fn);
-      entries.push_back(
-          {name, npy_dtype_name<T>(), {p->value.shape().begin(), p->value.shape().end()}, file});
-    }
-    const std::string manifest = detail::format_manifest(entries);
-    detail::write_new_file(fresh / detail::k_manifest_name, {{manifest.data(), manifest.size()}},
-                           fn);
-    detail::fsync_directory(fresh);
-    swap_into_place(fn, fresh, dir);
-  } catch (...) {
-    fs::remove_all(fresh, error);
-    throw;
-  }
-  // `fresh` now holds the previous checkpoint. The new one is in place even if
-  // this clean-up fails, so that is not reported as a failed save.
-  fs::remove_all(fresh, error);
-  detail::fsync_directory(dir.parent_path());
+  std::vector<std::pair<std::string, const xt::xarray<T>*>> arrays;
+  for (const auto& [name, p] : params) arrays.emplace_back(name, &p->value);
+  detail::write_directory(fn, dir, arrays, {});
 }
 
 template <class T>
 void load_checkpoint(const fs::path& dir,
                      const std::vector<std::pair<std::string, Parameter<T>*>>& params,
                      const std::string& fn) {
-  const detail::FileDescriptor dir_fd = open_checkpoint_directory(fn, dir);
+  const detail::FileDescriptor dir_fd = detail::open_checkpoint_directory(fn, dir);
   const std::vector<detail::ManifestEntry> entries = matching_entries(
       fn, dir, params,
       detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir)));

@@ -23,8 +23,11 @@
 #include <xtensor/xtensor.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
+#include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/training_state.hpp>
 
 #include "support/bad_input.hpp"
+#include "support/npy_bytes.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -239,4 +242,175 @@ TEST_CASE("bad input: a checkpoint entry that is not a regular file fails withou
     CHECK(what.find("bias.npy") != std::string::npos);
   }
   CHECK(values_of(m) == before);
+}
+
+// ---------------------------------------------------------------- training-state directories
+
+TEST_CASE_TEMPLATE("bad input: training-state directories", T, float, double) {
+  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  TempDir dir("bad-state");
+  const std::string descr = std::is_same_v<T, float> ? "<f4" : "<f8";
+  StateDict<T> good;
+  good.arrays["a"] = xt::xarray<T>{1, 2};
+  good.integers["step"] = 3;
+  // A directory from `good` with `scalars` as scalars.tsv ("" for none).
+  const auto variant = [&](const std::string& name, const std::string& scalars) {
+    save_state_directory(dir / name, good);
+    if (scalars.empty())
+      fs::remove(dir / name / "scalars.tsv");
+    else
+      write_file(dir / name / "scalars.tsv", scalars);
+    return dir / name;
+  };
+  const std::string magic = "xtgrad-scalars 1\n";
+  variant("good", magic + "int64\tstep\t3\n");
+  variant("no_scalars", "");
+  variant("bad_magic", "xtgrad-scalars 2\n");
+  variant("bad_kind", magic + "int32\tstep\t3\n");
+  variant("two_fields", magic + "int64\tstep\n");
+  variant("overflow", magic + "int64\tstep\t9223372036854775808\n");
+  variant("not_an_integer", magic + "int64\tstep\t3.0\n");
+  variant("not_a_number", magic + "float64\tlr\t0.1x\n");
+  variant("twice", magic + "float64\tlr\t0.1\nfloat64\tlr\t0.2\n");
+  variant("bad_name", magic + "int64\t../step\t3\n");
+  variant("control", magic + "string\ttype\tAd\x01am\n");
+  const fs::path scalars_dir = variant("scalars_dir", "");
+  fs::create_directory(scalars_dir / "scalars.tsv");
+  const fs::path other_dtype = dir / "other_dtype";
+  StateDict<Other> other;
+  other.arrays["a"] = xt::xarray<Other>{1, 2};
+  save_state_directory(other_dtype, other);
+  const fs::path lying = variant("lying_header", magic);
+  write_file(lying / "a.npy", npy_file(npy_dict(descr, "(3,)"), std::string(3 * sizeof(T), 0)));
+  const fs::path huge = variant("huge", magic);
+  write_file(huge / "manifest.tsv", "xtgrad-checkpoint 1\na\t" + std::string(npy_dtype_name<T>()) +
+                                        "\t4294967296x4294967296x4294967296\ta.npy\n");
+  fs::create_directory(dir / "empty");
+  write_file(dir / "file", "not a directory");
+  fs::create_directory(dir / "not_state");
+  write_file(dir / "not_state" / "notes.txt", "someone's files");
+
+  auto snapshot = [&] {
+    State s;
+    for (const std::string& name : directory_listing(dir.path())) s.add(name);
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  const auto RE = Expect::runtime_error;
+  const auto bad = row_adder(rows);
+  const auto load = [&](const std::string& name) {
+    return [&dir, name] { load_state_directory<T>(dir / name, 1 << 20); };
+  };
+  const std::string fn = "load_state_directory";
+  bad("a missing directory", load("absent"), RE, {fn, "absent", "No such file"});
+  bad("a file", load("file"), IA, {fn, "not a directory"});
+  bad("an empty directory", load("empty"), IA, {fn, "has no manifest.tsv"});
+  bad("no scalars.tsv", load("no_scalars"), IA, {fn, "has no scalars.tsv"});
+  bad("scalars.tsv: another version", load("bad_magic"), IA,
+      {fn, "first line is 'xtgrad-scalars 2'", "expected 'xtgrad-scalars 1'"});
+  bad("scalars.tsv: an unknown kind", load("bad_kind"), IA,
+      {fn, "line 2", "kind 'int32'", "int64, float64 or string"});
+  bad("scalars.tsv: two fields", load("two_fields"), IA,
+      {fn, "line 2", "3 tab-separated fields", "'int64\\tstep'"});
+  bad("scalars.tsv: an int64 overflow", load("overflow"), IA,
+      {fn, "'9223372036854775808'", "decimal integer"});
+  bad("scalars.tsv: a real as an int64", load("not_an_integer"), IA, {fn, "'3.0'"});
+  bad("scalars.tsv: trailing garbage after a real", load("not_a_number"), IA,
+      {fn, "float64 'lr'", "'0.1x'", "expected a decimal number"});
+  bad("scalars.tsv: a name twice", load("twice"), IA, {fn, "line 3", "'lr' is listed twice"});
+  bad("scalars.tsv: a name with '/'", load("bad_name"), IA, {fn, "name '../step'"});
+  bad("scalars.tsv: a control character", load("control"), IA,
+      {fn, "string 'type'", "control character"});
+  bad("scalars.tsv: a directory", load("scalars_dir"), RE, {fn, "Is a directory"});
+  bad("the other dtype", load("other_dtype"), IA,
+      {fn, "array 'a'", std::string("is ") + npy_dtype_name<Other>(), "does not convert"});
+  bad("a .npy header that disagrees with the manifest", load("lying_header"), IA,
+      {fn, "array 'a'", "holds shape [3]", "the manifest says [2]"});
+  bad("a declared size beyond memory", load("huge"), IA,
+      {fn, "more bytes than memory can hold", "more than the 1048576"});
+  bad("arrays above the limit", [&] { load_state_directory<T>(dir / "good", 2 * sizeof(T) - 1); },
+      IA, {fn, "declares arrays of " + std::to_string(2 * sizeof(T)) + " bytes in all"});
+  bad("save: onto a file", [&] { save_state_directory(dir / "file", good); }, IA,
+      {"save_state_directory", "not a directory"});
+  bad("save: over a directory that is not a checkpoint",
+      [&] { save_state_directory(dir / "not_state", good); }, IA,
+      {"save_state_directory", "not an xtgrad checkpoint"});
+  StateDict<T> bad_scalar = good;
+  bad_scalar.reals[".hidden"] = 1.0;
+  bad("save: a hidden scalar name", [&] { save_state_directory(dir / "new", bad_scalar); }, IA,
+      {"save_state_directory", "scalar name '.hidden'"});
+  CHECK_NOTHROW(load_state_directory<T>(dir / "good", 2 * sizeof(T)));
+  report("training-state directories", run_rows(rows, snapshot));
+}
+
+TEST_CASE_TEMPLATE("bad input: load_training_state is all or nothing", T, float, double) {
+  TempDir dir("bad-training");
+  Linear<T> model(3, 2);
+  optim::AdamW<T> adamw(model.parameters(), optim::AdamWOptions(0.1));
+  optim::StepLR<T> step_lr(adamw, 2);
+  for (Parameter<T>* p : model.parameters()) {
+    p->grad = xt::ones_like(p->value);
+    p->has_grad = true;
+  }
+  adamw.step();
+  step_lr.step();
+  save_training_state(dir / "good", model, adamw, &step_lr, {{{"step", 1}}, {}});
+  save_training_state(dir / "no_schedule", model, adamw, nullptr);
+  Linear<T> wide(3, 5);
+  optim::AdamW<T> wide_adamw(wide.parameters());
+  save_training_state(dir / "wide", wide, wide_adamw, nullptr);
+  optim::SGD<T> sgd(model.parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::StepLR<T> sgd_step_lr(sgd, 2);
+  save_training_state(dir / "sgd", model, sgd, &sgd_step_lr);
+  Linear<T> no_bias(3, 2, false);
+  optim::AdamW<T> no_bias_adamw(no_bias.parameters());
+  save_training_state(dir / "no_bias", no_bias, no_bias_adamw, nullptr);
+  StateDict<T> foreign = load_state_directory<T>(dir / "good", 1 << 20);
+  foreign.integers["trainer.step"] = 1;
+  save_state_directory(dir / "foreign", foreign);
+  StateDict<T> corrupt = load_state_directory<T>(dir / "good", 1 << 20);
+  corrupt.arrays["optimizer.state.0.exp_avg"] = xt::zeros<T>({7});
+  save_state_directory(dir / "corrupt_optimizer", corrupt);
+
+  // What a load into fresh objects may change, if it fails: nothing.
+  Linear<T> fresh(3, 2, true, detail::lvalue(Generator(5)));
+  optim::AdamW<T> fresh_adamw(fresh.parameters(), optim::AdamWOptions(0.5));
+  optim::StepLR<T> fresh_step_lr(fresh_adamw, 2);
+  optim::CosineAnnealingLR<T> fresh_cosine(fresh_adamw, 5);
+  auto snapshot = [&] {
+    State s;
+    for (Parameter<T>* p : fresh.parameters()) s.add(*p);
+    s.add(fresh_adamw.lr());
+    s.add(std::string(fresh_adamw.state(0) ? "state" : "no state"));
+    s.add(static_cast<std::size_t>(fresh_step_lr.last_epoch()));
+    s.add(static_cast<std::size_t>(fresh_cosine.last_epoch()));
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  const auto bad = row_adder(rows);
+  const auto load = [&](const std::string& name, optim::LRScheduler<T>* schedule) {
+    return [&, name, schedule] { load_training_state(dir / name, fresh, fresh_adamw, schedule); };
+  };
+  const std::string fn = "load_training_state";
+  bad("another model's shapes", load("wide", nullptr), IA,
+      {fn, "'model.weight' has shape [5, 3]", "the model expects [2, 3]"});
+  bad("a model without a parameter", load("no_bias", nullptr), IA,
+      {fn, "has no array 'model.bias'"});
+  bad("another optimizer", load("sgd", &fresh_step_lr), IA,
+      {"AdamW::check_state_dict", "'type' = 'SGD'", "expected 'AdamW'"});
+  bad("a corrupt optimizer part", load("corrupt_optimizer", &fresh_step_lr), IA,
+      {"AdamW::check_state_dict", "'state.0.exp_avg' has shape [7], expected [2, 3]"});
+  bad("a schedule's state without a schedule", load("good", nullptr), IA,
+      {fn, "holds the state of a schedule, but none was given"});
+  bad("a schedule without its state", load("no_schedule", &fresh_step_lr), IA,
+      {fn, "holds no schedule state, but a StepLR was given"});
+  bad("another schedule", load("good", &fresh_cosine), IA,
+      {"CosineAnnealingLR::check_state_dict", "'StepLR'", "expected 'CosineAnnealingLR'"});
+  bad("an entry of no known part", load("foreign", &fresh_step_lr), IA,
+      {fn, "'trainer.step'", "does not start with model., optimizer., scheduler. or extra."});
+  report("load_training_state", run_rows(rows, snapshot));
+  CHECK(load_training_state(dir / "good", fresh, fresh_adamw, &fresh_step_lr).integers.at("step") ==
+        1);
 }

@@ -241,3 +241,158 @@ TEST_CASE_TEMPLATE("bad input: optimizers, clipping and schedules", T, float, do
 
   report("optim", run_rows(rows, snapshot));
 }
+
+TEST_CASE_TEMPLATE("bad input: optimizer and schedule state dicts", T, float, double) {
+  OptimFixture<T> f;
+  std::vector<Parameter<T>*> both = {&f.p1, &f.p2};
+  f.give_gradients(10);
+  optim::SGD<T> sgd(both, optim::SGDOptions(0.1).momentum(0.9));
+  optim::Adam<T> adam(both, optim::AdamOptions(0.01).amsgrad(true));
+  optim::AdamW<T> adamw(both, optim::AdamWOptions(0.01));
+  sgd.step();
+  adam.step();
+  adamw.step();
+  optim::StepLR<T> step_lr(sgd, 3);
+  optim::CosineAnnealingLR<T> cosine(adam, 10);
+  step_lr.step();
+
+  auto snapshot = [&] {
+    State s;
+    s.add(f.p1);
+    s.add(f.p2);
+    add_state<T>(s, sgd);
+    add_state<T>(s, adam);
+    add_state<T>(s, adamw);
+    for (const optim::LRScheduler<T>* schedule :
+         {static_cast<const optim::LRScheduler<T>*>(&step_lr),
+          static_cast<const optim::LRScheduler<T>*>(&cosine)}) {
+      s.add(static_cast<std::size_t>(schedule->last_epoch()));
+      s.add(schedule->last_lr());
+      s.add(schedule->base_lr());
+    }
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  // A row loading `good` changed by `edit` into `target`.
+  const auto bad_state = [&](const std::string& label, auto& target, StateDict<T> good,
+                             const std::function<void(StateDict<T>&)>& edit,
+                             std::vector<std::string> parts) {
+    edit(good);
+    rows.push_back(
+        {label, [&target, good] { target.load_state_dict(good); }, IA, std::move(parts)});
+  };
+
+  for (optim::Optimizer<T>* o :
+       {static_cast<optim::Optimizer<T>*>(&sgd), static_cast<optim::Optimizer<T>*>(&adam),
+        static_cast<optim::Optimizer<T>*>(&adamw)}) {
+    const std::string fn = o->name() + "::load_state_dict";
+    const StateDict<T> good = o->state_dict();
+    const std::string buffer = o == &sgd ? "state.1.momentum_buffer" : "state.1.exp_avg_sq";
+    const auto row = [&](const std::string& label, std::function<void(StateDict<T>&)> edit,
+                         std::vector<std::string> parts) {
+      parts.insert(parts.begin(), fn);
+      bad_state(o->name() + ": " + label, *o, good, edit, parts);
+    };
+    row("another optimizer's type",
+        [&](StateDict<T>& s) { s.strings["type"] = o == &sgd ? "Adam" : "SGD"; },
+        {"string 'type'", "expected " + q(o->name())});
+    row("no type", [](StateDict<T>& s) { s.strings.clear(); }, {"has no string 'type'"});
+    row("two groups", [](StateDict<T>& s) { s.integers["param_groups"] = 2; },
+        {"'param_groups' is 2, expected 1"});
+    row("three parameters", [](StateDict<T>& s) { s.integers["param_groups.0.params"] = 3; },
+        {"'param_groups.0.params' is 3, expected 2"});
+    row("no lr", [](StateDict<T>& s) { s.reals.erase("param_groups.0.lr"); },
+        {"has no real 'param_groups.0.lr'"});
+    row("a negative lr", [](StateDict<T>& s) { s.reals["param_groups.0.lr"] = -1; },
+        {"'param_groups.0.lr'", "finite number >= 0, got -1"});
+    row("a buffer of the wrong shape",
+        [&](StateDict<T>& s) { s.arrays[buffer] = xt::zeros<T>({4}); },
+        {q(buffer), "has shape [4], expected [3]", "parameter 1 ('p2')"});
+    if (o != &sgd)  // (SGD: a parameter without a buffer is one not stepped yet)
+      row("a missing buffer", [&](StateDict<T>& s) { s.arrays.erase(buffer); },
+          {"has no array " + q(buffer), "[3]"});
+    row("state for a third parameter",
+        [&](StateDict<T>& s) { s.arrays["state.2.exp_avg"] = xt::zeros<T>({3}); },
+        {"unexpected array 'state.2.exp_avg'"});
+    row("an unknown scalar", [](StateDict<T>& s) { s.reals["param_groups.0.foo"] = 1; },
+        {"unexpected real 'param_groups.0.foo'"});
+  }
+  const auto sgd_row = [&](const std::string& label, std::function<void(StateDict<T>&)> edit,
+                           std::vector<std::string> parts) {
+    parts.insert(parts.begin(), "SGD::load_state_dict");
+    bad_state("SGD: " + label, sgd, sgd.state_dict(), edit, parts);
+  };
+  sgd_row("a momentum buffer without momentum",
+          [](StateDict<T>& s) { s.reals["param_groups.0.momentum"] = 0; },
+          {"'state.0.momentum_buffer'", "momentum is 0"});
+  sgd_row("nesterov 2", [](StateDict<T>& s) { s.integers["param_groups.0.nesterov"] = 2; },
+          {"'param_groups.0.nesterov' is 2, expected in [0, 1]"});
+  sgd_row("dampening 2", [](StateDict<T>& s) { s.reals["param_groups.0.dampening"] = 2; },
+          {"(param group 0)", "'dampening'", "in [0, 1], got 2"});
+  const auto adam_row = [&](const std::string& label, auto& target,
+                            std::function<void(StateDict<T>&)> edit,
+                            std::vector<std::string> parts) {
+    parts.insert(parts.begin(), target.name() + "::load_state_dict");
+    bad_state(target.name() + ": " + label, target, target.state_dict(), edit, parts);
+  };
+  adam_row("step 0", adam, [](StateDict<T>& s) { s.integers["state.0.step"] = 0; },
+           {"'state.0.step' is 0, expected in [1, "});
+  adam_row("no step", adam, [](StateDict<T>& s) { s.integers.erase("state.1.step"); },
+           {"has no integer 'state.1.step'"});
+  adam_row("amsgrad without max_exp_avg_sq", adam,
+           [](StateDict<T>& s) { s.arrays.erase("state.0.max_exp_avg_sq"); },
+           {"has no array 'state.0.max_exp_avg_sq'"});
+  adam_row("max_exp_avg_sq without amsgrad", adamw,
+           [](StateDict<T>& s) {
+             s.arrays["state.0.max_exp_avg_sq"] = xt::zeros<T>({2, 3});
+           },
+           {"'state.0.max_exp_avg_sq'", "amsgrad off"});
+  adam_row("beta1 = 1", adamw, [](StateDict<T>& s) { s.reals["param_groups.0.beta1"] = 1; },
+           {"(param group 0)", "'betas[0]'", "in [0, 1), got 1"});
+  adam_row("eps NaN", adam, [](StateDict<T>& s) { s.reals["param_groups.0.eps"] = k_nan; },
+           {"'eps'", "finite number > 0"});
+
+  const auto schedule_row = [&](const std::string& label, auto& target,
+                                std::function<void(StateDict<T>&)> edit,
+                                std::vector<std::string> parts) {
+    parts.insert(parts.begin(), target.name() + "::load_state_dict");
+    bad_state(target.name() + ": " + label, target, target.state_dict(), edit, parts);
+  };
+  schedule_row("another schedule's type", step_lr,
+               [](StateDict<T>& s) { s.strings["type"] = "CosineAnnealingLR"; },
+               {"'CosineAnnealingLR'", "expected 'StepLR'"});
+  schedule_row("last_epoch -1", cosine, [](StateDict<T>& s) { s.integers["last_epoch"] = -1; },
+               {"'last_epoch' is -1"});
+  schedule_row("two groups", cosine, [](StateDict<T>& s) { s.integers["param_groups"] = 2; },
+               {"'param_groups' is 2, expected 1"});
+  schedule_row("base lr NaN", step_lr, [](StateDict<T>& s) { s.reals["base_lrs.0"] = k_nan; },
+               {"'base_lrs.0'", "finite number >= 0"});
+  schedule_row("no last lr", step_lr, [](StateDict<T>& s) { s.reals.erase("last_lrs.0"); },
+               {"has no real 'last_lrs.0'"});
+  schedule_row("an array", cosine,
+               [](StateDict<T>& s) { s.arrays["base_lrs"] = xt::zeros<T>({1}); },
+               {"unexpected array 'base_lrs'"});
+  rows.push_back({"SGD::set_lr: a group out of range",
+                  [&] { sgd.set_lr(1, 0.1); },
+                  Expect::out_of_range,
+                  {"SGD::set_lr", "'group' is 1", "less than 1"}});
+  rows.push_back({"Adam::lr: a group out of range",
+                  [&] { adam.lr(3); },
+                  Expect::out_of_range,
+                  {"Adam::lr", "'group' is 3"}});
+  rows.push_back({"AdamW::set_lr: a negative lr for group 0",
+                  [&] { adamw.set_lr(0, -0.5); },
+                  IA,
+                  {"AdamW::set_lr", "'lr'", "finite number >= 0, got -0.5"}});
+  rows.push_back({"check_state_dict names itself",
+                  [&] {
+                    StateDict<T> s = adamw.state_dict();
+                    s.strings["type"] = "Adam";
+                    adamw.check_state_dict(s);
+                  },
+                  IA,
+                  {"AdamW::check_state_dict", "expected 'AdamW'"}});
+
+  report("optim state", run_rows(rows, snapshot));
+}

@@ -23,6 +23,7 @@ TEST_CASE("bad input: every saved fuzz input (seeds and former crashes) replays 
   const std::vector<std::pair<std::string, Harness>> targets = {
       {"npy", &fuzz::npy_one},
       {"checkpoint", &fuzz::checkpoint_one},
+      {"state", &fuzz::state_one},
       {"tape", &fuzz::tape_one},
       {"safetensors", &fuzz::safetensors_one},
       {"idx", &fuzz::idx_one}};

@@ -34,6 +34,7 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/training_state.hpp>
 
 namespace xtgrad::fuzz {
 
@@ -269,6 +270,97 @@ inline void checkpoint_one(const std::uint8_t* data, std::size_t size) {
   }
   load_checkpoint_into<float>(dir);
   load_checkpoint_into<double>(dir);
+}
+
+// ---------------------------------------------------------------- training-state directories
+
+// The input is a training-state directory: chunks separated by "====" become
+// manifest.tsv, scalars.tsv and f0.npy ... f7.npy, in that order. Reading it
+// must succeed within the memory limit or fail with a documented exception;
+// loading it as the training state of Linear(2, 3) + AdamW (amsgrad) +
+// StepLR, after one step, must succeed with the shapes kept (and a step then
+// work) or fail with the model, the optimizer and the schedule unchanged.
+template <class T>
+bool state_equal(const StateDict<T>& a, const StateDict<T>& b) {
+  if (a.arrays.size() != b.arrays.size() || a.integers != b.integers || a.strings != b.strings ||
+      a.reals.size() != b.reals.size())
+    return false;
+  for (const auto& [name, array] : a.arrays)
+    if (b.arrays.count(name) == 0 || !bit_equal(array, b.arrays.at(name))) return false;
+  for (const auto& [name, value] : a.reals)
+    if (b.reals.count(name) == 0 || std::memcmp(&value, &b.reals.at(name), sizeof value) != 0)
+      return false;
+  return true;
+}
+
+template <class T>
+void load_state_into(const std::filesystem::path& dir) {
+  constexpr std::size_t k_limit = std::size_t(1) << 16;
+  std::optional<StateDict<T>> state;
+  documented([&] { state = load_state_directory<T>(dir, k_limit); });
+  if (state) {
+    std::size_t bytes = 0;
+    for (const auto& [name, array] : state->arrays) bytes += array.size() * sizeof(T);
+    require(bytes <= k_limit, "load_state_directory read more than its limit");
+  }
+
+  Linear<T> model(2, 3);
+  optim::AdamW<T> adamw(model.parameters(), optim::AdamWOptions(0.1).amsgrad(true));
+  optim::StepLR<T> schedule(adamw, 2);
+  const auto give_gradients = [&] {
+    for (Parameter<T>* p : model.parameters()) {
+      p->grad = xt::ones_like(p->value);
+      p->has_grad = true;
+    }
+  };
+  give_gradients();
+  adamw.step();
+  schedule.step();
+  std::vector<xt::xarray<T>> values;
+  for (Parameter<T>* p : model.parameters()) values.push_back(p->value);
+  const StateDict<T> optimizer_before = adamw.state_dict();
+  const StateDict<T> schedule_before = schedule.state_dict();
+  const bool loaded = documented([&] { load_training_state(dir, model, adamw, &schedule); });
+  const auto params = model.parameters();
+  if (!loaded) {
+    for (std::size_t i = 0; i < params.size(); ++i)
+      require(bit_equal(params[i]->value, values[i]), "a failed load changed the model");
+    require(state_equal(adamw.state_dict(), optimizer_before),
+            "a failed load changed the optimizer");
+    require(state_equal(schedule.state_dict(), schedule_before),
+            "a failed load changed the schedule");
+    return;
+  }
+  for (std::size_t i = 0; i < params.size(); ++i)
+    require(params[i]->value.shape() == values[i].shape(), "load changed a parameter's shape");
+  give_gradients();
+  try {
+    adamw.step();
+    schedule.step();
+  } catch (const std::exception& e) {
+    throw Violation(std::string("a step after a successful load threw: ") + e.what());
+  }
+}
+
+inline void state_one(const std::uint8_t* data, std::size_t size) {
+  static const char* const k_names[] = {"manifest.tsv", "scalars.tsv", "f0.npy", "f1.npy",
+                                        "f2.npy",       "f3.npy",      "f4.npy", "f5.npy",
+                                        "f6.npy",       "f7.npy"};
+  constexpr std::size_t k_chunks = sizeof k_names / sizeof k_names[0];
+  const std::filesystem::path dir = scratch() / "state";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  std::size_t start = 0;
+  for (std::size_t chunk = 0; chunk < k_chunks; ++chunk) {
+    std::size_t end = input.find("====", start);
+    if (end == std::string::npos || chunk == k_chunks - 1) end = input.size();
+    write_file(dir / k_names[chunk], data + start, end - start);
+    if (end == input.size()) break;
+    start = end + 4;
+  }
+  load_state_into<float>(dir);
+  load_state_into<double>(dir);
 }
 
 // ---------------------------------------------------------------- op sequences
