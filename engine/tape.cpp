@@ -100,13 +100,6 @@ std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::siz
 }
 
 template <class T>
-void Tape<T>::set_backward(std::size_t index, BackwardFn<T> backward) {
-  if (detect_anomaly_) check_forward(index);
-  Node& node = nodes_[index];
-  if (node.requires_grad) node.backward = std::move(backward);
-}
-
-template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p) {
   // Without recording no gradient will reach p: p.grad is not even looked at
   // (Module::infer relies on this to only read its Parameters).
