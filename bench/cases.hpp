@@ -20,7 +20,10 @@
 // cross_entropy (class targets, mean). Pass::forward records the op with
 // autograd on; Pass::forward_backward also runs the backward to x (and weight,
 // bias) from a fixed upstream gradient dy [N, D] (cross_entropy: from its
-// scalar loss). The copy floor of each: rowwise_floor.
+// scalar loss). The copy floor of each: rowwise_floor. xtgrad's backward
+// from an explicit dy includes Tape::backward(y, dy) keeping dy as y's
+// gradient, a copy of dy that the floor does not count (LibTorch's does not
+// make it); in a network the next op's backward writes that gradient itself.
 
 #include <cstddef>
 #include <string>
