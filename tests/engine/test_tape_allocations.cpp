@@ -20,13 +20,19 @@
 #include "support/test_helpers.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
 #define XTGRAD_COUNT_WITH_SANITIZER 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#include <sanitizer/allocator_interface.h>
 #define XTGRAD_COUNT_WITH_SANITIZER 1
 #endif
+#endif
+
+#if defined(XTGRAD_COUNT_WITH_SANITIZER)
+// The sanitizer runtime's hook API (sanitizer/allocator_interface.h, which
+// GCC does not install), declared here.
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*,
+                                                                             std::size_t),
+                                                         void (*free_hook)(const volatile void*));
 #endif
 
 namespace {
