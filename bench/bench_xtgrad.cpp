@@ -9,6 +9,9 @@
 //               [32, 64, 128] and [8, 512, 512] . [8, 512, 512], against its GEMMs
 //   toy         one training step of the toy model, microseconds
 //   activation  each activation over 4M floats, forward and backward, against a copy
+//   rowwise     layer_norm, rms_norm, softmax, log_softmax, cross_entropy over
+//               [8192, 1024], forward and forward+backward, against a copy of
+//               the bytes each must move (cases.hpp, rowwise_floor)
 //   memory      peak resident memory of one forward+backward at N = 4096, each
 //               measured in a fresh child process (this program, re-run with
 //               --peak-memory-child) so that earlier cases do not count
@@ -46,6 +49,10 @@ constexpr double k_kib_per_mib = 1024.0;
 
 const MatmulShape k_matmul_shapes[] = {{32, 128, 64, 128}, {8, 512, 512, 512}};
 
+const RowOp k_row_ops[] = {RowOp::layer_norm, RowOp::rms_norm, RowOp::softmax, RowOp::log_softmax,
+                           RowOp::cross_entropy};
+constexpr std::size_t k_quick_rows = 512;
+
 const Family k_families[] = {Family::relu, Family::gelu, Family::swiglu};
 const Activation k_activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
                                     Activation::gelu_sigmoid, Activation::silu};
@@ -55,7 +62,7 @@ struct Options {
   int threads = 2;
   bool libtorch = true;  // when compiled in
   std::vector<std::size_t> tokens{128, 1024, 4096};
-  std::vector<std::string> sections{"ffn", "matmul", "toy", "activation", "memory"};
+  std::vector<std::string> sections{"ffn", "matmul", "toy", "activation", "rowwise", "memory"};
   std::string csv, json;
   std::string peak_memory_child;  // internal: "family:tokens:impl"
   TimingOptions timing;
@@ -179,6 +186,23 @@ void activation_rows(const Options& o, std::vector<Row>& rows) {
     }
 }
 
+void rowwise_rows(const Options& o, std::vector<Row>& rows) {
+  RowShape shape;
+  if (o.quick) shape.rows = k_quick_rows;
+  for (RowOp op : k_row_ops)
+    for (Pass pass : {Pass::forward, Pass::forward_backward}) {
+      Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+      if (libtorch_on(o)) libtorch = libtorch_rowwise(op, pass, shape);
+#endif
+      std::ostringstream name;
+      name << row_op_name(op) << ' ' << shape.rows << 'x' << shape.cols << ' ' << pass_name(pass);
+      rows.push_back(time_row("rowwise", name.str(), "ms", 1e-3, xtgrad_rowwise(op, pass, shape),
+                              rowwise_floor(op, pass, shape), libtorch, o.timing));
+      std::cerr << "  " << name.str() << "\n";
+    }
+}
+
 // ---- peak memory ----
 
 // In the child: one forward+backward of `spec` ("family:tokens:impl"); prints
@@ -249,9 +273,9 @@ std::string number(double v, int precision) {
 }
 
 std::string floor_label(const std::string& section) {
-  return section == "ffn" || section == "matmul" ? "GEMM floor"
-         : section == "activation"               ? "copy"
-                                                 : "floor";
+  return section == "ffn" || section == "matmul"           ? "GEMM floor"
+         : section == "activation" || section == "rowwise" ? "copy"
+                                                           : "floor";
 }
 
 void print_table(const std::vector<Row>& rows, std::ostream& out) {
@@ -370,6 +394,7 @@ int run(const Options& o) {
   if (wants(o, "matmul")) matmul_rows(o, rows);
   if (wants(o, "toy")) toy_rows(o, rows);
   if (wants(o, "activation")) activation_rows(o, rows);
+  if (wants(o, "rowwise")) rowwise_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
 
   print_table(rows, std::cout);
@@ -392,6 +417,22 @@ const char* family_name(Family family) {
       return "gelu";
     case Family::swiglu:
       return "swiglu";
+  }
+  return "?";
+}
+
+const char* row_op_name(RowOp op) {
+  switch (op) {
+    case RowOp::layer_norm:
+      return "layer_norm";
+    case RowOp::rms_norm:
+      return "rms_norm";
+    case RowOp::softmax:
+      return "softmax";
+    case RowOp::log_softmax:
+      return "log_softmax";
+    case RowOp::cross_entropy:
+      return "cross_entropy";
   }
   return "?";
 }
@@ -427,9 +468,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
-  app.add_option("--sections", o.sections, "which of: ffn matmul toy activation memory")
+  app.add_option("--sections", o.sections, "which of: ffn matmul toy activation rowwise memory")
       ->capture_default_str()
-      ->check(CLI::IsMember({"ffn", "matmul", "toy", "activation", "memory"}));
+      ->check(CLI::IsMember({"ffn", "matmul", "toy", "activation", "rowwise", "memory"}));
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
   app.add_option("--min-seconds", o.timing.min_seconds,

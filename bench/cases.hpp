@@ -14,6 +14,16 @@
 //
 // Batched matmul, float32: y [B, M, N] = a [B, M, K] . b [B, K, N], and for
 // Pass::forward_backward da = dy . b^T and db = a^T . dy per batch.
+//
+// Row-wise ops, float32, x [N, D] (N = 8192, D = 1024: 32 MiB): layer_norm
+// (weight and bias), rms_norm (weight), softmax(-1), log_softmax(-1) and
+// cross_entropy (class targets, mean). Pass::forward records the op with
+// autograd on; Pass::forward_backward also runs the backward to x (and weight,
+// bias) from a fixed upstream gradient dy [N, D] (cross_entropy: from its
+// scalar loss). The copy floor of each: rowwise_floor. xtgrad's backward
+// from an explicit dy includes Tape::backward(y, dy) keeping dy as y's
+// gradient, a copy of dy that the floor does not count (LibTorch's does not
+// make it); in a network the next op's backward writes that gradient itself.
 
 #include <cstddef>
 #include <string>
@@ -37,7 +47,15 @@ struct MatmulShape {
   std::size_t batch, m, k, n;
 };
 
+enum class RowOp { layer_norm, rms_norm, softmax, log_softmax, cross_entropy };
+
+struct RowShape {
+  std::size_t rows = 8192;
+  std::size_t cols = 1024;
+};
+
 const char* family_name(Family family);
+const char* row_op_name(RowOp op);
 const char* pass_name(Pass pass);
 
 // ---- xtgrad (cases_xtgrad.cpp) ----
@@ -53,6 +71,10 @@ Runner xtgrad_activation(Activation activation, Pass pass, std::size_t n);
 // then backward from a fixed dy; the gradients accumulate from step to step
 // (no zero_grad), so that the backward GEMMs are the floor's, beta = 1.
 Runner xtgrad_matmul(Pass pass, MatmulShape shape);
+// A row-wise op on a recording tape; x (and weight, bias) are Parameters
+// (recorded without a copy) whose gradients are written afresh each step
+// (has_grad reset, as zero_grad would leave them, without its fill pass).
+Runner xtgrad_rowwise(RowOp op, Pass pass, RowShape shape);
 
 // ---- the floors (cases_floor.cpp) ----
 
@@ -65,6 +87,15 @@ Runner matmul_floor(Pass pass, MatmulShape shape);
 // A copy of n floats (vector loads and stores): the bandwidth floor of an
 // elementwise pass.
 Runner copy_floor(std::size_t n);
+// The copy floor of a row-wise op: streaming passes over the [N, D] arrays
+// the op must read and write at least (per-row statistics and [D] weights are
+// negligible), on buffers x, y, dy, dx that the passes share as the op's do:
+//   forward:  y = x (read x, write y); cross_entropy: read x (a sum)
+//   backward: dx = dy + x (norms) or dy + y (softmax, log_softmax): read two,
+//             write one; cross_entropy: dx = x, read one, write one.
+// An output is a copy of the first input; a second input is loaded and added
+// in, which costs nothing beside its loads. forward_backward runs both.
+Runner rowwise_floor(RowOp op, Pass pass, RowShape shape);
 
 // Sets OpenBLAS's thread count; returns OpenBLAS's description of itself.
 std::string init_openblas(int threads);
@@ -78,6 +109,10 @@ Runner libtorch_ffn(Family family, Pass pass, FfnShape shape);
 Runner libtorch_toy_step();
 // An empty Runner when LibTorch has no such op (gelu_sigmoid).
 Runner libtorch_activation(Activation activation, Pass pass, std::size_t n);
+// The same op through LibTorch's autograd: torch::layer_norm, torch::softmax,
+// torch::log_softmax, torch::cross_entropy; rms_norm (no op in LibTorch 1.13)
+// as LLaMA's RMSNorm module writes it, x * rsqrt(mean(x^2, -1) + eps) * w.
+Runner libtorch_rowwise(RowOp op, Pass pass, RowShape shape);
 #endif
 
 }  // namespace xtgrad::bench

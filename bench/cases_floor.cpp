@@ -141,7 +141,64 @@ struct CopyState {
   }
 };
 
+// out[j] = a[j] (+ b[j]) for j < n, with the vector loads and stores of
+// CopyState; with no out, a sum of a (a pure read).
+float stream(const float* a, const float* b, float* out, std::size_t n) {
+  using Batch = xsimd::batch<float>;
+  Batch total(0.0f);
+  std::size_t i = 0;
+  for (; i + Batch::size <= n; i += Batch::size) {
+    Batch v = Batch::load_unaligned(a + i);
+    if (b) v += Batch::load_unaligned(b + i);
+    if (out)
+      v.store_unaligned(out + i);
+    else
+      total += v;
+  }
+  float rest = 0.0f;
+  for (; i < n; ++i) {
+    const float v = a[i] + (b ? b[i] : 0.0f);
+    if (out)
+      out[i] = v;
+    else
+      rest += v;
+  }
+  return xsimd::hadd(total) + rest;
+}
+
+struct RowwiseFloorState {
+  RowOp op;
+  Pass pass;
+  std::size_t n = 0;
+  std::vector<float> x, y, dy, dx;
+  float sink = 0.0f;  // keeps the forward read of cross_entropy
+
+  void run() {
+    if (op == RowOp::cross_entropy) {
+      sink += stream(x.data(), nullptr, nullptr, n);  // forward: read x
+      if (pass == Pass::forward_backward) stream(x.data(), nullptr, dx.data(), n);  // dx = x
+      return;
+    }
+    stream(x.data(), nullptr, y.data(), n);  // forward: y = x
+    if (pass == Pass::forward) return;
+    const bool from_output = op == RowOp::softmax || op == RowOp::log_softmax;
+    stream(dy.data(), from_output ? y.data() : x.data(), dx.data(), n);  // dx = dy + x or y
+  }
+};
+
 }  // namespace
+
+Runner rowwise_floor(RowOp op, Pass pass, RowShape shape) {
+  auto state = std::make_shared<RowwiseFloorState>();
+  state->op = op;
+  state->pass = pass;
+  state->n = shape.rows * shape.cols;
+  state->x = random_buffer(state->n, k_seed + 10);
+  state->dy = random_buffer(state->n, k_seed + 11);
+  state->y.assign(state->n, 0.0f);
+  state->dx.assign(state->n, 0.0f);
+  return [state] { state->run(); };
+}
 
 Runner gemm_floor(Family family, Pass pass, FfnShape shape) {
   auto state = std::make_shared<FloorState>(family, pass, shape);

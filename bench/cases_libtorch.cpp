@@ -73,6 +73,40 @@ struct ToyState {
   }
 };
 
+struct RowwiseState {
+  RowOp op;
+  Pass pass;
+  torch::Tensor x, weight, bias, target, dy;
+
+  torch::Tensor forward() {
+    switch (op) {
+      case RowOp::layer_norm:
+        return torch::layer_norm(x, {x.size(-1)}, weight, bias, 1e-5);
+      case RowOp::rms_norm:  // LLaMA's RMSNorm.forward
+        return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-6) * weight;
+      case RowOp::softmax:
+        return torch::softmax(x, -1);
+      case RowOp::log_softmax:
+        return torch::log_softmax(x, -1);
+      case RowOp::cross_entropy:
+        return torch::cross_entropy_loss(x, target);
+    }
+    return {};
+  }
+
+  void run() {
+    if (pass == Pass::forward) {
+      forward();
+      return;
+    }
+    for (torch::Tensor* t : {&x, &weight, &bias}) t->mutable_grad() = torch::Tensor();
+    if (op == RowOp::cross_entropy)
+      forward().backward();
+    else
+      forward().backward(dy);
+  }
+};
+
 }  // namespace
 
 std::string init_libtorch(int threads) {
@@ -142,6 +176,23 @@ Runner libtorch_activation(Activation activation, Pass pass, std::size_t n) {
     default:
       return {};
   }
+}
+
+}  // namespace xtgrad::bench
+
+namespace xtgrad::bench {
+
+Runner libtorch_rowwise(RowOp op, Pass pass, RowShape shape) {
+  auto state = std::make_shared<RowwiseState>();
+  state->op = op;
+  state->pass = pass;
+  const auto n = static_cast<std::int64_t>(shape.rows), d = static_cast<std::int64_t>(shape.cols);
+  state->x = (torch::rand({n, d}) * 8 - 4).requires_grad_(true);
+  state->weight = (torch::rand({d}) * 2 - 1).requires_grad_(true);
+  state->bias = (torch::rand({d}) * 2 - 1).requires_grad_(true);
+  state->dy = torch::rand({n, d}) * 2 - 1;
+  state->target = torch::randint(d, {n}, torch::kLong);
+  return [state] { state->run(); };
 }
 
 }  // namespace xtgrad::bench

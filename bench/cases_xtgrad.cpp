@@ -3,6 +3,7 @@
 // reused across steps: clear() keeps its buffers).
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 
@@ -115,7 +116,61 @@ struct MatmulState {
   }
 };
 
+struct RowwiseState {
+  RowOp op;
+  Pass pass;
+  Parameter<float> x, weight, bias;
+  Indices target;
+  xt::xarray<float> dy;
+  Tape<float> tape;
+
+  Var<float> forward() {
+    const Var<float> in = tape.param(x);
+    switch (op) {
+      case RowOp::layer_norm:
+        return layer_norm(in, std::optional(tape.param(weight)), std::optional(tape.param(bias)));
+      case RowOp::rms_norm:
+        return rms_norm(in, std::optional(tape.param(weight)));
+      case RowOp::softmax:
+        return softmax(in, -1);
+      case RowOp::log_softmax:
+        return log_softmax(in, -1);
+      case RowOp::cross_entropy:
+        return cross_entropy(in, target);
+    }
+    throw std::logic_error("bench: unknown row-wise op");
+  }
+
+  void run() {
+    tape.clear();
+    const Var<float> y = forward();
+    if (pass == Pass::forward) return;
+    // What zero_grad leaves, without its fill: the backward writes every gradient.
+    for (Parameter<float>* p : {&x, &weight, &bias}) p->has_grad = false;
+    if (op == RowOp::cross_entropy)
+      tape.backward(y);
+    else
+      tape.backward(y, dy);
+  }
+};
+
 }  // namespace
+
+Runner xtgrad_rowwise(RowOp op, Pass pass, RowShape shape) {
+  auto state = std::make_shared<RowwiseState>();
+  state->op = op;
+  state->pass = pass;
+  const Shape xs{shape.rows, shape.cols};
+  state->x = Parameter<float>("x", uniform(xs, k_seed + 8, 4.0f));
+  state->weight = Parameter<float>("weight", uniform({shape.cols}, k_seed + 9));
+  state->bias = Parameter<float>("bias", uniform({shape.cols}, k_seed + 10));
+  state->dy = uniform(xs, k_seed + 11);
+  state->target = Indices::from_shape({shape.rows});
+  std::mt19937 engine(k_seed + 12);
+  std::uniform_int_distribution<std::int64_t> classes(0, static_cast<std::int64_t>(shape.cols) - 1);
+  for (std::int64_t& t : state->target) t = classes(engine);
+  return [state] { state->run(); };
+}
 
 Runner xtgrad_ffn(Family family, Pass pass, FfnShape shape) {
   auto state = std::make_shared<FfnState>();

@@ -102,14 +102,6 @@ std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::siz
 }
 
 template <class T>
-void Tape<T>::set_backward(std::size_t index, BackwardFn<T> backward) {
-  if (detect_anomaly_) check_forward(index);
-  Node& node = nodes_[index];
-  if (node.requires_grad) node.backward = std::move(backward);
-  if (profiler_) profiler_->forward_end(*this, index);
-}
-
-template <class T>
 void Tape<T>::profile_forward_end(std::size_t index) {
   profiler_->forward_end(*this, index);
 }

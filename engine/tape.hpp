@@ -36,14 +36,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 
+#include "backward_fn.hpp"
 #include "parameter.hpp"
 
 namespace xtgrad {
@@ -113,11 +116,10 @@ struct GradPointer {
   bool accumulate = false;
 };
 
-// The backward rule of one node: given d(output)/d(node) it adds the parents'
-// gradients through tape.grad_slot(parent_index). Captures indices, shapes and
-// evaluated containers by value, never views or references.
-template <class T>
-using BackwardFn = std::function<void(Tape<T>& tape, const xt::xarray<T>& grad_output)>;
+// The backward rule of one node (BackwardFn<T>, backward_fn.hpp): given
+// d(output)/d(node) it adds the parents' gradients through
+// tape.grad_slot(parent_index). Captures indices, shapes and evaluated
+// containers by value, never views or references.
 
 // Thrown in anomaly mode (Tape::set_detect_anomaly) for the first non-finite
 // value or gradient. what() is one readable paragraph; the fields let a test
@@ -263,8 +265,43 @@ class Tape {
   // result's shape; it may hold a buffer kept from an earlier recording).
   xt::xarray<T>& value_mut(std::size_t index) { return nodes_[index].value; }
   // Every op calls this once, after its value is complete; anomaly mode
-  // checks the value here. Dropped when the node needs no gradient.
-  void set_backward(std::size_t index, BackwardFn<T> backward);
+  // checks the value here. Dropped when the node needs no gradient. Any
+  // callable `void(Tape<T>&, const xt::xarray<T>&)` (a lambda, a BackwardFn):
+  // it is moved into the node's BackwardFn, which a warm tape reuses without
+  // allocating.
+  template <class F>
+  void set_backward(std::size_t index, F&& backward) {
+    if (detect_anomaly_) check_forward(index);
+    Node& node = nodes_[index];
+    if (node.requires_grad) node.backward.emplace(std::forward<F>(backward));
+    if (profiler_) profile_forward_end(index);
+  }
+
+  // Memory for what a backward rule reads beside values (row statistics, a
+  // copy of integer targets): `count` elements of a trivially copyable U,
+  // owned by node `index` (call it after `record`) and kept across clear()
+  // like the node's value, so that a warm tape records without allocating.
+  // The op fills it; the rule reads it back with saved<U>(index). One buffer
+  // per node: a second call replaces the first's contents.
+  template <class U>
+  U* save(std::size_t index, std::size_t count) {
+    static_assert(std::is_trivially_copyable_v<U> && alignof(U) <= alignof(std::max_align_t),
+                  "Tape::save: U must be trivially copyable and at most max_align_t-aligned");
+    Node& node = nodes_[index];
+    const std::size_t blocks =
+        (count * sizeof(U) + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+    if (node.saved_blocks < blocks) {
+      node.saved = std::make_unique<std::max_align_t[]>(blocks);
+      node.saved_blocks = blocks;
+    }
+    U* data = reinterpret_cast<U*>(node.saved.get());
+    std::uninitialized_default_construct_n(data, count);
+    return std::launder(data);
+  }
+  template <class U>
+  const U* saved(std::size_t index) const {
+    return std::launder(reinterpret_cast<const U*>(nodes_[index].saved.get()));
+  }
   Var<T> var(std::size_t index) { return Var<T>(this, index, generation_); }
 
   const xt::xarray<T>& value(std::size_t index) const;
@@ -300,6 +337,8 @@ class Tape {
     Shape param_shape;  // param->value's shape when recorded
     BackwardFn<T> backward;
     std::vector<std::size_t> parents;
+    std::unique_ptr<std::max_align_t[]> saved;  // Tape::save, kept across clear()
+    std::size_t saved_blocks = 0;
     bool requires_grad = false;
     bool is_leaf = false;
     bool grad_ready = false;  // grad holds a value for the current backward

@@ -96,6 +96,13 @@ struct RowStats {
   T m, log_s;
 };
 
+// What backward keeps of row n (in the node's saved memory, Tape::save).
+template <class T>
+struct SavedRow {
+  std::int64_t target;
+  RowStats<T> stats;
+};
+
 template <class T>
 RowStats<T> row_stats(const T* x, std::size_t c) {
   const T m = detail::row_max(x, c);
@@ -124,19 +131,20 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
   const std::int64_t* t = target.data();
   const std::size_t n = rows.n, c = rows.c;
   const bool keep = tape.requires_grad(yi);
-  std::vector<RowStats<T>> stats(keep ? n : 0);
+  SavedRow<T>* const saved = keep ? tape.template save<SavedRow<T>>(yi, n) : nullptr;
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(result_shape(rows, options.reduction));
   RowLosses<T> losses(options.reduction, y);
   double count = 0.0;
   for (std::size_t r = 0; r < n; ++r) {
+    if (saved) saved[r].target = t[r];
     if (t[r] == ignore) {  // l_n = 0
       losses.set(r, 0.0);
       continue;
     }
     const T* xr = x + r * c;
     const RowStats<T> st = row_stats(xr, c);
-    if (keep) stats[r] = st;
+    if (saved) saved[r].stats = st;
     // l_n = (1 - eps) (lse - x_t) + eps (lse - mean_c x_c), lse = m + log_s
     const double lse = static_cast<double>(st.m) + st.log_s;
     double smooth = 0.0;
@@ -147,27 +155,27 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
   losses.finish(count);
 
   // Backward keeps the targets and row statistics; inference keeps nothing.
-  Indices kept_target = keep ? target : Indices();
-  tape.set_backward(yi, [li, n, c, count, options, stats = std::move(stats),
-                         target = std::move(kept_target)](Tape<T>& tp, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [li, yi, n, c, count, options](Tape<T>& tp, const xt::xarray<T>& dy) {
     const GradPointer<T> dx = tp.grad_pointer(li);
     if (dx.data == nullptr) return;
+    const SavedRow<T>* saved = tp.template saved<SavedRow<T>>(yi);
     const T* x = tp.value(li).data();
     const T e = static_cast<T>(options.label_smoothing);
     for (std::size_t r = 0; r < n; ++r) {
       T* d = dx.data + r * c;
-      const std::int64_t tr = target.data()[r];
+      const std::int64_t tr = saved[r].target;
       if (tr == options.ignore_index) {  // dx[r, C] (+)= 0
         if (!dx.accumulate) std::fill(d, d + c, T(0));
         continue;
       }
       const T g = row_gradient(dy.data(), r, options.reduction, count);
       const T offset = -g * e / static_cast<T>(c);
+      const RowStats<T> st = saved[r].stats;
       // dx[r, C] (+)= g * exp((x[r, C] - m) - log_s) - g * eps / C
       if (dx.accumulate)
-        detail::scaled_exp_minus<T, true>(x + r * c, stats[r].m, stats[r].log_s, g, offset, d, c);
+        detail::scaled_exp_minus<T, true>(x + r * c, st.m, st.log_s, g, offset, d, c);
       else
-        detail::scaled_exp_minus<T, false>(x + r * c, stats[r].m, stats[r].log_s, g, offset, d, c);
+        detail::scaled_exp_minus<T, false>(x + r * c, st.m, st.log_s, g, offset, d, c);
       d[tr] -= g * (T(1) - e);  // dx[r, t_r] -= g * (1 - eps)
     }
   });
@@ -198,7 +206,7 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
   const std::size_t n = rows.n, c = rows.c;
   const bool keep = tape.requires_grad(yi);
   // Per row: m, log_s and Q = sum_c q'_c (the factor of p in dx).
-  std::vector<T> stats(keep ? 3 * n : 0);
+  T* const stats = keep ? tape.template save<T>(yi, 3 * n) : nullptr;
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(result_shape(rows, options.reduction));
   RowLosses<T> losses(options.reduction, y);
@@ -212,7 +220,7 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
                  return (keep_q * qr[k] + spread) *
                         ((static_cast<double>(st.m) - xr[k]) + st.log_s);
                }));
-    if (keep) {
+    if (stats) {
       const double total_q = detail::sum_of(c, [qr](std::size_t k) { return qr[k]; });
       stats[3 * r] = st.m;
       stats[3 * r + 1] = st.log_s;
@@ -221,41 +229,41 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
   }
   losses.finish(static_cast<double>(n));
 
-  tape.set_backward(
-      yi, [li, qi, n, c, options, stats = std::move(stats)](Tape<T>& tp, const xt::xarray<T>& dy) {
-        const T* x = tp.value(li).data();
-        const T* q = tp.value(qi).data();
-        const T keep_q = static_cast<T>(1.0 - options.label_smoothing);
-        const T spread = c == 0 ? T(0) : static_cast<T>(options.label_smoothing / c);
-        const double count = static_cast<double>(n);
-        // One parent at a time: when logits and target_probs are one Var, the
-        // second claim accumulates onto the first.
-        if (tp.requires_grad(li)) {
-          const GradPointer<T> dx = tp.grad_pointer(li);
-          for (std::size_t r = 0; r < n; ++r) {
-            const T g = row_gradient(dy.data(), r, options.reduction, count);
-            const T m = stats[3 * r], log_s = stats[3 * r + 1], total_q = stats[3 * r + 2];
-            for (std::size_t k = 0; k < c; ++k) {
-              const std::size_t i = r * c + k;
-              // dx[r, k] (+)= g * (p[r, k] * Q_r - q'[r, k])
-              const T v = g * (std::exp((x[i] - m) - log_s) * total_q - (keep_q * q[i] + spread));
-              dx.data[i] = dx.accumulate ? dx.data[i] + v : v;
-            }
-          }
+  tape.set_backward(yi, [li, qi, yi, n, c, options](Tape<T>& tp, const xt::xarray<T>& dy) {
+    const T* stats = tp.template saved<T>(yi);
+    const T* x = tp.value(li).data();
+    const T* q = tp.value(qi).data();
+    const T keep_q = static_cast<T>(1.0 - options.label_smoothing);
+    const T spread = c == 0 ? T(0) : static_cast<T>(options.label_smoothing / c);
+    const double count = static_cast<double>(n);
+    // One parent at a time: when logits and target_probs are one Var, the
+    // second claim accumulates onto the first.
+    if (tp.requires_grad(li)) {
+      const GradPointer<T> dx = tp.grad_pointer(li);
+      for (std::size_t r = 0; r < n; ++r) {
+        const T g = row_gradient(dy.data(), r, options.reduction, count);
+        const T m = stats[3 * r], log_s = stats[3 * r + 1], total_q = stats[3 * r + 2];
+        for (std::size_t k = 0; k < c; ++k) {
+          const std::size_t i = r * c + k;
+          // dx[r, k] (+)= g * (p[r, k] * Q_r - q'[r, k])
+          const T v = g * (std::exp((x[i] - m) - log_s) * total_q - (keep_q * q[i] + spread));
+          dx.data[i] = dx.accumulate ? dx.data[i] + v : v;
         }
-        if (tp.requires_grad(qi)) {
-          const GradPointer<T> dq = tp.grad_pointer(qi);
-          for (std::size_t r = 0; r < n; ++r) {
-            const T g = row_gradient(dy.data(), r, options.reduction, count) * keep_q;
-            const T m = stats[3 * r], log_s = stats[3 * r + 1];
-            for (std::size_t k = 0; k < c; ++k) {
-              const std::size_t i = r * c + k;
-              const T v = g * ((m - x[i]) + log_s);  // dq[r, k] (+)= g (1 - eps) (lse_r - x[r, k])
-              dq.data[i] = dq.accumulate ? dq.data[i] + v : v;
-            }
-          }
+      }
+    }
+    if (tp.requires_grad(qi)) {
+      const GradPointer<T> dq = tp.grad_pointer(qi);
+      for (std::size_t r = 0; r < n; ++r) {
+        const T g = row_gradient(dy.data(), r, options.reduction, count) * keep_q;
+        const T m = stats[3 * r], log_s = stats[3 * r + 1];
+        for (std::size_t k = 0; k < c; ++k) {
+          const std::size_t i = r * c + k;
+          const T v = g * ((m - x[i]) + log_s);  // dq[r, k] (+)= g (1 - eps) (lse_r - x[r, k])
+          dq.data[i] = dq.accumulate ? dq.data[i] + v : v;
         }
-      });
+      }
+    }
+  });
   return tape.var(yi);
 }
 
@@ -276,6 +284,10 @@ Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions o
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(result_shape(rows, options.reduction));
   RowLosses<T> losses(options.reduction, y);
+  // Backward keeps the targets (in the node's saved memory); inference nothing.
+  std::int64_t* const kept =
+      tape.requires_grad(yi) ? tape.template save<std::int64_t>(yi, n) : nullptr;
+  if (kept) std::copy(t, t + n, kept);
   double count = 0.0;
   for (std::size_t r = 0; r < n; ++r) {
     const bool counted = t[r] != ignore;
@@ -284,14 +296,13 @@ Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions o
   }
   losses.finish(count);
 
-  Indices kept_target = tape.requires_grad(yi) ? target : Indices();  // inference keeps nothing
-  tape.set_backward(yi, [zi, n, c, count, options, target = std::move(kept_target)](
-                            Tape<T>& tp, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [zi, yi, n, c, count, options](Tape<T>& tp, const xt::xarray<T>& dy) {
     const GradPointer<T> dz = tp.grad_pointer(zi);
     if (dz.data == nullptr) return;
+    const std::int64_t* target = tp.template saved<std::int64_t>(yi);
     if (!dz.accumulate) std::fill(dz.data, dz.data + n * c, T(0));  // dz[N, C] = 0, then
     for (std::size_t r = 0; r < n; ++r) {
-      const std::int64_t tr = target.data()[r];
+      const std::int64_t tr = target[r];
       if (tr == options.ignore_index) continue;
       // dz[r, t_r] (+)= -g_r
       dz.data[r * c + tr] -= row_gradient(dy.data(), r, options.reduction, count);

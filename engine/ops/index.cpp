@@ -38,7 +38,7 @@ void for_each_gather_run(const Shape& xshape, const Shape& ishape, std::size_t a
 }
 
 // The copy of `index` that the backward rule of node yi keeps: one copy (a
-// non-const init-capture, so that std::function moves rather than copies it
+// non-const init-capture, so that the rule moves rather than copies it
 // again), and none when the node needs no gradient and the rule is dropped.
 template <class T>
 Indices kept_for_backward(const Tape<T>& tape, std::size_t yi, const Indices& index) {

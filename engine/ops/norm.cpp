@@ -1,3 +1,5 @@
+#include "../kernels/norm_kernels.hpp"  // first (through simd.hpp): see simd.hpp
+
 #include "norm.hpp"
 
 #include <algorithm>
@@ -12,21 +14,6 @@ namespace xtgrad {
 
 namespace {
 
-// sum_j f(j) for j < n, in double, in eight independent partial sums (which
-// the compiler keeps in vector registers).
-template <class F>
-double lane_sum(std::size_t n, F f) {
-  constexpr std::size_t lanes = 8;
-  double partial[lanes] = {};
-  std::size_t j = 0;
-  for (; j + lanes <= n; j += lanes)
-    for (std::size_t k = 0; k < lanes; ++k) partial[k] += f(j + k);
-  for (; j < n; ++j) partial[0] += f(j);
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
-}
-
 // The checks of both ops; returns D, the length of a row.
 template <class T>
 std::size_t check_norm(const char* op, const Var<T>& x, const Var<T>* weight, const Var<T>* bias,
@@ -34,20 +21,22 @@ std::size_t check_norm(const char* op, const Var<T>& x, const Var<T>* weight, co
   const Shape& xs = x.shape();
   if (xs.empty()) detail::fail_shape(op, "x", xs, "[..., D] (at least one axis)");
   const std::size_t d = xs.back();
-  const std::string expected = "[" + std::to_string(d) + "] to match x " + detail::shape_str(xs);
   for (const auto& [name, v] : {std::pair{"weight", weight}, std::pair{"bias", bias}})
     if (v && (v->shape().size() != 1 || v->shape()[0] != d))
-      detail::fail_shape(op, name, v->shape(), expected);
+      detail::fail_shape(op, name, v->shape(),
+                         "[" + std::to_string(d) + "] to match x " + detail::shape_str(xs));
   if (!(eps >= 0.0 && std::isfinite(eps)))
     detail::fail_argument(op, "eps",
                           "is " + detail::number_str(eps) + ", expected a finite value >= 0");
   return d;
 }
 
-// Per-thread double buffers for dw and db: the sums over rows, written once
-// into the gradients at the end (kept from call to call, grown, never shrunk).
-double* row_sum_scratch(std::size_t size) {
-  thread_local std::vector<double> buffer;
+// Per-thread buffers of norm_backward (kept from call to call, grown, never
+// shrunk): `size` elements of U; one buffer per (U, Slot).
+enum class Slot { sums, shares };
+template <class U, Slot slot>
+U* row_scratch(std::size_t size) {
+  thread_local std::vector<U> buffer;
   if (buffer.size() < size) buffer.resize(size);
   return buffer.data();
 }
@@ -62,45 +51,60 @@ void write_row_sums(GradPointer<T> dst, const double* sum, std::size_t d) {
     for (std::size_t j = 0; j < d; ++j) dst.data[j] = static_cast<T>(sum[j]);
 }
 
-// One backward for both ops, row by row (llm.c's layernorm_backward);
-// rms_norm is the case Centered = false (mean 0, no mean(dxhat) term).
-// stats: per row {mean, rstd} (Centered) or {rstd}.
+// Rows whose weight and bias shares are summed in T before they are added
+// into the double sums (as RowSum does along a row).
+constexpr std::size_t k_rows_per_flush = 16;
+
+// The backward of both ops over all rows (norm_backward_row per row). The
+// weight and bias gradients are sums over rows: in T over blocks of
+// k_rows_per_flush rows, then in double, written once at the end.
 template <bool Centered, bool HasWeight, class T>
 void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std::size_t rows,
                    std::size_t d, GradPointer<T> dx, GradPointer<T> dw, GradPointer<T> db) {
-  double* const dw_sum = dw.data || db.data ? row_sum_scratch(2 * d) : nullptr;
+  double* const dw_sum = dw.data || db.data ? row_scratch<double, Slot::sums>(2 * d) : nullptr;
   double* const db_sum = dw_sum ? dw_sum + d : nullptr;
-  if (dw.data) std::fill(dw_sum, dw_sum + d, 0.0);
-  if (db.data) std::fill(db_sum, db_sum + d, 0.0);
+  T* const shares = dw.data || db.data ? row_scratch<T, Slot::shares>(2 * d) : nullptr;
+  T* const acc_w = dw.data ? shares : nullptr;
+  T* const acc_b = db.data ? shares + d : nullptr;
+  for (T* a : {acc_w, acc_b})
+    if (a) std::fill(a, a + d, T(0));
+  for (double* s : {dw.data ? dw_sum : nullptr, db.data ? db_sum : nullptr})
+    if (s) std::fill(s, s + d, 0.0);
+  const auto flush = [&] {  // sums[D] += acc[D]; acc[D] = 0
+    for (auto [acc, sum] : {std::pair{acc_w, dw_sum}, std::pair{acc_b, db_sum}})
+      if (acc)
+        for (std::size_t j = 0; j < d; ++j) {
+          sum[j] += acc[j];
+          acc[j] = T(0);
+        }
+  };
   for (std::size_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * d;
-    const T* g = dy + r * d;
-    const double mean = Centered ? stats[2 * r] : 0.0;
-    const double rstd = Centered ? stats[2 * r + 1] : stats[r];
-    auto xhat = [=](std::size_t j) { return (static_cast<double>(xr[j]) - mean) * rstd; };
-    auto dxhat = [=](std::size_t j) { return HasWeight ? double(g[j]) * w[j] : double(g[j]); };
-    if (dx.data) {
-      // mean_dxhat[] = mean_j dxhat[j] (0 for rms_norm), mean_dxhat_xhat[] = mean_j dxhat * xhat
-      const double mean_dxhat = Centered ? lane_sum(d, dxhat) / d : 0.0;
-      const double mean_dxhat_xhat =
-          lane_sum(d, [=](std::size_t j) { return dxhat(j) * xhat(j); }) / d;
-      T* o = dx.data + r * d;
-      // dx[D] (+)= rstd * (dxhat[D] - mean_dxhat - xhat[D] * mean_dxhat_xhat)
-      if (dx.accumulate)
-        for (std::size_t j = 0; j < d; ++j)
-          o[j] += static_cast<T>(rstd * (dxhat(j) - mean_dxhat - xhat(j) * mean_dxhat_xhat));
-      else
-        for (std::size_t j = 0; j < d; ++j)
-          o[j] = static_cast<T>(rstd * (dxhat(j) - mean_dxhat - xhat(j) * mean_dxhat_xhat));
-    }
-    // dw[D] += dy[r, D] * xhat[r, D];   db[D] += dy[r, D]   (sums over rows, in double)
-    if (dw.data)
-      for (std::size_t j = 0; j < d; ++j) dw_sum[j] += double(g[j]) * xhat(j);
-    if (db.data)
-      for (std::size_t j = 0; j < d; ++j) db_sum[j] += g[j];
+    const detail::NormStats st = Centered ? detail::NormStats{stats[2 * r], stats[2 * r + 1]}
+                                          : detail::NormStats{0.0, stats[r]};
+    T* const out = dx.data ? dx.data + r * d : nullptr;
+    if (dx.accumulate)
+      detail::norm_backward_row<Centered, HasWeight, true>(x + r * d, w, dy + r * d, out, acc_w,
+                                                           acc_b, d, st);
+    else
+      detail::norm_backward_row<Centered, HasWeight, false>(x + r * d, w, dy + r * d, out, acc_w,
+                                                            acc_b, d, st);
+    if ((r + 1) % k_rows_per_flush == 0) flush();
   }
+  flush();
   write_row_sums(dw, dw_sum, d);
   write_row_sums(db, db_sum, d);
+}
+
+// y[N, D] for all rows, with the statistics of each row into stats (when not null).
+template <bool Centered, bool HasWeight, bool HasBias, class T>
+void norm_forward(const T* x, const T* w, const T* b, T* y, std::size_t rows, std::size_t d,
+                  double eps, double* stats) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const detail::NormStats st = detail::norm_row_stats<Centered>(x + r * d, d, eps);
+    detail::norm_forward_row<Centered, HasWeight, HasBias>(x + r * d, w, b, y + r * d, d, st);
+    if (stats && Centered) stats[2 * r] = st.mean;
+    if (stats) stats[Centered ? 2 * r + 1 : r] = st.rstd;
+  }
 }
 
 // Records layer_norm (Centered) or rms_norm after the checks.
@@ -123,34 +127,21 @@ Var<T> record_norm(const char* op, const Var<T>& x, const std::optional<Var<T>>&
   // stats[rows, 2] = {mean, rstd} (layer_norm) or stats[rows] = rstd (rms_norm),
   // kept only when backward will run.
   constexpr std::size_t per_row = Centered ? 2 : 1;
-  std::vector<double> stats(tape.requires_grad(yi) ? per_row * rows : 0);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const T* xr = xv.data() + r * d;
-    T* yr = y.data() + r * d;
-    // mean[] = sum_j x[j] / D (0 for rms_norm); var[] = sum_j (x[j] - mean)^2 / D
-    const double mean =
-        Centered ? lane_sum(d, [xr](std::size_t j) { return double(xr[j]); }) / d : 0.0;
-    const double var = lane_sum(d,
-                                [=](std::size_t j) {
-                                  const double c = xr[j] - mean;
-                                  return c * c;
-                                }) /
-                       d;
-    const double rstd = 1.0 / std::sqrt(var + eps);
-    // y[D] = (x[D] - mean) * rstd * w[D] + b[D]
-    for (std::size_t j = 0; j < d; ++j) yr[j] = static_cast<T>((xr[j] - mean) * rstd);
-    if (w)
-      for (std::size_t j = 0; j < d; ++j) yr[j] *= w[j];
-    if (b)
-      for (std::size_t j = 0; j < d; ++j) yr[j] += b[j];
-    if (!stats.empty()) {
-      if (Centered) stats[2 * r] = mean;
-      stats[per_row * r + per_row - 1] = rstd;
-    }
-  }
+  // (in the node's saved memory: no allocation once the tape is warm).
+  double* const stats =
+      tape.requires_grad(yi) ? tape.template save<double>(yi, per_row * rows) : nullptr;
+  // y[N, D] = (x[N, D] - mean) * rstd * w[D] + b[D]  (rms_norm: mean 0, no b)
+  if (w && b)
+    norm_forward<Centered, true, true>(xv.data(), w, b, y.data(), rows, d, eps, stats);
+  else if (w)
+    norm_forward<Centered, true, false>(xv.data(), w, b, y.data(), rows, d, eps, stats);
+  else if (b)
+    norm_forward<Centered, false, true>(xv.data(), w, b, y.data(), rows, d, eps, stats);
+  else
+    norm_forward<Centered, false, false>(xv.data(), w, b, y.data(), rows, d, eps, stats);
 
-  tape.set_backward(yi, [xi, wi, bi, d, rows, stats = std::move(stats)](Tape<T>& t,
-                                                                        const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [xi, yi, wi, bi, d, rows](Tape<T>& t, const xt::xarray<T>& dy) {
+    const double* stats = t.template saved<double>(yi);
     // Claimed in the order x, weight, bias and written in that order, so that
     // a Var passed twice gets the sum of both shares (grad_slot's rule).
     const GradPointer<T> dx = t.grad_pointer(xi);
@@ -158,10 +149,9 @@ Var<T> record_norm(const char* op, const Var<T>& x, const std::optional<Var<T>>&
     const GradPointer<T> db = bi ? t.grad_pointer(*bi) : GradPointer<T>{};
     const T* x = t.value(xi).data();
     if (wi)
-      norm_backward<Centered, true>(x, t.value(*wi).data(), dy.data(), stats.data(), rows, d, dx,
-                                    dw, db);
+      norm_backward<Centered, true>(x, t.value(*wi).data(), dy.data(), stats, rows, d, dx, dw, db);
     else
-      norm_backward<Centered, false, T>(x, nullptr, dy.data(), stats.data(), rows, d, dx, dw, db);
+      norm_backward<Centered, false, T>(x, nullptr, dy.data(), stats, rows, d, dx, dw, db);
   });
   return tape.var(yi);
 }

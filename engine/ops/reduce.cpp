@@ -1,4 +1,4 @@
-#include "../kernels/vector_math.hpp"  // first (through simd.hpp): see simd.hpp
+#include "../kernels/softmax_kernels.hpp"  // first (through simd.hpp): see simd.hpp
 
 #include "reduce.hpp"
 
@@ -47,20 +47,6 @@ Var<T> reduce_all(const char* op, const Var<T>& x, bool is_mean) {
       std::fill(d, d + n, g);
   });
   return tape.var(yi);
-}
-
-// sum_k exp(x[k] - shift) over a contiguous run: exp in T by xsimd batches
-// (every term <= 1 after the shift), the sums in double.
-template <class T>
-double sum_exp_run(const T* x, std::size_t n, T shift) {
-  using B = xsimd::batch<T>;
-  const B s(shift);
-  double total = 0.0;
-  std::size_t k = 0;
-  for (; k + B::size <= n; k += B::size)
-    total += xsimd::hadd(detail::simd_math::exp_no_ub(B::load_unaligned(x + k) - s));
-  for (; k < n; ++k) total += std::exp(x[k] - shift);
-  return total;
 }
 
 // sum and mean along dims: like reduce_all, per output element.
@@ -136,8 +122,8 @@ Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t 
   // m[o] = sum_r x[o, r] / n; y[o] = sum_r (x[o, r] - m[o])^2 / max(0, n - c): two
   // passes. The means stay in double for backward (in float they would round
   // by more than the deviations of data such as 1e4 + 1e-3 noise).
-  xt::xarray<double> means = xt::xarray<double>::from_shape({plan.out_size});
-  double* m = means.data();
+  // In the node's saved memory: no allocation once the tape is warm.
+  double* m = tape.template save<double>(yi, plan.out_size);
   detail::sum_terms(
       plan, [xd](std::size_t, std::size_t i) { return xd[i]; },
       [m, n](std::size_t o, double total) {
@@ -153,12 +139,11 @@ Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t 
         yd[o] = static_cast<T>(squares / std::max(0.0, dof));
       });
 
-  tape.set_backward(yi, [xi, plan, means = std::move(means), factor = 2.0 / dof](
-                            Tape<T>& t, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [xi, yi, plan, factor = 2.0 / dof](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     const T* g = dy.data();
     const T* x = t.value(xi).data();
-    const double* m = means.data();
+    const double* m = t.template saved<double>(yi);
     // dx[o, r] (+)= dy[o] * 2 (x[o, r] - m[o]) / (n - c)
     detail::write_reduced(plan, t.grad_slot(xi), [g, x, m, factor](std::size_t o, std::size_t i) {
       return static_cast<T>(g[o] * factor * (x[i] - m[o]));
@@ -180,17 +165,25 @@ Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool ke
   // +-inf, as torch.logsumexp): no overflow, and -inf for all -inf or nothing
   detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
     T top = -std::numeric_limits<T>::infinity();
-    detail::for_each_reduced(plan, base, [&](std::size_t i) { top = xd[i] > top ? xd[i] : top; });
+    detail::for_each_run(
+        plan, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
+          if (stride == 1)
+            top = std::max(top, detail::row_max(xd + offset, count));
+          else
+            detail::for_run(offset, count, stride,
+                            [&](std::size_t i) { top = xd[i] > top ? xd[i] : top; });
+        });
     const T shift = std::isinf(top) ? T(0) : top;
     double total = 0.0;
-    detail::for_each_run(plan, base,
-                         [&](std::size_t offset, std::size_t count, std::size_t stride) {
-                           if (stride == 1)
-                             total += sum_exp_run(xd + offset, count, shift);
-                           else
-                             for (std::size_t k = 0; k < count; ++k)
-                               total += std::exp(xd[offset + k * stride] - shift);
-                         });
+    detail::for_each_run(
+        plan, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
+          if (stride == 1)  // exp in T by batches, the sum in double
+            total +=
+                detail::exp_minus_scalar<T, false, true>(xd + offset, shift, T(0), nullptr, count);
+          else
+            for (std::size_t k = 0; k < count; ++k)
+              total += std::exp(xd[offset + k * stride] - shift);
+        });
     yd[o] = static_cast<T>(std::log(total) + shift);
   });
 
@@ -200,11 +193,33 @@ Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool ke
     const T* x = t.value(xi).data();
     const T* yv = t.value(yi).data();
     constexpr T minus_inf = -std::numeric_limits<T>::infinity();
+    const GradSlot<T> dx = t.grad_slot(xi);
     // dx[o, r] (+)= dy[o] * exp(x[o, r] - y[o]) (softmax); 0 where y[o] = -inf
-    detail::write_reduced(plan, t.grad_slot(xi),
-                          [g, x, yv, minus_inf](std::size_t o, std::size_t i) {
-                            return yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
-                          });
+    if (detail::kept_inner(plan) ==
+        1) {  // runs along the reduced axes: by batches where contiguous
+      T* d = dx.buffer.data();
+      detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
+        detail::for_each_run(
+            plan, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
+              if (stride != 1 || yv[o] == minus_inf) {
+                detail::for_run(offset, count, stride, [&](std::size_t i) {
+                  const T v = yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
+                  d[i] = dx.accumulate ? d[i] + v : v;
+                });
+              } else if (dx.accumulate) {
+                detail::scaled_exp_minus<T, true>(x + offset, yv[o], T(0), g[o], T(0), d + offset,
+                                                  count);
+              } else {
+                detail::scaled_exp_minus<T, false>(x + offset, yv[o], T(0), g[o], T(0), d + offset,
+                                                   count);
+              }
+            });
+      });
+      return;
+    }
+    detail::write_reduced(plan, dx, [g, x, yv, minus_inf](std::size_t o, std::size_t i) {
+      return yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
+    });
   });
   return tape.var(yi);
 }
