@@ -1,11 +1,9 @@
 #pragma once
-// An MLP-Mixer (Tolstikhin et al. 2021) from xtgrad's public headers: [B, 784] -> [B, 10].
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 namespace fashion {
 using namespace xtgrad;
-// x + FFN(LayerNorm(x)^T)^T, x [B, tokens, width]: mixes the tokens of each channel.
-struct TokenMixing : Module<float> {
+struct TokenMixing : Module<float> {  // x + FFN(LayerNorm(x)^T)^T over x's [tokens] axis
   TokenMixing(std::size_t tokens, std::size_t width, std::size_t hidden, Generator& g)
       : norm(width), ffn(tokens, hidden, Activation::gelu, g) {}
   Var<float> forward(const Var<float>& x) override {
@@ -17,8 +15,7 @@ struct TokenMixing : Module<float> {
   LayerNorm<float> norm;
   FeedForward<float> ffn;
 };
-// Patches, Linear, blocks of token and channel (pre-norm residual FFN) mixing, LayerNorm, mean,
-// head.
+// MLP-Mixer (Tolstikhin et al. 2021): patches, Linear, mixing blocks, LayerNorm, mean, head.
 struct Mixer : Sequential<float> {
   Mixer(std::int64_t p, std::size_t width, std::size_t blocks, std::size_t token_hidden,
         std::size_t channel_hidden, Generator& g)
@@ -29,10 +26,9 @@ struct Mixer : Sequential<float> {
           emplace_back<PreNormResidual<float>>(width, channel_hidden, PreNormResidualOptions{}, g);
     emplace_back<LayerNorm<float>>(width);
   }
-  Var<float> forward(const Var<float>& x) override {  // [B, n p n p] -> [B, n n, p p]
-    const auto patches =
-        reshape(permute(reshape(x, {-1, n, p, n, p}), {0, 1, 3, 2, 4}), {-1, n * n, p * p});
-    return head(mean(Sequential<float>::forward(patches), std::int64_t{1}));
+  Var<float> forward(const Var<float>& x) override {  // [B, 784] -> t [B, 49, 16] -> [B, 10]
+    auto t = reshape(permute(reshape(x, {-1, n, p, n, p}), {0, 1, 3, 2, 4}), {-1, n * n, p * p});
+    return head(mean(Sequential<float>::forward(t), std::int64_t{1}));
   }
   void collect_parameters(const std::string& prefix, NamedParameters& out) override {
     Sequential<float>::collect_parameters(prefix, out), add_child(prefix, "head", head, out);

@@ -104,6 +104,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   // This call's steps, counted from 1, are the ones observed.
   demo::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
   std::size_t observed = 0;
+  Evaluation last_test;  // of the last epoch: the final one
   for (std::size_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
     const Clock::time_point start = Clock::now();
     model.train();
@@ -140,9 +141,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     record.train_loss = loss_sum / static_cast<double>(in_epoch);
     record.seconds = seconds_since(start);
     record.lr = schedule.last_lr();
-    const Evaluation test = evaluate(model, data.test);
-    record.test_loss = test.loss;
-    record.test_accuracy = test.accuracy;
+    last_test = evaluate(model, data.test);
+    record.test_loss = last_test.loss;
+    record.test_accuracy = last_test.accuracy;
     result.history.push_back(record);
     std::fprintf(out,
                  "epoch %zu/%zu  train loss %.4f  test loss %.4f  test accuracy %.4f  (%.1f s)\n",
@@ -153,7 +154,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
       save_run(o.save, model, optimizer, schedule, identity, {result.history, step});
   }
   observer.report(std::cout);
-  result.final_test = evaluate(model, data.test);
+  result.final_test = std::move(last_test);
   result.steps = step;
   return result;
 }

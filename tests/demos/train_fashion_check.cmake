@@ -48,8 +48,10 @@ file(READ ${OUT}/run/summary.json json)
 string(JSON accuracy GET "${json}" final_test_accuracy)
 string(JSON images GET "${json}" train_images)
 string(JSON kind GET "${json}" model kind)
-if(NOT images EQUAL 2000 OR NOT kind STREQUAL "mlp")
-  message(FATAL_ERROR "summary.json: train_images ${images}, model ${kind}")
+string(JSON parameters GET "${json}" model parameters)
+# 784*256+256 + 256*256+256 + 256*10+10
+if(NOT images EQUAL 2000 OR NOT kind STREQUAL "mlp" OR NOT parameters EQUAL 269322)
+  message(FATAL_ERROR "summary.json: train_images ${images}, model ${kind}, ${parameters} parameters")
 endif()
 require_below(0.5 ${accuracy} "0.5 vs the MLP's test accuracy")
 file(STRINGS ${OUT}/run/history.csv history)
@@ -128,6 +130,15 @@ endforeach()
 file(STRINGS ${OUT}/saved_resumed/scalars.tsv scalars REGEX "dropout_step")
 if(NOT scalars STREQUAL "int64\textra.dropout_step.2\t32;int64\textra.dropout_step.5\t32")
   message(FATAL_ERROR "saved dropout steps: ${scalars}")
+endif()
+
+# The default Mixer's size, in one step on 128 images: 16*128+128 + 4 * (2*128 +
+# 49*64+64+64*49+49 + 2*128 + 128*256+256+256*128+128) + 2*128 + 128*10+10.
+execute_process(COMMAND ${TRAIN_FASHION} --model mixer --epochs 1 --train-limit 128
+  --test-limit 10 --out ${OUT}/default_mixer RESULT_VARIABLE code OUTPUT_VARIABLE output)
+string(FIND "${output}" "train_fashion: mixer, 294990 parameters;" at)
+if(NOT code EQUAL 0 OR at EQUAL -1)
+  message(FATAL_ERROR "the default Mixer (exit ${code}):\n${output}")
 endif()
 
 # A small Mixer on the same subset learns too (PyTorch: 0.52 with these options).
