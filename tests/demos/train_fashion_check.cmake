@@ -141,7 +141,8 @@ if(NOT code EQUAL 0 OR at EQUAL -1)
   message(FATAL_ERROR "the default Mixer (exit ${code}):\n${output}")
 endif()
 
-# A small Mixer on the same subset learns too (PyTorch: 0.52 with these options).
+# A small Mixer on the same subset learns too (reference_torch.py: 12,844 parameters,
+# accuracy 0.606 with these options).
 # --graph (as .dot text, no Graphviz needed) and --profile of its last 3 steps.
 run_fashion(${OUT}/mixer --model mixer --width 32 --blocks 2 --token-hidden 16 --channel-hidden 64
   --epochs 2 --lr 0.01 --warmup-epochs 0.1 --graph ${OUT}/step.dot --profile --profile-steps 3)
