@@ -3,6 +3,7 @@
 #include "run_state.hpp"
 
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -31,7 +32,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   const ModelConfig& c = id.config;
   const TrainOptions& o = id.options;
   TrainingExtras e;
-  e.integers = {{"option.mixer", c.kind == "mixer"},
+  e.integers = {{"option.model_is_mixer", c.kind == "mixer"},
                 {"option.hidden", as_integer(c.hidden)},
                 {"option.patch", as_integer(c.patch)},
                 {"option.width", as_integer(c.width)},
@@ -59,6 +60,17 @@ auto required(const Map& map, const std::string& key) {
   const auto it = map.find(key);
   if (it == map.end()) throw std::invalid_argument("not a train_fashion run: no '" + key + "'");
   return it->second;
+}
+
+// "saved with --batch-size 128, this run has 64" for the key "option.batch_size".
+template <class V>
+std::invalid_argument mismatch(const std::string& key, V saved, V now) {
+  std::string option = key.substr(std::strlen("option."));
+  for (char& c : option)
+    if (c == '_') c = '-';
+  std::ostringstream message;
+  message << "saved with --" << option << " " << saved << ", this run has " << now;
+  return std::invalid_argument(message.str());
 }
 
 }  // namespace
@@ -93,14 +105,9 @@ RunPosition resume_run(const fs::path& dir, Module<float>& model,
     const TrainingExtras now = identity_extras(identity);
     for (const auto& [key, value] : now.integers)
       if (required(saved.integers, key) != value)
-        throw std::invalid_argument("saved with --" + key.substr(7) + " " +
-                                    std::to_string(saved.integers.at(key)) + ", this run has " +
-                                    std::to_string(value));
+        throw mismatch(key, saved.integers.at(key), value);
     for (const auto& [key, value] : now.reals)
-      if (required(saved.reals, key) != value)
-        throw std::invalid_argument("saved with --" + key.substr(7) + " " +
-                                    std::to_string(saved.reals.at(key)) + ", this run has " +
-                                    std::to_string(value));
+      if (required(saved.reals, key) != value) throw mismatch(key, saved.reals.at(key), value);
     RunPosition position;
     position.step = static_cast<std::size_t>(required(saved.integers, "step"));
     const std::int64_t epochs_done = required(saved.integers, "epochs_done");
