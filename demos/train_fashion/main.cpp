@@ -1,5 +1,7 @@
 // train_fashion: a classifier on Fashion-MNIST (an MLP or an MLP-Mixer),
-// trained with AdamW, warm-up and cosine decay, label smoothing; writes
+// trained with AdamW (weight decay on the matrices only), warm-up and cosine
+// decay, label smoothing; --save / --resume continue a run bit for bit;
+// --graph / --profile show the training steps' tape; writes
 // summary.json, history.csv, confusion.csv and the pictures of report.hpp to
 // --out. Exit codes: 0 done, 2 bad options or data, 1 anything else (a file
 // that cannot be written, gnuplot failing).
@@ -118,7 +120,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST"};
-  app.add_option("--model", o.model.kind, "mlp (784-256-256-10) or mixer (MLP-Mixer)")
+  app.add_option("--model", o.model.kind,
+                 "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)")
       ->capture_default_str()
       ->check(CLI::IsMember({"mlp", "mixer"}));
   app.add_option("--epochs", o.train.epochs, "training epochs")
@@ -130,7 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.train.lr, "peak learning rate of AdamW")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", o.train.weight_decay, "AdamW's decoupled weight decay")
+  app.add_option("--weight-decay", o.train.weight_decay,
+                 "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
+                 "and LayerNorm weights)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup-epochs", o.train.warmup_epochs,
@@ -178,9 +183,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   std::string save, resume;
-  app.add_option("--save", save, "save the run (model and state) to DIR after every epoch");
-  app.add_option("--resume", resume, "continue the run saved in DIR")
+  app.add_option("--save", save,
+                 "save the run (model, optimizer, schedule, dropout and loop state) to DIR "
+                 "after every epoch");
+  app.add_option("--resume", resume,
+                 "continue the run saved in DIR, bit for bit as if it had not stopped (the "
+                 "model and training options must be the same)")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--stop-after", o.train.stop_after,
+                 "stop after this epoch of the --epochs run (the schedule still spans "
+                 "--epochs); --save then --resume continues it")
+      ->check(CLI::Range(1, 10000));
+  xtgrad::demo::add_observer_options(app, o.train.observe);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -5,15 +5,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
 
-#include "checkpoint.hpp"
 #include "progress.hpp"
+#include "run_state.hpp"
 
 namespace fashion {
 
@@ -30,9 +32,7 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-Evaluation evaluate(Classifier& model, const Split& split) {
-  const bool was_training = model.training();
-  model.set_training(false);
+Evaluation evaluate(Module<float>& model, const Split& split) {
   const std::size_t n = split.labels.size();
   Evaluation result;
   result.predictions.resize(n);
@@ -55,12 +55,23 @@ Evaluation evaluate(Classifier& model, const Split& split) {
   }
   result.loss = loss_sum / static_cast<double>(n);
   result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
-  model.set_training(was_training);
   return result;
 }
 
-TrainResult train(Classifier& model, const ModelConfig& config, FashionMnist& data,
+// AdamW's two groups: weight decay on the matrices, none on the 1-D
+// parameters (biases, LayerNorm weights).
+std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, double lr,
+                                                        double weight_decay) {
+  std::vector<Parameter<float>*> decay, no_decay;
+  for (Parameter<float>* p : model.parameters())
+    (p->value.dimension() >= 2 ? decay : no_decay).push_back(p);
+  return {{decay, optim::AdamWOptions(lr).weight_decay(weight_decay)},
+          {no_decay, optim::AdamWOptions(lr).weight_decay(0.0)}};
+}
+
+TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
                   const TrainOptions& o, std::FILE* out) {
+  const std::size_t train_images = data.train.labels.size();
   Batcher<float> batcher(std::move(data.train.images), data.train.labels,
                          {o.batch_size, /*shuffle=*/true, /*drop_last=*/false, o.seed});
   const std::size_t steps_per_epoch = batcher.batches_per_epoch();
@@ -68,40 +79,55 @@ TrainResult train(Classifier& model, const ModelConfig& config, FashionMnist& da
   const auto warmup = std::min<std::int64_t>(
       static_cast<std::int64_t>(std::llround(o.warmup_epochs * steps_per_epoch)), total_steps / 2);
 
-  TrainResult result;
-  if (!o.resume.empty()) result.history = resume_run(o.resume, model, config, o.seed).history;
-  const std::size_t first_epoch = result.history.size();
-  if (first_epoch > o.epochs)
-    throw std::invalid_argument("--resume: the run has " + std::to_string(first_epoch) +
-                                " epochs done, more than --epochs " + std::to_string(o.epochs));
-
-  optim::AdamW<float> optimizer(model.parameters(),
-                                optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  optim::AdamW<float> optimizer(decay_groups(model, o.lr, o.weight_decay));
   optim::WarmupCosineLR<float> schedule(optimizer, warmup,
                                         std::max<std::int64_t>(1, total_steps - warmup));
-  std::size_t step = first_epoch * steps_per_epoch;
-  for (std::size_t s = 0; s < step; ++s) schedule.step();
+  const RunIdentity identity{config, o, train_images};
+  TrainResult result;
+  std::size_t step = 0;
+  if (!o.resume.empty()) {
+    RunPosition position = resume_run(o.resume, model, optimizer, schedule, identity);
+    result.history = std::move(position.history);
+    step = position.step;
+  }
+  const std::size_t first_epoch = result.history.size();
+  const std::size_t last_epoch = o.stop_after == 0 ? o.epochs : std::min(o.stop_after, o.epochs);
+  if (first_epoch >= last_epoch)
+    throw std::invalid_argument("--resume: the run has " + std::to_string(first_epoch) +
+                                " epochs done, nothing left to train before epoch " +
+                                std::to_string(last_epoch));
 
   CrossEntropyOptions loss_options;
   loss_options.label_smoothing = o.label_smoothing;
   Tape<float> tape;
   Batch<float> batch;
-  for (std::size_t epoch = first_epoch; epoch < o.epochs; ++epoch) {
+  // This call's steps, counted from 1, are the ones observed.
+  demo::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
+  std::size_t observed = 0;
+  Evaluation last_test;  // of the last epoch: the final one
+  for (std::size_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
     const Clock::time_point start = Clock::now();
-    model.set_training(true);
+    model.train();
     batcher.start_epoch(epoch);
     Progress progress(epoch + 1, o.epochs, steps_per_epoch, out);
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
     while (batcher.next(batch)) {
-      tape.clear();
-      model.set_dropout_key(o.seed, step);
-      const Var<float> x = tape.leaf(batch.inputs, false);
-      const Var<float> loss = cross_entropy(model(x), batch.labels, loss_options);
-      tape.backward(loss);
-      optimizer.step();
-      optimizer.zero_grad();
-      schedule.step();
+      Var<float> loss;
+      ++observed;
+      {
+        auto profiled = observer.step(tape, observed);
+        tape.clear();
+        const Var<float> x = tape.leaf(batch.inputs, false);
+        loss = cross_entropy(model(x), batch.labels, loss_options);
+        tape.backward(loss);
+        observer.region("optimizer.step", [&] {
+          optimizer.step();
+          optimizer.zero_grad();
+          schedule.step();
+        });
+      }
+      observer.graph(tape, {loss}, model.named_parameters(), observed);
       const double value = loss.value()();
       loss_sum += value;
       ++step;
@@ -109,24 +135,26 @@ TrainResult train(Classifier& model, const ModelConfig& config, FashionMnist& da
       progress.update(in_epoch, batch.labels.size(), value);
     }
     progress.finish();
+    model.eval();
     EpochRecord record;
     record.epoch = epoch + 1;
     record.train_loss = loss_sum / static_cast<double>(in_epoch);
     record.seconds = seconds_since(start);
     record.lr = schedule.last_lr();
-    const Evaluation test = evaluate(model, data.test);
-    record.test_loss = test.loss;
-    record.test_accuracy = test.accuracy;
+    last_test = evaluate(model, data.test);
+    record.test_loss = last_test.loss;
+    record.test_accuracy = last_test.accuracy;
     result.history.push_back(record);
     std::fprintf(out,
                  "epoch %zu/%zu  train loss %.4f  test loss %.4f  test accuracy %.4f  (%.1f s)\n",
                  record.epoch, o.epochs, record.train_loss, record.test_loss, record.test_accuracy,
                  record.seconds);
     std::fflush(out);
-    if (!o.save.empty()) save_run(o.save, model, {config, o.seed, result.history});
+    if (!o.save.empty())
+      save_run(o.save, model, optimizer, schedule, identity, {result.history, step});
   }
-  model.set_training(false);
-  result.final_test = evaluate(model, data.test);
+  observer.report(std::cout);
+  result.final_test = std::move(last_test);
   result.steps = step;
   return result;
 }

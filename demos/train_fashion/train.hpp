@@ -1,6 +1,8 @@
 #pragma once
 // The training loop of train_fashion: AdamW (decoupled weight decay) on
-// mini-batches of the shuffled training set, the learning rate warmed up
+// mini-batches of the shuffled training set, in two parameter groups: weight
+// decay on the weight matrices only, none on the biases and the LayerNorm
+// weights (the 1-D parameters), as usual for Transformer-like models; the learning rate warmed up
 // linearly from 0 over the first steps and then decayed to 0 on a cosine
 // (optim::WarmupCosineLR, stepped after every optimizer step), the loss
 // cross-entropy with optional label smoothing; after every epoch the test
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../observe.hpp"
 #include "data.hpp"
 #include "models.hpp"
 
@@ -28,6 +31,8 @@ struct TrainOptions {
   std::uint64_t seed = 0;
   std::filesystem::path save;    // after every epoch, when not empty
   std::filesystem::path resume;  // a directory written by --save, when not empty
+  std::size_t stop_after = 0;    // stop after this epoch of the run (0: train all --epochs)
+  xtgrad::demo::StepObserverOptions observe;  // --graph, --profile
 };
 
 struct EpochRecord {
@@ -44,8 +49,8 @@ struct Evaluation {
   std::vector<std::size_t> predictions;  // one per test image
 };
 
-// Loss and accuracy of `model` (set to evaluation) on a split, in batches.
-Evaluation evaluate(Classifier& model, const Split& split);
+// Loss and accuracy of `model` on a split, in batches (Module::infer: dropout off).
+Evaluation evaluate(xtgrad::Module<float>& model, const Split& split);
 
 struct TrainResult {
   std::vector<EpochRecord> history;  // resumed epochs included
@@ -53,10 +58,11 @@ struct TrainResult {
   std::size_t steps = 0;
 };
 
-// Trains `model` for the epochs of `options` left after a resume, printing
-// progress to `out`. The training images move into the batcher
-// (data.train.images is left empty).
-TrainResult train(Classifier& model, const ModelConfig& config, FashionMnist& data,
+// Trains `model` for the epochs of `options` left after a resume (up to
+// stop_after), printing progress to `out`; with observe.graph / profile, the
+// training steps of this call are observed (the evaluation is not). The training images move into
+// the batcher (data.train.images is left empty).
+TrainResult train(xtgrad::Module<float>& model, const ModelConfig& config, FashionMnist& data,
                   const TrainOptions& options, std::FILE* out);
 
 }  // namespace fashion

@@ -2,8 +2,11 @@
 # -DOUT=<dir> -DDATA=<dir of the Fashion-MNIST files>): one epoch on 2,000
 # training images, evaluated on 1,000 test images; the MLP must land far
 # above chance (0.1), the files must be there and well-formed, and a second
-# run with the same seed must give the same numbers bit for bit. Then bad
-# data at the command line: exit code 2 and one clear line.
+# run with the same seed must give the same numbers bit for bit. A run of 2
+# epochs stopped after the first and resumed must equal the straight run bit
+# for bit (summary, history, saved parameters and optimizer state). The small
+# Mixer learns, and --graph / --profile show its steps. Then bad data and
+# bad resumes at the command line: exit code 2 and one clear line.
 file(REMOVE_RECURSE ${OUT})
 set(subset --train-limit 2000 --test-limit 1000 --seed 3 --threads 2)
 
@@ -13,6 +16,7 @@ function(run_fashion out_dir)
   if(NOT code EQUAL 0)
     message(FATAL_ERROR "train_fashion failed (${code}):\n${output}\n${error}")
   endif()
+  set(output "${output}" PARENT_SCOPE)
 endfunction()
 
 function(require_below value bound what)
@@ -44,8 +48,10 @@ file(READ ${OUT}/run/summary.json json)
 string(JSON accuracy GET "${json}" final_test_accuracy)
 string(JSON images GET "${json}" train_images)
 string(JSON kind GET "${json}" model kind)
-if(NOT images EQUAL 2000 OR NOT kind STREQUAL "mlp")
-  message(FATAL_ERROR "summary.json: train_images ${images}, model ${kind}")
+string(JSON parameters GET "${json}" model parameters)
+# 784*256+256 + 256*256+256 + 256*10+10
+if(NOT images EQUAL 2000 OR NOT kind STREQUAL "mlp" OR NOT parameters EQUAL 269322)
+  message(FATAL_ERROR "summary.json: train_images ${images}, model ${kind}, ${parameters} parameters")
 endif()
 require_below(0.5 ${accuracy} "0.5 vs the MLP's test accuracy")
 file(STRINGS ${OUT}/run/history.csv history)
@@ -76,7 +82,7 @@ foreach(png loss accuracy confusion misclassified)
     message(FATAL_ERROR "${png}.png is not a PNG file")
   endif()
 endforeach()
-foreach(saved state.json model/manifest.tsv)
+foreach(saved manifest.tsv scalars.tsv model.0.weight.npy optimizer.state.0.exp_avg_sq.npy)
   if(NOT EXISTS ${OUT}/saved/${saved})
     message(FATAL_ERROR "--save wrote no ${saved}")
   endif()
@@ -90,23 +96,78 @@ if(NOT a STREQUAL b)
   message(FATAL_ERROR "not reproducible:\n${a}\nthen\n${b}")
 endif()
 
-# --resume continues the saved run: its first epoch is kept, one more is trained.
-run_fashion(${OUT}/resumed --model mlp --epochs 2 --resume ${OUT}/saved)
-file(STRINGS ${OUT}/run/history.csv first)
-file(STRINGS ${OUT}/resumed/history.csv resumed)
-list(LENGTH resumed rows)
-list(GET first 1 first_epoch)
-list(GET resumed 1 resumed_epoch)
-if(NOT rows EQUAL 3 OR NOT first_epoch STREQUAL resumed_epoch)
-  message(FATAL_ERROR "--resume: history ${resumed}, the saved run had ${first}")
+# --resume continues a run bit for bit: 2 epochs straight, and 2 epochs
+# stopped after the first, then resumed from its save.
+run_fashion(${OUT}/straight --model mlp --epochs 2 --save ${OUT}/saved_straight)
+run_fashion(${OUT}/first --model mlp --epochs 2 --stop-after 1 --save ${OUT}/saved_resumed)
+file(STRINGS ${OUT}/first/history.csv first)
+list(LENGTH first rows)
+if(NOT rows EQUAL 2)
+  message(FATAL_ERROR "--stop-after 1: history ${first}")
+endif()
+run_fashion(${OUT}/resumed --model mlp --epochs 2 --resume ${OUT}/saved_resumed
+  --save ${OUT}/saved_resumed)
+read_numbers(${OUT}/straight a)
+read_numbers(${OUT}/resumed b)
+list(LENGTH b rows)
+if(NOT a STREQUAL b OR NOT rows EQUAL 9)
+  message(FATAL_ERROR "--resume differs from the straight run:\n${a}\nthen\n${b}")
+endif()
+file(GLOB arrays RELATIVE ${OUT}/saved_straight ${OUT}/saved_straight/*.npy)
+file(GLOB resumed_arrays RELATIVE ${OUT}/saved_resumed ${OUT}/saved_resumed/*.npy)
+list(LENGTH arrays n)
+if(n LESS 18 OR NOT arrays STREQUAL resumed_arrays)
+  message(FATAL_ERROR "saved arrays: ${arrays}, resumed: ${resumed_arrays}")
+endif()
+foreach(array ${arrays})
+  file(SHA256 ${OUT}/saved_straight/${array} a)
+  file(SHA256 ${OUT}/saved_resumed/${array} b)
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "--resume: ${array} differs from the straight run's")
+  endif()
+endforeach()
+# The dropout modules' steps are saved: 2 epochs of 16 steps each.
+file(STRINGS ${OUT}/saved_resumed/scalars.tsv scalars REGEX "dropout_step")
+if(NOT scalars STREQUAL "int64\textra.dropout_step.2\t32;int64\textra.dropout_step.5\t32")
+  message(FATAL_ERROR "saved dropout steps: ${scalars}")
 endif()
 
-# A small Mixer on the same subset learns too (PyTorch: 0.52 with these options).
+# The default Mixer's size, in one step on 128 images: 16*128+128 + 4 * (2*128 +
+# 49*64+64+64*49+49 + 2*128 + 128*256+256+256*128+128) + 2*128 + 128*10+10.
+execute_process(COMMAND ${TRAIN_FASHION} --model mixer --epochs 1 --train-limit 128
+  --test-limit 10 --out ${OUT}/default_mixer RESULT_VARIABLE code OUTPUT_VARIABLE output)
+string(FIND "${output}" "train_fashion: mixer, 294990 parameters;" at)
+if(NOT code EQUAL 0 OR at EQUAL -1)
+  message(FATAL_ERROR "the default Mixer (exit ${code}):\n${output}")
+endif()
+
+# A small Mixer on the same subset learns too (reference_torch.py: 12,844 parameters,
+# accuracy 0.606 with these options).
+# --graph (as .dot text, no Graphviz needed) and --profile of its last 3 steps.
 run_fashion(${OUT}/mixer --model mixer --width 32 --blocks 2 --token-hidden 16 --channel-hidden 64
-  --epochs 2 --lr 0.01 --warmup-epochs 0.1)
+  --epochs 2 --lr 0.01 --warmup-epochs 0.1 --graph ${OUT}/step.dot --profile --profile-steps 3)
 file(READ ${OUT}/mixer/summary.json json)
 string(JSON accuracy GET "${json}" final_test_accuracy)
+string(JSON parameters GET "${json}" model parameters)
 require_below(0.3 ${accuracy} "0.3 vs the small Mixer's test accuracy")
+# 16*32+32 + 2 * (2*32 + 49*16+16+16*49+49 + 2*32 + 32*64+64+64*32+32) + 2*32 + 32*10+10
+if(NOT parameters EQUAL 12844)
+  message(FATAL_ERROR "the small Mixer has ${parameters} parameters, expected 12844")
+endif()
+file(READ ${OUT}/step.dot dot)
+foreach(part "digraph" "layer_norm" "transpose" "activation_linear" "cross_entropy"
+        "0.weight" "1.ffn.w2.weight" "2.ffn.w1.weight" "4.norm.weight" "5.bias" "head.weight")
+  string(FIND "${dot}" "${part}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--graph: step.dot lacks '${part}'")
+  endif()
+endforeach()
+foreach(part "Profile of the last 3 training steps" "layer_norm.backward" "optimizer.step")
+  string(FIND "${output}" "${part}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--profile: the output lacks '${part}':\n${output}")
+  endif()
+endforeach()
 
 # Bad data: a file of 27 x 27 images, a label out of range, no files at all.
 function(bad_data label dir)
@@ -164,4 +225,18 @@ require_in("${error}" "apt-get install dataset-fashion-mnist" "an empty director
 
 # A bad option: exit code 2 too.
 bad_data("--epochs 0" ${DATA} --epochs 0)
+
+# Bad resumes: other options than the saved run's, a finished run, no saved run.
+bad_data("--resume with --epochs 3" ${DATA} ${subset} --epochs 3 --resume ${OUT}/saved_resumed)
+require_in("${error}" "saved with --epochs 2, this run has 3" "--resume with --epochs 3")
+bad_data("--resume with --seed 4" ${DATA} --train-limit 2000 --test-limit 1000 --seed 4 --epochs 2
+  --resume ${OUT}/saved_resumed)
+require_in("${error}" "saved with --seed 3, this run has 4" "--resume with --seed 4")
+bad_data("--resume of a finished run" ${DATA} ${subset} --epochs 2 --resume ${OUT}/saved_resumed)
+require_in("${error}" "nothing left to train" "--resume of a finished run")
+bad_data("--resume of a mixer as an mlp" ${DATA} ${subset} --epochs 2 --model mixer
+  --resume ${OUT}/saved_resumed)
+require_in("${error}" "--resume '${OUT}/saved_resumed'" "--resume of a mixer as an mlp")
+bad_data("--resume of no run" ${DATA} ${subset} --resume ${OUT}/empty)
+require_in("${error}" "--resume '${OUT}/empty'" "--resume of no run")
 file(REMOVE_RECURSE ${OUT})
