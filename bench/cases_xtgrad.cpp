@@ -30,6 +30,7 @@ constexpr double k_toy_lr = 1e-2;
 constexpr double k_fashion_lr = 1e-3;
 constexpr double k_fashion_weight_decay = 1e-2;
 constexpr double k_fashion_label_smoothing = 0.1;
+constexpr std::size_t k_fashion_pixels = 28 * 28;
 
 xt::xarray<float> uniform(const Shape& shape, unsigned seed, float scale = 1.0f) {
   std::mt19937 engine(seed);
@@ -246,7 +247,7 @@ std::shared_ptr<FashionState> make_fashion_state(FashionModel kind) {
   state->loss_options.label_smoothing = k_fashion_label_smoothing;
   std::mt19937 engine(k_seed + 13);
   std::normal_distribution<float> pixel;
-  state->x = xt::xarray<float>::from_shape({k_fashion_batch, fashion::k_pixels});
+  state->x = xt::xarray<float>::from_shape({k_fashion_batch, k_fashion_pixels});
   for (float& v : state->x) v = pixel(engine);
   std::uniform_int_distribution<std::int64_t> label(0, 9);
   state->labels = Indices::from_shape({k_fashion_batch});
