@@ -12,6 +12,10 @@
 //   rowwise     layer_norm, rms_norm, softmax, log_softmax, cross_entropy over
 //               [8192, 1024], forward and forward+backward, against a copy of
 //               the bytes each must move (cases.hpp, rowwise_floor)
+//   fashion     one epoch of training of each train_fashion model (mlp, mixer):
+//               seconds per epoch = the median time of one training step at
+//               batch 128 (cases.hpp, FashionModel) times 469, the steps of
+//               an epoch over 60,000 images, xtgrad against LibTorch
 //   memory      peak resident memory of one forward+backward at N = 4096, each
 //               measured in a fresh child process (this program, re-run with
 //               --peak-memory-child) so that earlier cases do not count
@@ -53,6 +57,10 @@ const RowOp k_row_ops[] = {RowOp::layer_norm, RowOp::rms_norm, RowOp::softmax, R
                            RowOp::cross_entropy};
 constexpr std::size_t k_quick_rows = 512;
 
+constexpr int k_fashion_profile_warmup = 5;
+constexpr int k_fashion_profile_steps = 50;
+const FashionModel k_fashion_models[] = {FashionModel::mlp, FashionModel::mixer};
+
 const Family k_families[] = {Family::relu, Family::gelu, Family::swiglu};
 const Activation k_activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
                                     Activation::gelu_sigmoid, Activation::silu};
@@ -62,8 +70,10 @@ struct Options {
   int threads = 2;
   bool libtorch = true;  // when compiled in
   std::vector<std::size_t> tokens{128, 1024, 4096};
-  std::vector<std::string> sections{"ffn", "matmul", "toy", "activation", "rowwise", "memory"};
+  std::vector<std::string> sections{"ffn",     "matmul",  "toy",   "activation",
+                                    "rowwise", "fashion", "memory"};
   std::string csv, json;
+  std::string profile_fashion;    // a model: print its step's profile, measure nothing
   std::string peak_memory_child;  // internal: "family:tokens:impl"
   TimingOptions timing;
 };
@@ -203,6 +213,22 @@ void rowwise_rows(const Options& o, std::vector<Row>& rows) {
     }
 }
 
+void fashion_rows(const Options& o, std::vector<Row>& rows) {
+  for (FashionModel model : k_fashion_models) {
+    Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+    if (libtorch_on(o)) libtorch = libtorch_fashion_step(model);
+#endif
+    std::ostringstream name;
+    name << fashion_model_name(model) << " epoch (" << k_fashion_steps_per_epoch
+         << " x B=" << k_fashion_batch << ')';
+    rows.push_back(time_row("fashion", name.str(), "s/epoch",
+                            1.0 / static_cast<double>(k_fashion_steps_per_epoch),
+                            xtgrad_fashion_step(model), {}, libtorch, o.timing));
+    std::cerr << "  " << name.str() << "\n";
+  }
+}
+
 // ---- peak memory ----
 
 // In the child: one forward+backward of `spec` ("family:tokens:impl"); prints
@@ -289,7 +315,7 @@ void print_table(const std::vector<Row>& rows, std::ostream& out) {
           << ("LibTorch") << std::setw(12) << "xt/floor" << std::setw(12) << "LT/floor"
           << std::setw(10) << "xt/LT" << '\n';
     }
-    const int precision = r.unit == "ms" ? 3 : 1;
+    const int precision = r.unit == "ms" ? 3 : r.unit == "s/epoch" ? 2 : 1;
     out << "  " << std::left << std::setw(34) << r.name << std::right << std::setw(10)
         << number(r.xtgrad, precision) << std::setw(12) << number(r.floor, precision)
         << std::setw(12) << number(r.libtorch, precision) << std::setw(12)
@@ -373,6 +399,15 @@ int run(const Options& o) {
   libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
 #endif
   if (!o.peak_memory_child.empty()) return peak_memory_child(o);
+  if (!o.profile_fashion.empty()) {
+    const FashionModel model = o.profile_fashion == "mlp" ? FashionModel::mlp : FashionModel::mixer;
+    const int steps = o.quick ? 1 : k_fashion_profile_steps;
+    std::cout << "xtgrad " << o.profile_fashion << " training step, B = " << k_fashion_batch << ", "
+              << o.threads << " threads (OpenBLAS " << openblas << "), " << steps << " steps after "
+              << k_fashion_profile_warmup << " untimed:\n"
+              << xtgrad_fashion_profile(model, k_fashion_profile_warmup, steps);
+    return 0;
+  }
 
   const std::vector<std::pair<std::string, std::string>> meta{
       {"threads", std::to_string(o.threads)},
@@ -395,6 +430,7 @@ int run(const Options& o) {
   if (wants(o, "toy")) toy_rows(o, rows);
   if (wants(o, "activation")) activation_rows(o, rows);
   if (wants(o, "rowwise")) rowwise_rows(o, rows);
+  if (wants(o, "fashion")) fashion_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
 
   print_table(rows, std::cout);
@@ -437,6 +473,10 @@ const char* row_op_name(RowOp op) {
   return "?";
 }
 
+const char* fashion_model_name(FashionModel model) {
+  return model == FashionModel::mlp ? "mlp" : "mixer";
+}
+
 const char* pass_name(Pass pass) {
   return pass == Pass::forward ? "fwd" : "fwd+bwd";
 }
@@ -468,9 +508,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
-  app.add_option("--sections", o.sections, "which of: ffn matmul toy activation rowwise memory")
+  app.add_option("--sections", o.sections,
+                 "which of: ffn matmul toy activation rowwise fashion memory")
       ->capture_default_str()
-      ->check(CLI::IsMember({"ffn", "matmul", "toy", "activation", "rowwise", "memory"}));
+      ->check(
+          CLI::IsMember({"ffn", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
   app.add_option("--min-seconds", o.timing.min_seconds,
@@ -479,6 +521,10 @@ int main(int argc, char** argv) {
   app.add_option("--settle-seconds", o.timing.settle_seconds,
                  "idle pause before every sample (lets other libraries' spinning threads sleep)")
       ->capture_default_str();
+  app.add_option("--profile-fashion", o.profile_fashion,
+                 "print the profile (engine/profiler.hpp) of xtgrad's training step of this "
+                 "fashion model and exit")
+      ->check(CLI::IsMember({"mlp", "mixer"}));
   bool omp_default_flag = false;
   app.add_flag("--omp-default", omp_default_flag,
                "keep libgomp's default OMP_WAIT_POLICY (spinning) instead of PASSIVE");

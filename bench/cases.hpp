@@ -47,6 +47,15 @@ struct MatmulShape {
   std::size_t batch, m, k, n;
 };
 
+// The classifiers of demos/train_fashion (make_model of models.hpp), images
+// [B, 784] to logits [B, 10]: one training step at batch 128 on fixed random
+// data shaped like the standardized images (normal pixels, labels 0..9):
+// forward with dropout on, cross_entropy (label_smoothing 0.1, mean),
+// backward, AdamW (lr 1e-3, weight_decay 1e-2) step, zero_grad.
+enum class FashionModel { mlp, mixer };
+constexpr std::size_t k_fashion_batch = 128;
+constexpr std::size_t k_fashion_steps_per_epoch = 469;  // ceil(60000 / 128), last batch kept
+
 enum class RowOp { layer_norm, rms_norm, softmax, log_softmax, cross_entropy };
 
 struct RowShape {
@@ -56,6 +65,7 @@ struct RowShape {
 
 const char* family_name(Family family);
 const char* row_op_name(RowOp op);
+const char* fashion_model_name(FashionModel model);
 const char* pass_name(Pass pass);
 
 // ---- xtgrad (cases_xtgrad.cpp) ----
@@ -75,6 +85,11 @@ Runner xtgrad_matmul(Pass pass, MatmulShape shape);
 // (recorded without a copy) whose gradients are written afresh each step
 // (has_grad reset, as zero_grad would leave them, without its fill pass).
 Runner xtgrad_rowwise(RowOp op, Pass pass, RowShape shape);
+// One training step of a fashion model (see FashionModel), one tape reused.
+Runner xtgrad_fashion_step(FashionModel model);
+// Profiler::table of `steps` such steps after `warmup` untimed ones (each a
+// ProfileStep; the optimizer's step and zero_grad as regions).
+std::string xtgrad_fashion_profile(FashionModel model, int warmup, int steps);
 
 // ---- the floors (cases_floor.cpp) ----
 
@@ -113,6 +128,10 @@ Runner libtorch_activation(Activation activation, Pass pass, std::size_t n);
 // torch::log_softmax, torch::cross_entropy; rms_norm (no op in LibTorch 1.13)
 // as LLaMA's RMSNorm module writes it, x * rsqrt(mean(x^2, -1) + eps) * w.
 Runner libtorch_rowwise(RowOp op, Pass pass, RowShape shape);
+// The same training step through torch::nn modules of the same architecture
+// (PyTorch's default initialization, as make_model's), torch::optim::AdamW and
+// torch::nn::functional::cross_entropy; as demos/train_fashion/reference_torch.py.
+Runner libtorch_fashion_step(FashionModel model);
 #endif
 
 }  // namespace xtgrad::bench

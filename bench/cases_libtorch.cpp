@@ -3,7 +3,12 @@
 // LibTorch's fastest settings (zero_grad(set_to_none), no copies of inputs).
 #include <torch/torch.h>
 
+#include <ATen/Parallel.h>
+
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cases.hpp"
 
@@ -16,6 +21,11 @@ constexpr std::int64_t k_toy_tokens = 128;
 constexpr std::int64_t k_toy_model = 2;
 constexpr std::int64_t k_toy_hidden = 16;
 constexpr double k_toy_lr = 1e-2;
+constexpr double k_fashion_lr = 1e-3;
+constexpr double k_fashion_weight_decay = 1e-2;
+constexpr double k_fashion_label_smoothing = 0.1;
+constexpr double k_fashion_dropout = 0.1;
+constexpr std::int64_t k_pixels = 784, k_classes = 10;
 
 struct FfnState {
   Family family;
@@ -107,10 +117,115 @@ struct RowwiseState {
   }
 };
 
+// reference_torch.py's Mlp: 784 -> 256 -> 256 -> 10, exact GELU, dropout.
+struct MlpImpl : torch::nn::Module {
+  torch::nn::Linear fc1{k_pixels, 256}, fc2{256, 256}, fc3{256, k_classes};
+  MlpImpl() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    namespace F = torch::nn::functional;
+    const auto drop = F::DropoutFuncOptions().p(k_fashion_dropout).training(is_training());
+    const torch::Tensor h = F::dropout(torch::gelu(fc1(x)), drop);
+    return fc3(F::dropout(torch::gelu(fc2(h)), drop));
+  }
+};
+
+// Linear, exact GELU, Linear.
+torch::nn::Sequential ffn(std::int64_t d, std::int64_t h) {
+  return torch::nn::Sequential(torch::nn::Linear(d, h), torch::nn::GELU(), torch::nn::Linear(h, d));
+}
+
+// reference_torch.py's Block and Mixer: patch 4, width 128, 4 blocks, token
+// hidden 64, channel hidden 256.
+struct MixerImpl : torch::nn::Module {
+  static constexpr std::int64_t patch = 4, grid = 7, tokens = grid * grid, width = 128;
+  struct Block {
+    torch::nn::LayerNorm token_norm{torch::nn::LayerNormOptions({width})};
+    torch::nn::Sequential token_mlp = ffn(tokens, 64);
+    torch::nn::LayerNorm channel_norm{torch::nn::LayerNormOptions({width})};
+    torch::nn::Sequential channel_mlp = ffn(width, 256);
+  };
+  torch::nn::Linear embed{patch * patch, width};
+  std::vector<Block> blocks = std::vector<Block>(4);
+  torch::nn::LayerNorm final_norm{torch::nn::LayerNormOptions({width})};
+  torch::nn::Linear head{width, k_classes};
+
+  MixerImpl() {
+    register_module("embed", embed);
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      const std::string prefix = "blocks_" + std::to_string(b) + "_";
+      register_module(prefix + "token_norm", blocks[b].token_norm);
+      register_module(prefix + "token_mlp", blocks[b].token_mlp);
+      register_module(prefix + "channel_norm", blocks[b].channel_norm);
+      register_module(prefix + "channel_mlp", blocks[b].channel_mlp);
+    }
+    register_module("final_norm", final_norm);
+    register_module("head", head);
+  }
+  torch::Tensor forward(const torch::Tensor& images) {
+    const std::int64_t n = images.size(0);
+    torch::Tensor x = images.reshape({n, grid, patch, grid, patch})
+                          .permute({0, 1, 3, 2, 4})
+                          .reshape({n, tokens, patch * patch});
+    x = embed(x);
+    for (Block& b : blocks) {
+      x = x + b.token_mlp->forward(b.token_norm(x).transpose(1, 2)).transpose(1, 2);
+      x = x + b.channel_mlp->forward(b.channel_norm(x));
+    }
+    return head(final_norm(x).mean(1));
+  }
+};
+
+struct FashionState {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  std::vector<torch::Tensor> parameters;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  torch::Tensor x, labels;
+
+  void run() {
+    namespace F = torch::nn::functional;
+    const torch::Tensor loss =
+        F::cross_entropy(forward(x), labels,
+                         F::CrossEntropyFuncOptions().label_smoothing(k_fashion_label_smoothing));
+    // zero_grad(set_to_none=True), as reference_torch.py (LibTorch 1.13's
+    // Optimizer::zero_grad fills with zeros instead).
+    for (torch::Tensor& p : parameters) p.mutable_grad() = torch::Tensor();
+    loss.backward();
+    optimizer->step();
+  }
+};
+
 }  // namespace
+
+Runner libtorch_fashion_step(FashionModel model) {
+  auto state = std::make_shared<FashionState>();
+  if (model == FashionModel::mlp) {
+    auto mlp = std::make_shared<MlpImpl>();
+    state->forward = [mlp](const torch::Tensor& x) { return mlp->forward(x); };
+    state->module = mlp;
+  } else {
+    auto mixer = std::make_shared<MixerImpl>();
+    state->forward = [mixer](const torch::Tensor& x) { return mixer->forward(x); };
+    state->module = mixer;
+  }
+  state->module->train(true);
+  state->parameters = state->module->parameters();
+  state->optimizer = std::make_unique<torch::optim::AdamW>(
+      state->parameters,
+      torch::optim::AdamWOptions(k_fashion_lr).weight_decay(k_fashion_weight_decay));
+  const auto batch = static_cast<std::int64_t>(k_fashion_batch);
+  state->x = torch::randn({batch, k_pixels});
+  state->labels = torch::randint(k_classes, {batch}, torch::kLong);
+  return [state] { state->run(); };
+}
 
 std::string init_libtorch(int threads) {
   torch::set_num_threads(threads);
+  at::set_num_interop_threads(1);  // one thread for inter-op work, as xtgrad has
   torch::manual_seed(k_seed);
   return TORCH_VERSION;
 }

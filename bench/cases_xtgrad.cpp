@@ -2,10 +2,13 @@
 // the activation kernels, used as a training loop would use them (one tape
 // reused across steps: clear() keeps its buffers).
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/engine/kernels/activation_kernels.hpp>
@@ -13,6 +16,7 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "cases.hpp"
+#include "models.hpp"  // demos/train_fashion: make_model
 
 namespace xtgrad::bench {
 
@@ -23,6 +27,10 @@ constexpr std::size_t k_toy_tokens = 128;
 constexpr std::size_t k_toy_model = 2;
 constexpr std::size_t k_toy_hidden = 16;
 constexpr double k_toy_lr = 1e-2;
+constexpr double k_fashion_lr = 1e-3;
+constexpr double k_fashion_weight_decay = 1e-2;
+constexpr double k_fashion_label_smoothing = 0.1;
+constexpr std::size_t k_fashion_pixels = 28 * 28;
 
 xt::xarray<float> uniform(const Shape& shape, unsigned seed, float scale = 1.0f) {
   std::mt19937 engine(seed);
@@ -153,6 +161,99 @@ struct RowwiseState {
       tape.backward(y, dy);
   }
 };
+
+// Dropout on: Module::train, and the classifier's own switch and per-step
+// dropout key where its class has them (detected, so that any model behind
+// make_model compiles here).
+template <class M>
+auto classifier_training(M& m, int) -> decltype(m.set_training(true), void()) {
+  m.set_training(true);
+}
+template <class M>
+void classifier_training(M&, long) {}
+template <class M>
+auto dropout_step(M& m, std::uint64_t step, int) -> decltype(m.set_dropout_key(0, 0), void()) {
+  m.set_dropout_key(k_seed, step);
+}
+template <class M>
+void dropout_step(M&, std::uint64_t, long) {}
+
+using FashionPtr = decltype(fashion::make_model(std::declval<const fashion::ModelConfig&>(),
+                                                std::declval<Generator&>()));
+
+struct FashionState {
+  FashionPtr model;
+  std::optional<optim::AdamW<float>> optimizer;
+  xt::xarray<float> x;
+  Indices labels;
+  CrossEntropyOptions loss_options;
+  Tape<float> tape;
+  std::uint64_t step = 0;
+  Profiler* profiler = nullptr;  // set: the optimizer's calls are timed regions too
+
+  void run() {
+    tape.clear();
+    dropout_step(*model, step++, 0);
+    const Var<float> loss = cross_entropy((*model)(tape.leaf(x, false)), labels, loss_options);
+    tape.backward(loss);
+    {
+      std::optional<ProfileRegion> region;
+      if (profiler) region.emplace(*profiler, "optimizer.step");
+      optimizer->step();
+    }
+    std::optional<ProfileRegion> region;
+    if (profiler) region.emplace(*profiler, "optimizer.zero_grad");
+    optimizer->zero_grad();
+  }
+};
+
+std::shared_ptr<FashionState> make_fashion_state(FashionModel kind);
+
+}  // namespace
+
+Runner xtgrad_fashion_step(FashionModel kind) {
+  std::shared_ptr<FashionState> state = make_fashion_state(kind);
+  return [state] { state->run(); };
+}
+
+std::string xtgrad_fashion_profile(FashionModel kind, int warmup, int steps) {
+  std::shared_ptr<FashionState> state = make_fashion_state(kind);
+  for (int s = 0; s < warmup; ++s) state->run();
+  Profiler profiler;
+  state->profiler = &profiler;
+  {
+    ProfilerGuard<float> guard(state->tape, profiler);
+    for (int s = 0; s < steps; ++s) {
+      ProfileStep step(profiler);
+      state->run();
+    }
+  }
+  state->profiler = nullptr;
+  return profiler.table();
+}
+
+namespace {
+
+std::shared_ptr<FashionState> make_fashion_state(FashionModel kind) {
+  auto state = std::make_shared<FashionState>();
+  fashion::ModelConfig config;
+  config.kind = fashion_model_name(kind);
+  Generator generator(k_seed);
+  state->model = fashion::make_model(config, generator);
+  state->model->train(true);
+  classifier_training(*state->model, 0);
+  state->optimizer.emplace(state->model->parameters(),
+                           optim::AdamWOptions(k_fashion_lr).weight_decay(k_fashion_weight_decay));
+  state->loss_options.label_smoothing = k_fashion_label_smoothing;
+  std::mt19937 engine(k_seed + 13);
+  std::normal_distribution<float> pixel;
+  state->x = xt::xarray<float>::from_shape({k_fashion_batch, k_fashion_pixels});
+  for (float& v : state->x) v = pixel(engine);
+  std::uniform_int_distribution<std::int64_t> label(0, 9);
+  state->labels = Indices::from_shape({k_fashion_batch});
+  for (std::int64_t& t : state->labels) t = label(engine);
+  return state;
+}
 
 }  // namespace
 

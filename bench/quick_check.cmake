@@ -16,6 +16,7 @@ foreach(expected "ffn,relu N=128 fwd\\+bwd,ms,[0-9]" "ffn,swiglu N=128 fwd,ms,[0
                  "toy,train step[^,]*,us,[0-9]" "activation,gelu fwd n=1M,ms,[0-9]"
                  "rowwise,layer_norm 512x1024 fwd\\+bwd,ms,[0-9]"
                  "rowwise,cross_entropy 512x1024 fwd,ms,[0-9]"
+                 "fashion,mlp epoch[^,]*,s/epoch,[0-9]" "fashion,mixer epoch[^,]*,s/epoch,[0-9]"
                  "memory,swiglu N=128 fwd\\+bwd peak,MiB,[0-9]")
   string(REGEX MATCH "${expected}" found "${csv}")
   if(NOT found)
