@@ -103,4 +103,8 @@ void fsync_directory(const std::filesystem::path& dir) noexcept;
 // 16 random hex digits for temporary names.
 std::string random_suffix();
 
+// The lines of a text file's contents, each without its '\n' and one '\r'
+// before it (CRLF files read as LF ones), the empty lines at the end dropped.
+std::vector<std::string> text_lines(const std::string& text);
+
 }  // namespace xtgrad::detail

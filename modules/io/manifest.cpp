@@ -58,21 +58,6 @@ bool parse_shape_text(const std::string& text, std::vector<std::size_t>& shape) 
   }
 }
 
-// The lines of `text`, each without its '\n' and one '\r' before it, and
-// without the empty lines at the end.
-std::vector<std::string> manifest_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t end = std::min(text.find('\n', pos), text.size());
-    lines.push_back(text.substr(pos, end - pos));
-    if (!lines.back().empty() && lines.back().back() == '\r') lines.back().pop_back();
-    pos = end + 1;
-  }
-  while (!lines.empty() && lines.back().empty()) lines.pop_back();
-  return lines;
-}
-
 std::vector<std::string> split_tabs(const std::string& line) {
   std::vector<std::string> fields;
   std::size_t start = 0;
@@ -111,7 +96,7 @@ std::string read_manifest(const std::string& function, int dir_fd, const fs::pat
 std::vector<ManifestEntry> parse_manifest(const std::string& function, const fs::path& dir,
                                           const std::string& text) {
   const std::string where = path_str(dir / k_manifest_name);
-  const std::vector<std::string> lines = manifest_lines(text);
+  const std::vector<std::string> lines = text_lines(text);
   if (lines.empty() || lines[0] != first_line()) {
     const std::string found = lines.empty() ? "an empty file" : field_str(lines[0]);
     fail_value(function, where + ": first line is " + found + ", expected " + quoted(first_line()));

@@ -47,20 +47,6 @@ bool parse_whole(const std::string& text, V& value) {
   return result.ec == std::errc() && result.ptr == end && !text.empty();
 }
 
-// The lines of `text` without '\n' and one '\r' before it, empty lines at the end dropped.
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t end = std::min(text.find('\n', pos), text.size());
-    lines.push_back(text.substr(pos, end - pos));
-    if (!lines.back().empty() && lines.back().back() == '\r') lines.back().pop_back();
-    pos = end + 1;
-  }
-  while (!lines.empty() && lines.back().empty()) lines.pop_back();
-  return lines;
-}
-
 }  // namespace
 
 std::string format_scalars(const std::string& function, const Scalars& scalars) {
@@ -104,7 +90,7 @@ Scalars read_scalars(const std::string& function, int dir_fd, const fs::path& di
   read_exact(file, text.data(), text.size());
 
   const std::string where = path_str(file.path);
-  const std::vector<std::string> lines = lines_of(text);
+  const std::vector<std::string> lines = text_lines(text);
   if (lines.empty() || lines[0] != k_magic)
     fail_value(function, where + ": first line is " +
                              (lines.empty() ? std::string("an empty file") : field_str(lines[0])) +
