@@ -24,10 +24,8 @@ Dropout<T>::Dropout(double p, Generator& generator) : p_(p), seed_(0) {
 
 template <class T>
 std::optional<DropoutKey> Dropout<T>::next_key() {
-  if (!this->training_forward()) return std::nullopt;
-  const DropoutKey key{seed_, step_++, 0};
-  if (p_ == 0.0) return std::nullopt;
-  return key;
+  if (p_ == 0.0 || !this->training_forward()) return std::nullopt;
+  return DropoutKey{seed_, step_++, 0};
 }
 
 template <class T>

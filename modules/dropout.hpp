@@ -6,8 +6,8 @@
 // does not change that: only the mode does. No parameters.
 //
 // Randomness: the mask of a training forward is the one of
-// DropoutKey{seed(), step(), 0}, and every training forward then advances
-// step() by one, so each step draws a new mask. step() and set_step() let a
+// DropoutKey{seed(), step(), 0}, and every training forward with p > 0 then
+// advances step() by one, so each step draws a new mask. step() and set_step() let a
 // resumed run continue with the masks it would have drawn. Two Dropout
 // modules with the same seed draw the same masks for inputs of one shape: the
 // constructor that takes a Generator draws the seed from it (when p > 0;
@@ -35,9 +35,10 @@ class Dropout : public Module<T> {
   // x of any shape -> the same shape.
   Var<T> forward(const Var<T>& x) override;
 
-  // In a training forward (training mode, not inside infer): advances step()
-  // and returns the key of this forward's mask (nothing when p == 0).
-  // Otherwise nothing, step() unchanged. For modules
+  // In a training forward (training mode, not inside infer) with p > 0:
+  // advances step() and returns the key of this forward's mask. Otherwise
+  // nothing, step() unchanged, so a module whose dropouts have p == 0 is
+  // only read by forward and can serve several threads at once. For modules
   // that apply the dropout inside a fused op (the FFN hidden dropout).
   std::optional<DropoutKey> next_key();
 
