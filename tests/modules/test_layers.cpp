@@ -13,6 +13,7 @@
 
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/modules_fixtures.hpp"
+#include "support/load_module_fixture.hpp"
 #include "support/module_gradcheck.hpp"
 #include "support/test_helpers.hpp"
 
@@ -34,20 +35,6 @@ std::vector<std::string> module_names(M&& module) {
   std::vector<std::string> names;
   for (const auto& entry : module.named_modules()) names.push_back(entry.first);
   return names;
-}
-
-// Sets every parameter of `module` from a fixture case, by name: the names
-// must be exactly the fixture's, in its order.
-template <class T, std::size_t N>
-void load_fixture(Module<T>& module, const fx::Tensor (&params)[N]) {
-  auto named = module.named_parameters();
-  REQUIRE(named.size() == N);
-  for (std::size_t i = 0; i < N; ++i) {
-    CHECK(named[i].first == params[i].name);
-    const std::vector<std::size_t> shape(params[i].shape, params[i].shape + params[i].rank);
-    REQUIRE(named[i].second->value.shape() == Shape(shape.begin(), shape.end()));
-    named[i].second->value = from_fixture<T>(params[i].values, shape);
-  }
 }
 
 std::vector<std::size_t> dims(const Shape& shape) {

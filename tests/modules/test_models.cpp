@@ -16,6 +16,7 @@
 
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/modules_fixtures.hpp"
+#include "support/load_module_fixture.hpp"
 #include "support/module_gradcheck.hpp"
 #include "support/test_helpers.hpp"
 
@@ -24,18 +25,6 @@ using namespace xtgrad::testing;
 namespace fx = xtgrad::fixtures::modules;
 
 namespace {
-
-template <class T, std::size_t N>
-void load_fixture(Module<T>& module, const fx::Tensor (&params)[N]) {
-  auto named = module.named_parameters();
-  REQUIRE(named.size() == N);
-  for (std::size_t i = 0; i < N; ++i) {
-    CHECK(named[i].first == params[i].name);
-    const std::vector<std::size_t> shape(params[i].shape, params[i].shape + params[i].rank);
-    REQUIRE(named[i].second->value.shape() == Shape(shape.begin(), shape.end()));
-    named[i].second->value = from_fixture<T>(params[i].values, shape);
-  }
-}
 
 template <class T, std::size_t N>
 void check_module_names(Module<T>& module, const char* const (&names)[N]) {
