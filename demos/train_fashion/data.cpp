@@ -108,4 +108,28 @@ FashionMnist load_fashion_mnist(const fs::path& dir, std::size_t train_limit,
   return data;
 }
 
+namespace {
+// SplitMix64's output function (Steele, Lea & Flood 2014): a bijection of
+// 64-bit words whose every output bit depends on every input bit.
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+bool flips(std::uint64_t seed, std::uint64_t epoch, std::size_t index) {
+  const std::uint64_t key = mix(mix(mix(seed ^ 0x666c6970ULL) + epoch) + index);  // "flip"
+  return (key >> 63) != 0;
+}
+
+void random_flip(xtgrad::Batch<float>& batch, std::uint64_t seed, std::uint64_t epoch) {
+  float* image = batch.inputs.data();
+  for (std::size_t i = 0; i < batch.indices.size(); ++i, image += k_pixels) {
+    if (!flips(seed, epoch, batch.indices[i])) continue;
+    for (float* row = image; row != image + k_pixels; row += k_image_side)
+      std::reverse(row, row + k_image_side);
+  }
+}
+
 }  // namespace fashion

@@ -11,8 +11,11 @@
 #include <stdexcept>
 #include <string>
 
+#include <cstdint>
+
 #include <xtensor/xarray.hpp>
 #include <xtgrad/engine/indices.hpp>
+#include <xtgrad/modules/data/batcher.hpp>
 
 namespace fashion {
 
@@ -45,5 +48,16 @@ struct FashionMnist {
 // with the mean and standard deviation of the training pixels kept.
 FashionMnist load_fashion_mnist(const std::filesystem::path& dir, std::size_t train_limit,
                                 std::size_t test_limit);
+
+// Random horizontal flips, the usual augmentation for Fashion-MNIST (a
+// mirrored shirt is a shirt): mirrors each image of `batch` ([B, 784])
+// left to right with probability 1/2. The coin of an image is a hash of
+// (seed, epoch, the image's index in the training set), so it depends
+// neither on the batch size nor on the order of the batches, and a resumed
+// run draws the same coins.
+void random_flip(xtgrad::Batch<float>& batch, std::uint64_t seed, std::uint64_t epoch);
+
+// Whether random_flip mirrors training image `index` in `epoch`.
+bool flips(std::uint64_t seed, std::uint64_t epoch, std::size_t index);
 
 }  // namespace fashion

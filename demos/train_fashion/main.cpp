@@ -63,6 +63,7 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
           {"weight_decay", t.weight_decay},
           {"warmup_epochs", t.warmup_epochs},
           {"label_smoothing", t.label_smoothing},
+          {"augment", t.flip ? "flip" : "none"},
           {"seed", t.seed},
           {"threads", o.threads},
           {"train_images", data.train.labels.size()},
@@ -119,6 +120,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
+  std::string augment;  // empty: the model's default
   CLI::App app{"Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST"};
   app.add_option("--model", o.model.kind,
                  "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)")
@@ -145,6 +147,11 @@ int main(int argc, char** argv) {
   app.add_option("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--augment", augment,
+                 "augmentation of the training images: flip (random horizontal flips) or none "
+                 "[default: none for mlp, whose dropout is its regularizer; flip for mixer, which "
+                 "overfits without it]")
+      ->check(CLI::IsMember({"none", "flip"}));
   app.add_option("--hidden", o.model.hidden, "mlp: hidden width")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
@@ -204,6 +211,7 @@ int main(int argc, char** argv) {
     std::cerr << "train_fashion: " << e.what() << " (see --help)\n";
     return 2;
   }
+  o.train.flip = augment.empty() ? o.model.kind == "mixer" : augment == "flip";
   o.train.save = save;
   o.train.resume = resume;
   try {

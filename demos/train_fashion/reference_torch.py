@@ -4,7 +4,9 @@ compared with: the same MLP and MLP-Mixer, pixels standardized by the training
 set's mean and deviation, AdamW (weight decay 1e-2 on the weight matrices,
 none on biases and LayerNorm weights), a per-step linear warm-up
 from 0 then cosine decay to 0, cross-entropy with label smoothing, shuffled
-mini-batches. Prints one line per epoch and, with --step-time, the median time
+mini-batches, optionally random horizontal flips of the training images
+(--augment flip: each image mirrored with probability 1/2, drawn from torch's
+generator, so the coins differ from train_fashion's but not their law). Prints one line per epoch and, with --step-time, the median time
 of one training step instead of training.
 
     /usr/bin/python3 demos/train_fashion/reference_torch.py --model mixer --epochs 10
@@ -75,6 +77,7 @@ def main():
     a.add_argument("--warmup-epochs", type=float, default=1.0)
     a.add_argument("--label-smoothing", type=float, default=0.1)
     a.add_argument("--dropout", type=float, default=0.1)
+    a.add_argument("--augment", default="none", choices=["none", "flip"])
     a.add_argument("--width", type=int, default=128)
     a.add_argument("--blocks", type=int, default=4)
     a.add_argument("--token-hidden", type=int, default=64)
@@ -135,7 +138,12 @@ def main():
         model.train()
         start, losses = time.perf_counter(), []
         for idx in torch.randperm(n).split(o.batch_size):
-            losses.append(step(x_train[idx], y_train[idx]))
+            xb = x_train[idx]
+            if o.augment == "flip":
+                mirror = torch.rand(len(idx)) < 0.5
+                images = xb.reshape(-1, 28, 28)
+                xb = torch.where(mirror[:, None, None], images.flip(2), images).reshape(-1, 784)
+            losses.append(step(xb, y_train[idx]))
         seconds = time.perf_counter() - start
         model.eval()
         with torch.no_grad():

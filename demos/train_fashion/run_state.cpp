@@ -17,6 +17,7 @@ using namespace xtgrad;
 namespace fs = std::filesystem;
 
 constexpr const char* k_dropout_prefix = "dropout_step.";
+constexpr const char* k_flip_key = "option.flip";  // --augment: 1 for flip, 0 for none
 
 std::int64_t seed_bits(std::uint64_t seed) {
   std::int64_t out = 0;
@@ -42,6 +43,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
                 {"option.epochs", as_integer(o.epochs)},
                 {"option.batch_size", as_integer(o.batch_size)},
                 {"option.seed", seed_bits(o.seed)},
+                {k_flip_key, o.flip},
                 {"option.train_images", as_integer(id.train_images)}};
   e.reals = {{"option.dropout", c.dropout},
              {"option.lr", o.lr},
@@ -105,7 +107,11 @@ RunPosition resume_run(const fs::path& dir, Module<float>& model,
     const TrainingExtras now = identity_extras(identity);
     for (const auto& [key, value] : now.integers)
       if (required(saved.integers, key) != value)
-        throw mismatch(key, saved.integers.at(key), value);
+        throw key == k_flip_key
+            ? std::invalid_argument(std::string("saved with --augment ") +
+                                    (value ? "none" : "flip") + ", this run has " +
+                                    (value ? "flip" : "none"))
+            : mismatch(key, saved.integers.at(key), value);
     for (const auto& [key, value] : now.reals)
       if (required(saved.reals, key) != value) throw mismatch(key, saved.reals.at(key), value);
     RunPosition position;

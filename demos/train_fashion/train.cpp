@@ -113,6 +113,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
     while (batcher.next(batch)) {
+      if (o.flip) random_flip(batch, o.seed, epoch);
       Var<float> loss;
       ++observed;
       {

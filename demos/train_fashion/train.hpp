@@ -28,6 +28,7 @@ struct TrainOptions {
   double weight_decay = 1e-2;
   double warmup_epochs = 1.0;  // at most half of all steps
   double label_smoothing = 0.1;
+  bool flip = false;  // random horizontal flips of the training images (random_flip)
   std::uint64_t seed = 0;
   std::filesystem::path save;    // after every epoch, when not empty
   std::filesystem::path resume;  // a directory written by --save, when not empty

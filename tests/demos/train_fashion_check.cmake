@@ -96,6 +96,18 @@ if(NOT a STREQUAL b)
   message(FATAL_ERROR "not reproducible:\n${a}\nthen\n${b}")
 endif()
 
+# --augment flip changes the numbers of the same seed (the images it sees), and
+# the summary says which augmentation ran (none: the MLP's default).
+run_fashion(${OUT}/flipped --model mlp --epochs 1 --augment flip)
+read_numbers(${OUT}/flipped b)
+file(READ ${OUT}/flipped/summary.json json)
+string(JSON flipped GET "${json}" augment)
+file(READ ${OUT}/run/summary.json json)
+string(JSON plain GET "${json}" augment)
+if(a STREQUAL b OR NOT flipped STREQUAL "flip" OR NOT plain STREQUAL "none")
+  message(FATAL_ERROR "--augment flip: augment '${flipped}' (default '${plain}'), numbers ${b}")
+endif()
+
 # --resume continues a run bit for bit: 2 epochs straight, and 2 epochs
 # stopped after the first, then resumed from its save.
 run_fashion(${OUT}/straight --model mlp --epochs 2 --save ${OUT}/saved_straight)
@@ -148,6 +160,10 @@ run_fashion(${OUT}/mixer --model mixer --width 32 --blocks 2 --token-hidden 16 -
   --epochs 2 --lr 0.01 --warmup-epochs 0.1 --graph ${OUT}/step.dot --profile --profile-steps 3)
 file(READ ${OUT}/mixer/summary.json json)
 string(JSON accuracy GET "${json}" final_test_accuracy)
+string(JSON augment GET "${json}" augment)
+if(NOT augment STREQUAL "flip")
+  message(FATAL_ERROR "the Mixer's default augmentation is '${augment}', expected flip")
+endif()
 string(JSON parameters GET "${json}" model parameters)
 require_below(0.3 ${accuracy} "0.3 vs the small Mixer's test accuracy")
 # 16*32+32 + 2 * (2*32 + 49*16+16+16*49+49 + 2*32 + 32*64+64+64*32+32) + 2*32 + 32*10+10
@@ -232,6 +248,9 @@ require_in("${error}" "saved with --epochs 2, this run has 3" "--resume with --e
 bad_data("--resume with --seed 4" ${DATA} --train-limit 2000 --test-limit 1000 --seed 4 --epochs 2
   --resume ${OUT}/saved_resumed)
 require_in("${error}" "saved with --seed 3, this run has 4" "--resume with --seed 4")
+bad_data("--resume with --augment flip" ${DATA} ${subset} --epochs 2 --augment flip
+  --resume ${OUT}/saved_resumed)
+require_in("${error}" "saved with --augment none, this run has flip" "--resume with --augment flip")
 bad_data("--resume of a finished run" ${DATA} ${subset} --epochs 2 --resume ${OUT}/saved_resumed)
 require_in("${error}" "nothing left to train" "--resume of a finished run")
 bad_data("--resume of a mixer as an mlp" ${DATA} ${subset} --epochs 2 --model mixer
