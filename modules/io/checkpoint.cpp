@@ -78,10 +78,16 @@ std::vector<detail::ManifestEntry> matching_entries(
 
 }  // namespace
 
+void fail_config_mismatch(const std::string& caller, const std::string& what,
+                          const ModuleConfig& stored, const ModuleConfig& module) {
+  fail_value(caller,
+             what + " holds " + stored.describe() + ", this module is " + module.describe());
+}
+
 template <class T>
 void save_checkpoint(const fs::path& dir,
                      const std::vector<std::pair<std::string, const Parameter<T>*>>& params,
-                     const std::string& fn) {
+                     const std::string& fn, const std::optional<ModuleConfig>& config) {
   for (const auto& [name, p] : params)
     if (!detail::is_plain_file_name(name))
       fail_value(fn, "parameter name " + quoted(detail::escaped(name)) +
@@ -89,17 +95,20 @@ void save_checkpoint(const fs::path& dir,
                          "characters and no leading '.'");
   std::vector<std::pair<std::string, const xt::xarray<T>*>> arrays;
   for (const auto& [name, p] : params) arrays.emplace_back(name, &p->value);
-  detail::write_directory(fn, dir, arrays, {});
+  detail::write_directory(fn, dir, arrays, {}, config);
 }
 
 template <class T>
 void load_checkpoint(const fs::path& dir,
                      const std::vector<std::pair<std::string, Parameter<T>*>>& params,
-                     const std::string& fn) {
+                     const std::string& fn, const std::optional<ModuleConfig>& expected) {
   const detail::FileDescriptor dir_fd = detail::open_checkpoint_directory(fn, dir);
-  const std::vector<detail::ManifestEntry> entries = matching_entries(
-      fn, dir, params,
-      detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir)));
+  detail::Manifest manifest =
+      detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir));
+  if (expected && manifest.config && *manifest.config != *expected)
+    fail_config_mismatch(fn, "checkpoint " + detail::path_str(dir), *manifest.config, *expected);
+  const std::vector<detail::ManifestEntry> entries =
+      matching_entries(fn, dir, params, std::move(manifest.entries));
 
   // Read and check everything before assigning anything (all or nothing).
   // Each header is compared with its parameter before its data is read, so
@@ -125,15 +134,15 @@ void load_checkpoint(const fs::path& dir,
 
 template void save_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, const Parameter<float>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 template void save_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, const Parameter<double>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 template void load_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, Parameter<float>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 template void load_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, Parameter<double>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 
 }  // namespace xtgrad
