@@ -1,5 +1,8 @@
 #include "checkpoint.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <map>
@@ -11,6 +14,7 @@
 #include "files.hpp"
 #include "manifest.hpp"
 #include "npy_detail.hpp"
+#include "scalars.hpp"
 
 namespace xtgrad {
 
@@ -41,7 +45,7 @@ template <class T>
 std::vector<detail::ManifestEntry> matching_entries(
     const std::string& fn, const fs::path& dir,
     const std::vector<std::pair<std::string, Parameter<T>*>>& params,
-    std::vector<detail::ManifestEntry> entries) {
+    std::vector<detail::ManifestEntry> entries, bool training_state) {
   std::map<std::string, const detail::ManifestEntry*> by_name;
   for (const detail::ManifestEntry& entry : entries) by_name[entry.name] = &entry;
   std::vector<std::string> missing, unexpected;
@@ -58,6 +62,10 @@ std::vector<detail::ManifestEntry> matching_entries(
     if (!unexpected.empty())
       what += " unexpected parameter(s) " + name_list(unexpected) + " (not in the module);";
     what.pop_back();
+    if (training_state)
+      what +=
+          " (it is a training-state directory: load_model_from_training_state loads its "
+          "model)";
     fail_value(fn, what);
   }
   std::vector<detail::ManifestEntry> out;
@@ -107,8 +115,11 @@ void load_checkpoint(const fs::path& dir,
       detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir));
   if (expected && manifest.config && *manifest.config != *expected)
     fail_config_mismatch(fn, "checkpoint " + detail::path_str(dir), *manifest.config, *expected);
+  struct ::stat info {};
+  const bool training_state =
+      ::fstatat(dir_fd.get(), detail::k_scalars_name, &info, AT_SYMLINK_NOFOLLOW) == 0;
   const std::vector<detail::ManifestEntry> entries =
-      matching_entries(fn, dir, params, std::move(manifest.entries));
+      matching_entries(fn, dir, params, std::move(manifest.entries), training_state);
 
   // Read and check everything before assigning anything (all or nothing).
   // Each header is compared with its parameter before its data is read, so

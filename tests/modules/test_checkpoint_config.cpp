@@ -330,7 +330,9 @@ TEST_CASE("training state: records the model's config and refuses another model"
   // Module::load refuses a training state, naming the entries it does not know.
   CHECK_THROWS_WITH_PARTS(
       fresh.load(dir / "t"), std::invalid_argument,
-      {"Module::load", "unexpected parameter(s) 'model.w1.bias', 'model.w1.weight'"});
+      {"Module::load", "unexpected parameter(s) 'model.w1.bias', 'model.w1.weight'",
+       "(it is a training-state directory: load_model_from_training_state "
+       "loads its model)"});
 }
 
 TEST_CASE("training state: one written before configs were recorded still loads") {
