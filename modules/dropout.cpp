@@ -36,6 +36,11 @@ Var<T> Dropout<T>::forward(const Var<T>& x) {
   return dropout(x, p_, true, *key);
 }
 
+template <class T>
+ModuleConfig Dropout<T>::config() const {
+  return ModuleConfig("Dropout").add("p", p_);
+}
+
 template class Dropout<float>;
 template class Dropout<double>;
 

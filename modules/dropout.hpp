@@ -34,6 +34,7 @@ class Dropout : public Module<T> {
 
   // x of any shape -> the same shape.
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   // In a training forward (training mode, not inside infer) with p > 0:
   // advances step() and returns the key of this forward's mask. Otherwise

@@ -57,6 +57,14 @@ void Embedding<T>::collect_parameters(const std::string& prefix,
   this->add_parameter(prefix, weight, out);
 }
 
+template <class T>
+ModuleConfig Embedding<T>::config() const {
+  return ModuleConfig("Embedding")
+      .add("num_embeddings", num_embeddings())
+      .add("embedding_dim", embedding_dim())
+      .add("padding_idx", padding_idx_ ? std::to_string(*padding_idx_) : std::string("none"));
+}
+
 template class Embedding<float>;
 template class Embedding<double>;
 

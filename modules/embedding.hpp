@@ -30,6 +30,7 @@ class Embedding : public Module<T> {
 
   Var<T> operator()(Tape<T>& tape, const Indices& indices) { return forward(tape, indices); }
   Var<T> forward(Tape<T>& tape, const Indices& indices);
+  ModuleConfig config() const override;
   // (A Var input is not an index tensor: these throw std::logic_error.)
   using Module<T>::operator();
   using Module<T>::forward;

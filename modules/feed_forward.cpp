@@ -66,6 +66,16 @@ void FeedForward<T>::collect_parameters(const std::string& prefix,
   this->add_child(prefix, "dropout", dropout, out);
 }
 
+template <class T>
+ModuleConfig FeedForward<T>::config() const {
+  return ModuleConfig("FeedForward")
+      .add("d_model", d_model())
+      .add("d_ff", d_ff())
+      .add("activation", std::string(to_string(activation_)))
+      .add("bias", true)
+      .add("dropout", dropout.p());
+}
+
 template class FeedForward<float>;
 template class FeedForward<double>;
 

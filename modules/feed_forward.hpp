@@ -28,6 +28,7 @@ class FeedForward : public Module<T> {
               Generator& generator);
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   Activation activation() const { return activation_; }
   std::size_t d_model() const { return w1.in_features(); }

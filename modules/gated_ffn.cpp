@@ -76,6 +76,19 @@ void GatedFFN<T>::collect_parameters(const std::string& prefix,
   this->add_child(prefix, "dropout", dropout, out);
 }
 
+template <class T>
+ModuleConfig GatedFFN<T>::config() const {
+  return ModuleConfig("GatedFFN")
+      .add("d_in", w_up.value.shape()[0])
+      .add("d_hidden", w_up.value.shape()[1])
+      .add("d_out", w_down.value.shape()[1])
+      .add("activation", std::string(to_string(activation_)))
+      .add("bias_up", bias_.up)
+      .add("bias_gate", bias_.gate)
+      .add("bias_down", bias_.down)
+      .add("dropout", dropout.p());
+}
+
 template class GatedFFN<float>;
 template class GatedFFN<double>;
 

@@ -56,6 +56,7 @@ class GatedFFN : public Module<T> {
   }
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   Activation activation() const { return activation_; }
   GatedBias bias() const { return bias_; }

@@ -42,6 +42,14 @@ void Linear<T>::collect_parameters(const std::string& prefix,
   if (has_bias_) this->add_parameter(prefix, bias, out);
 }
 
+template <class T>
+ModuleConfig Linear<T>::config() const {
+  return ModuleConfig("Linear")
+      .add("in_features", in_features())
+      .add("out_features", out_features())
+      .add("bias", has_bias());
+}
+
 template class Linear<float>;
 template class Linear<double>;
 

@@ -19,6 +19,7 @@ class Linear : public Module<T> {
 
   // x [..., in] -> [..., out], recorded on x's tape.
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   std::size_t in_features() const { return weight.value.shape()[1]; }
   std::size_t out_features() const { return weight.value.shape()[0]; }

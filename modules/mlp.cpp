@@ -74,6 +74,20 @@ void Mlp<T>::collect_parameters(const std::string& prefix,
   }
 }
 
+template <class T>
+ModuleConfig Mlp<T>::config() const {
+  std::string hidden = "[";
+  for (std::size_t i = 0; i + 1 < linears_.size(); ++i)
+    hidden += (i ? ", " : "") + std::to_string(linears_[i].out_features());
+  return ModuleConfig("Mlp")
+      .add("in_features", in_features())
+      .add("hidden_features", hidden + "]")
+      .add("out_features", out_features())
+      .add("activation", std::string(to_string(options_.activation)))
+      .add("dropout", options_.dropout)
+      .add("bias", options_.bias);
+}
+
 template class Mlp<float>;
 template class Mlp<double>;
 

@@ -47,6 +47,7 @@ class Mlp : public Module<T> {
       MlpOptions options, Generator& generator);
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   // The k + 1 Linear layers, in order (child "3i" is layer(i)).
   std::size_t num_layers() const { return linears_.size(); }

@@ -4,6 +4,7 @@
 
 #include "../engine/errors.hpp"
 #include "io/checkpoint.hpp"
+#include "io/safetensors_checkpoint.hpp"
 
 namespace xtgrad {
 
@@ -90,13 +91,47 @@ void Module<T>::add_child(const std::string& prefix, const std::string& child_na
 }
 
 template <class T>
-void Module<T>::save(const fs::path& dir) const {
-  save_checkpoint(dir, named_parameters(), "Module::save");
+ModuleConfig Module<T>::config() const {
+  return children_config("Module");
 }
 
 template <class T>
-void Module<T>::load(const fs::path& dir) {
-  load_checkpoint(dir, named_parameters(), "Module::load");
+ModuleConfig Module<T>::children_config(std::string type) const {
+  // The direct children are those add_child reports that are not inside the
+  // child reported before them (the listing is pre-order).
+  ModuleConfig out(std::move(type));
+  std::string last;
+  NamedParameters listing;
+  listing.on_child = [&](const std::string& name, Module<T>& child) {
+    if (!last.empty() && name.rfind(last + ".", 0) == 0) return;
+    last = name;
+    out.children.emplace_back(name, child.config());
+  };
+  // collect_parameters only takes addresses (see named_parameters() const).
+  const_cast<Module<T>*>(this)->collect_parameters("", listing);
+  return out;
+}
+
+namespace {
+bool is_safetensors_path(const fs::path& path) {
+  return path.extension() == ".safetensors";
+}
+}  // namespace
+
+template <class T>
+void Module<T>::save(const fs::path& path) const {
+  if (is_safetensors_path(path))
+    save_safetensors_checkpoint(path, *this);
+  else
+    save_checkpoint(path, named_parameters(), "Module::save", config());
+}
+
+template <class T>
+void Module<T>::load(const fs::path& path) {
+  if (is_safetensors_path(path))
+    load_safetensors_checkpoint(path, *this, "Module::load");
+  else
+    load_checkpoint(path, named_parameters(), "Module::load", config());
 }
 
 template class Module<float>;

@@ -22,20 +22,32 @@
 // modules whose forward differs between the two (Dropout, and the modules
 // holding a dropout) read it.
 //
-// save / load write and read a checkpoint directory of the named parameters
-// (save_checkpoint / load_checkpoint in io/checkpoint.hpp: the format, the
-// atomic save, the all-or-nothing load and its errors are described there).
+// State dicts, as torch.nn.Module: state_dict() is the parameters' values by
+// their dotted names (tensor_dict.hpp); load_state_dict takes such a dict, a
+// TensorMap or a whole safetensors file (read_safetensors) back.
+//
+// save / load write and read a checkpoint that records the module's
+// config() (module_config.hpp) beside the named parameters: a directory
+// (io/checkpoint.hpp) or, for a path ending in ".safetensors", one
+// safetensors file (io/safetensors_checkpoint.hpp). The formats, the atomic
+// save, the all-or-nothing load and its errors are described there.
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../engine/parameter.hpp"
 #include "../engine/tape.hpp"
+#include "module_config.hpp"
+#include "tensor_dict.hpp"
 
 namespace xtgrad {
+
+class StoredTensor;  // io/safetensors.hpp
+struct Safetensors;
 
 namespace detail {
 // Marks the calling thread as inside an infer call while alive (nestable):
@@ -108,14 +120,50 @@ class Module {
   // xtensor expression; bad shapes throw as forward does.
   xt::xarray<T> infer(const xt::xarray<T>& x) const;
 
-  // save_checkpoint(dir, named_parameters()): atomic. `dir` must not exist,
-  // be an empty directory, or be an xtgrad checkpoint (which is replaced);
-  // anything else is refused with std::invalid_argument. Its parent must exist.
-  void save(const std::filesystem::path& dir) const;
-  // load_checkpoint(dir, named_parameters()): the parameter names must be
-  // exactly this module's, with equal shapes and dtype T (no float32 <->
-  // float64 conversion). All or nothing.
-  void load(const std::filesystem::path& dir);
+  // What this module is: its type name and options (see module_config.hpp).
+  // Every module of xtgrad overrides it. The base's, for a module that does
+  // not, is type "Module" with the configs of its children: enough to tell
+  // apart two such modules whose children differ, not two whose own options do.
+  virtual ModuleConfig config() const;
+
+  // The parameters' values (copies) by their dotted names, in order.
+  TensorDict<T> state_dict() const;
+
+  // torch.nn.Module.load_state_dict: assigns every parameter of this module
+  // the value of the same name. strict: the names must be exactly the
+  // module's, else std::invalid_argument with torch's message,
+  //   "xtgrad::Module::load_state_dict: Error(s) in loading state_dict for
+  //   FeedForward:\n\tMissing key(s) in state_dict: "w2.weight", "w2.bias".
+  //   \n\tUnexpected key(s) in state_dict: "w3.weight". "
+  // (at most 50 names shown per list, then "... (N in all)"). Not strict:
+  // missing and unexpected names are returned (IncompatibleKeys) and the
+  // parameters present are loaded. In both modes a present name whose shape
+  // differs is an error ("size mismatch for w1.weight: copying a param with
+  // shape [16, 4] from checkpoint, the shape in current model is [8, 4].").
+  // All or nothing: every check passes before any value changes; gradients
+  // are untouched. Values are converted to T as torch's param.copy_(input)
+  // converts: float64 to float32 rounds to nearest, float32 / F16 / BF16 to
+  // float64 is exact (F16 and BF16 are read as float already).
+  IncompatibleKeys load_state_dict(const TensorDict<T>& dict, bool strict = true);
+  IncompatibleKeys load_state_dict(const std::map<std::string, StoredTensor>& tensors,
+                                   bool strict = true);
+  IncompatibleKeys load_state_dict(const Safetensors& file, bool strict = true);
+
+  // Saves a checkpoint of config() and the named parameters, atomically.
+  // A path ending in ".safetensors" is one safetensors file
+  // (save_safetensors_checkpoint); any other path is a checkpoint directory
+  // (save_checkpoint): it must not exist, be an empty directory, or be an
+  // xtgrad checkpoint (which is replaced); anything else is refused with
+  // std::invalid_argument. Its parent must exist.
+  void save(const std::filesystem::path& path) const;
+  // Loads a checkpoint written by save (chosen by the extension as save
+  // chooses). Its config must equal config(), else std::invalid_argument
+  // "xtgrad::Module::load: checkpoint '<path>' holds <its config>, this
+  // module is <config()>"; the parameter names must be exactly this
+  // module's, with equal shapes and dtype T (no float32 <-> float64
+  // conversion). A directory of format version 1 (no config) is checked by
+  // names, shapes and dtype only. All or nothing.
+  void load(const std::filesystem::path& path);
 
  protected:
   Module() = default;
@@ -134,6 +182,10 @@ class Module {
   // child.collect_parameters(prefix + child_name + ".", out).
   static void add_child(const std::string& prefix, const std::string& child_name, Module<T>& child,
                         NamedParameters& out);
+
+  // A config of type `type`, no options, and the configs of the direct
+  // children by name: the base config() and Sequential's.
+  ModuleConfig children_config(std::string type) const;
 
   // True in training mode outside infer: the condition under which a
   // training-only behaviour (dropout) applies.

@@ -77,6 +77,23 @@ void RMSNorm<T>::collect_parameters(const std::string& prefix,
   if (affine_) this->add_parameter(prefix, weight, out);
 }
 
+template <class T>
+ModuleConfig LayerNorm<T>::config() const {
+  return ModuleConfig("LayerNorm")
+      .add("normalized_shape", d_)
+      .add("eps", eps_)
+      .add("elementwise_affine", affine_)
+      .add("bias", bias_on_);
+}
+
+template <class T>
+ModuleConfig RMSNorm<T>::config() const {
+  return ModuleConfig("RMSNorm")
+      .add("normalized_shape", d_)
+      .add("eps", eps_)
+      .add("elementwise_affine", affine_);
+}
+
 template class LayerNorm<float>;
 template class LayerNorm<double>;
 template class RMSNorm<float>;

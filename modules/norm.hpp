@@ -29,6 +29,7 @@ class LayerNorm : public Module<T> {
                      bool elementwise_affine = true, bool bias = true);
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   std::size_t normalized_shape() const { return d_; }
   double eps() const { return eps_; }
@@ -54,6 +55,7 @@ class RMSNorm : public Module<T> {
   explicit RMSNorm(std::size_t normalized_shape, double eps = 1e-6, bool elementwise_affine = true);
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   std::size_t normalized_shape() const { return d_; }
   double eps() const { return eps_; }

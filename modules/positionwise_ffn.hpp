@@ -20,6 +20,13 @@ class PositionwiseFFN : public FeedForward<T> {
   // With a dropout on the hidden relu(x W1^T + b1) (see FeedForward).
   PositionwiseFFN(std::size_t d_model, std::size_t d_ff, double dropout, Generator& generator)
       : FeedForward<T>("PositionwiseFFN", d_model, d_ff, Activation::relu, dropout, generator) {}
+
+  ModuleConfig config() const override {
+    return ModuleConfig("PositionwiseFFN")
+        .add("d_model", this->d_model())
+        .add("d_ff", this->d_ff())
+        .add("dropout", this->dropout.p());
+  }
 };
 
 }  // namespace xtgrad

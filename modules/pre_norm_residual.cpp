@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/elementwise.hpp"
@@ -98,6 +99,33 @@ void PreNormResidual<T>::collect_parameters(const std::string& prefix,
   std::visit([&](auto& m) { this->add_child(prefix, "norm", m, out); }, norm);
   std::visit([&](auto& m) { this->add_child(prefix, "ffn", m, out); }, ffn);
   this->add_child(prefix, "dropout", dropout, out);
+}
+
+template <class T>
+ModuleConfig PreNormResidual<T>::config() const {
+  const std::size_t d_ff = std::visit(
+      [](const auto& f) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(f)>, GatedFFN<T>>)
+          return f.w_up.value.shape()[1];
+        else
+          return f.d_ff();
+      },
+      ffn);
+  const char* ffn_kind = options_.ffn == FFNKind::gated          ? "gated"
+                         : options_.ffn == FFNKind::positionwise ? "positionwise"
+                                                                 : "feed_forward";
+  ModuleConfig out("PreNormResidual");
+  out.add("d_model", d_model_)
+      .add("d_ff", d_ff)
+      .add("norm", options_.norm == NormKind::rms_norm ? "rms_norm" : "layer_norm")
+      .add("eps", *options_.eps)
+      .add("ffn", ffn_kind)
+      .add("activation", std::string(to_string(*options_.activation)));
+  if (options_.ffn == FFNKind::gated)
+    out.add("bias_up", options_.gated_bias.up)
+        .add("bias_gate", options_.gated_bias.gate)
+        .add("bias_down", options_.gated_bias.down);
+  return out.add("dropout", options_.dropout).add("ffn_dropout", options_.ffn_dropout);
 }
 
 template class PreNormResidual<float>;

@@ -63,6 +63,7 @@ class PreNormResidual : public Module<T> {
                   Generator& generator);
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
   std::size_t d_model() const { return d_model_; }
   // The options, eps and activation filled in with their defaults.

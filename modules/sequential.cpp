@@ -55,6 +55,16 @@ Var<T> ActivationLayer<T>::forward(const Var<T>& x) {
   return xtgrad::activation(x, activation_);
 }
 
+template <class T>
+ModuleConfig Sequential<T>::config() const {
+  return this->children_config("Sequential");
+}
+
+template <class T>
+ModuleConfig ActivationLayer<T>::config() const {
+  return ModuleConfig("ActivationLayer").add("activation", std::string(to_string(activation_)));
+}
+
 template class Sequential<float>;
 template class Sequential<double>;
 template class ActivationLayer<float>;

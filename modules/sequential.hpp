@@ -56,6 +56,7 @@ class Sequential : public Module<T> {
   Module<T>& operator[](std::size_t i) { return at(i); }
 
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
 
  protected:
   void collect_parameters(const std::string& prefix,
@@ -74,6 +75,7 @@ class ActivationLayer : public Module<T> {
  public:
   explicit ActivationLayer(Activation activation);
   Var<T> forward(const Var<T>& x) override;
+  ModuleConfig config() const override;
   Activation activation() const { return activation_; }
 
  protected:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../engine/errors.hpp"
+#include "../modules/io/checkpoint.hpp"
 #include "../modules/io/state_directory.hpp"
 
 namespace xtgrad {
@@ -32,7 +33,7 @@ struct Parts {
 };
 
 template <class T>
-Parts<T> split(StateDict<T> all, const fs::path& dir) {
+Parts<T> split(StateDict<T> all, const fs::path& dir, const char* fn = k_load) {
   Parts<T> parts;
   const auto part_of = [&](const std::string& key, std::string& rest) -> StateDict<T>& {
     const std::size_t dot = key.find('.');
@@ -44,9 +45,9 @@ Parts<T> split(StateDict<T> all, const fs::path& dir) {
       if (prefix == "scheduler") return parts.scheduler;
       if (prefix == "extra") return parts.extra;
     }
-    detail::fail_value(k_load, "entry " + detail::quoted(detail::escaped(key, 200)) + " of " +
-                                   detail::quoted(dir.string()) +
-                                   " does not start with model., optimizer., scheduler. or extra.");
+    detail::fail_value(fn, "entry " + detail::quoted(detail::escaped(key, 200)) + " of " +
+                               detail::quoted(dir.string()) +
+                               " does not start with model., optimizer., scheduler. or extra.");
   };
   std::string rest;
   for (auto& [k, v] : all.arrays) {
@@ -68,24 +69,37 @@ Parts<T> split(StateDict<T> all, const fs::path& dir) {
   return parts;
 }
 
-// The model's part: exactly its parameter names, each with its shape.
+// The model's config, as the string "model.config" (absent in directories
+// written before configs were recorded).
+constexpr char k_config_entry[] = "config";
+
+// The model's part: its config when recorded, and exactly its parameter
+// names, each with its shape.
 template <class T>
-void check_model_part(const StateDict<T>& part, Module<T>& model, const fs::path& dir) {
+void check_model_part(const std::string& fn, const StateDict<T>& part, Module<T>& model,
+                      const fs::path& dir) {
   const std::string where = "the training state " + detail::quoted(dir.string());
-  if (!part.integers.empty() || !part.reals.empty() || !part.strings.empty())
-    detail::fail_value(k_load, where + " has model entries that are not arrays");
+  const bool config_only =
+      part.strings.empty() || (part.strings.size() == 1 && part.strings.count(k_config_entry) == 1);
+  if (!part.integers.empty() || !part.reals.empty() || !config_only)
+    detail::fail_value(fn, where + " has model entries that are not arrays");
+  if (!part.strings.empty()) {
+    const ModuleConfig stored =
+        parse_module_config(part.strings.at(k_config_entry), fn, where + " 'model.config'");
+    const ModuleConfig mine = model.config();
+    if (stored != mine) fail_config_mismatch(fn, where, stored, mine);
+  }
   const auto named = model.named_parameters();
   for (const auto& [name, p] : named) {
     const auto it = part.arrays.find(name);
     if (it == part.arrays.end())
-      detail::fail_value(k_load, where + " has no array 'model." + name +
-                                     "' for the model's parameter " + detail::quoted(name));
+      detail::fail_value(fn, where + " has no array 'model." + name +
+                                 "' for the model's parameter " + detail::quoted(name));
     const auto& got = it->second.shape();
     const auto& want = p->value.shape();
     if (got.size() != want.size() || !std::equal(got.begin(), got.end(), want.begin()))
-      detail::fail_value(k_load, where + ": 'model." + name + "' has shape " +
-                                     detail::shape_str(got) + ", the model expects " +
-                                     detail::shape_str(want));
+      detail::fail_value(fn, where + ": 'model." + name + "' has shape " + detail::shape_str(got) +
+                                 ", the model expects " + detail::shape_str(want));
   }
   if (part.arrays.size() != named.size())
     for (const auto& stored : part.arrays) {
@@ -93,9 +107,9 @@ void check_model_part(const StateDict<T>& part, Module<T>& model, const fs::path
       const bool known = std::any_of(named.begin(), named.end(),
                                      [&](const auto& entry) { return entry.first == name; });
       if (!known)
-        detail::fail_value(k_load, where + " has the array " +
-                                       detail::quoted("model." + detail::escaped(name, 200)) +
-                                       ", not a parameter of the model");
+        detail::fail_value(fn, where + " has the array " +
+                                   detail::quoted("model." + detail::escaped(name, 200)) +
+                                   ", not a parameter of the model");
     }
 }
 
@@ -119,6 +133,7 @@ void save_training_state(const fs::path& dir, const Module<T>& model,
   StateDict<T> all;
   StateDict<T> model_part;
   for (const auto& [name, p] : model.named_parameters()) model_part.arrays.emplace(name, p->value);
+  model_part.strings.emplace(k_config_entry, to_json(model.config()));
   add_prefixed(all, "model", std::move(model_part));
   add_prefixed(all, "optimizer", optimizer.state_dict());
   if (scheduler != nullptr) add_prefixed(all, "scheduler", scheduler->state_dict());
@@ -136,7 +151,7 @@ TrainingExtras load_training_state(const fs::path& dir, Module<T>& model,
   Parts<T> parts = split(load_state_directory<T>(dir, array_limit(model, optimizer), k_load), dir);
   const std::string where = "the training state " + detail::quoted(dir.string());
   // Every check first: nothing changes unless all three parts fit.
-  check_model_part(parts.model, model, dir);
+  check_model_part(k_load, parts.model, model, dir);
   optimizer.check_state_dict(parts.optimizer);
   if (scheduler != nullptr && parts.scheduler.empty())
     detail::fail_value(k_load, where + " holds no schedule state, but a " + scheduler->name() +
@@ -154,6 +169,19 @@ TrainingExtras load_training_state(const fs::path& dir, Module<T>& model,
   return {std::move(parts.extra.integers), std::move(parts.extra.reals)};
 }
 
+template <class T>
+void load_model_from_training_state(const fs::path& dir, Module<T>& model) {
+  constexpr char k_fn[] = "load_model_from_training_state";
+  std::size_t elements = 0;
+  for (const auto& [name, p] : model.named_parameters()) elements += p->value.size();
+  constexpr std::size_t k_arrays_per_parameter = 4;  // a value and at most three state buffers
+  Parts<T> parts = split(
+      load_state_directory<T>(dir, k_arrays_per_parameter * elements * sizeof(T), k_fn), dir, k_fn);
+  check_model_part(k_fn, parts.model, model, dir);
+  for (const auto& [name, p] : model.named_parameters())
+    p->value = std::move(parts.model.arrays.at(name));
+}
+
 template void save_training_state(const fs::path&, const Module<float>&,
                                   const optim::Optimizer<float>&, const optim::LRScheduler<float>*,
                                   const TrainingExtras&);
@@ -164,5 +192,7 @@ template TrainingExtras load_training_state(const fs::path&, Module<float>&,
                                             optim::Optimizer<float>&, optim::LRScheduler<float>*);
 template TrainingExtras load_training_state(const fs::path&, Module<double>&,
                                             optim::Optimizer<double>&, optim::LRScheduler<double>*);
+template void load_model_from_training_state(const fs::path&, Module<float>&);
+template void load_model_from_training_state(const fs::path&, Module<double>&);
 
 }  // namespace xtgrad

@@ -10,6 +10,8 @@
 // each other): it turns each into plain StateDict data and back. Inside the
 // directory the entries are prefixed:
 //   model.<parameter name>    arrays, the model's named_parameters()
+//   model.config              a string, the model's config() as JSON
+//                             (modules/module_config.hpp)
 //   optimizer.<entry>         Optimizer::state_dict()
 //   scheduler.<entry>         LRScheduler::state_dict(), when a schedule is given
 //   extra.<name>              the loop's TrainingExtras
@@ -23,7 +25,10 @@
 // assigns anything. A directory with a schedule's state loaded without one,
 // or the other way round, is refused. Errors as load_state_directory and the
 // load_state_dict functions; messages start "xtgrad::load_training_state:"
-// or name the optimizer / schedule.
+// or name the optimizer / schedule. The model's config must equal the
+// recorded one ("... holds <its config>, this module is <config()>"); a
+// directory without "model.config" (written before configs were recorded)
+// is checked by names and shapes only.
 //
 // The objects to load into are built as for the first run (same model
 // configuration, same groups, same schedule arguments); their initial
@@ -69,6 +74,14 @@ TrainingExtras load_training_state(const std::filesystem::path& dir, Module<T>& 
                                    optim::Optimizer<T>& optimizer,
                                    detail::SchedulerArg<T>* scheduler);
 
+// Just the model's parameters of a training-state directory (to evaluate or
+// serve a model saved while training): its config and names and shapes
+// checked as load_training_state checks them, the optimizer's, schedule's
+// and loop's entries read (memory bounded by four times the model's
+// parameters) and ignored. All or nothing.
+template <class T>
+void load_model_from_training_state(const std::filesystem::path& dir, Module<T>& model);
+
 extern template void save_training_state(const std::filesystem::path&, const Module<float>&,
                                          const optim::Optimizer<float>&,
                                          const optim::LRScheduler<float>*, const TrainingExtras&);
@@ -81,5 +94,7 @@ extern template TrainingExtras load_training_state(const std::filesystem::path&,
 extern template TrainingExtras load_training_state(const std::filesystem::path&, Module<double>&,
                                                    optim::Optimizer<double>&,
                                                    optim::LRScheduler<double>*);
+extern template void load_model_from_training_state(const std::filesystem::path&, Module<float>&);
+extern template void load_model_from_training_state(const std::filesystem::path&, Module<double>&);
 
 }  // namespace xtgrad

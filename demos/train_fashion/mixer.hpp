@@ -12,6 +12,7 @@ struct TokenMixing : Module<float> {  // x + FFN(LayerNorm(x)^T)^T over x's [tok
   void collect_parameters(const std::string& prefix, NamedParameters& out) override {
     add_child(prefix, "norm", norm, out), add_child(prefix, "ffn", ffn, out);
   }
+  ModuleConfig config() const override { return children_config("TokenMixing"); }
   LayerNorm<float> norm;
   FeedForward<float> ffn;
 };
@@ -33,6 +34,7 @@ struct Mixer : Sequential<float> {
   void collect_parameters(const std::string& prefix, NamedParameters& out) override {
     Sequential<float>::collect_parameters(prefix, out), add_child(prefix, "head", head, out);
   }
+  ModuleConfig config() const override { return children_config("Mixer"); }
   std::int64_t p, n;  // patch side, patches per side
   Linear<float> head;
 };

@@ -1,5 +1,8 @@
 #include "checkpoint.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <map>
@@ -11,6 +14,7 @@
 #include "files.hpp"
 #include "manifest.hpp"
 #include "npy_detail.hpp"
+#include "scalars.hpp"
 
 namespace xtgrad {
 
@@ -41,7 +45,7 @@ template <class T>
 std::vector<detail::ManifestEntry> matching_entries(
     const std::string& fn, const fs::path& dir,
     const std::vector<std::pair<std::string, Parameter<T>*>>& params,
-    std::vector<detail::ManifestEntry> entries) {
+    std::vector<detail::ManifestEntry> entries, bool training_state) {
   std::map<std::string, const detail::ManifestEntry*> by_name;
   for (const detail::ManifestEntry& entry : entries) by_name[entry.name] = &entry;
   std::vector<std::string> missing, unexpected;
@@ -58,6 +62,10 @@ std::vector<detail::ManifestEntry> matching_entries(
     if (!unexpected.empty())
       what += " unexpected parameter(s) " + name_list(unexpected) + " (not in the module);";
     what.pop_back();
+    if (training_state)
+      what +=
+          " (it is a training-state directory: load_model_from_training_state loads its "
+          "model)";
     fail_value(fn, what);
   }
   std::vector<detail::ManifestEntry> out;
@@ -78,10 +86,16 @@ std::vector<detail::ManifestEntry> matching_entries(
 
 }  // namespace
 
+void fail_config_mismatch(const std::string& caller, const std::string& what,
+                          const ModuleConfig& stored, const ModuleConfig& module) {
+  fail_value(caller,
+             what + " holds " + stored.describe() + ", this module is " + module.describe());
+}
+
 template <class T>
 void save_checkpoint(const fs::path& dir,
                      const std::vector<std::pair<std::string, const Parameter<T>*>>& params,
-                     const std::string& fn) {
+                     const std::string& fn, const std::optional<ModuleConfig>& config) {
   for (const auto& [name, p] : params)
     if (!detail::is_plain_file_name(name))
       fail_value(fn, "parameter name " + quoted(detail::escaped(name)) +
@@ -89,17 +103,23 @@ void save_checkpoint(const fs::path& dir,
                          "characters and no leading '.'");
   std::vector<std::pair<std::string, const xt::xarray<T>*>> arrays;
   for (const auto& [name, p] : params) arrays.emplace_back(name, &p->value);
-  detail::write_directory(fn, dir, arrays, {});
+  detail::write_directory(fn, dir, arrays, {}, config);
 }
 
 template <class T>
 void load_checkpoint(const fs::path& dir,
                      const std::vector<std::pair<std::string, Parameter<T>*>>& params,
-                     const std::string& fn) {
+                     const std::string& fn, const std::optional<ModuleConfig>& expected) {
   const detail::FileDescriptor dir_fd = detail::open_checkpoint_directory(fn, dir);
-  const std::vector<detail::ManifestEntry> entries = matching_entries(
-      fn, dir, params,
-      detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir)));
+  detail::Manifest manifest =
+      detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir));
+  if (expected && manifest.config && *manifest.config != *expected)
+    fail_config_mismatch(fn, "checkpoint " + detail::path_str(dir), *manifest.config, *expected);
+  struct ::stat info {};
+  const bool training_state =
+      ::fstatat(dir_fd.get(), detail::k_scalars_name, &info, AT_SYMLINK_NOFOLLOW) == 0;
+  const std::vector<detail::ManifestEntry> entries =
+      matching_entries(fn, dir, params, std::move(manifest.entries), training_state);
 
   // Read and check everything before assigning anything (all or nothing).
   // Each header is compared with its parameter before its data is read, so
@@ -125,15 +145,15 @@ void load_checkpoint(const fs::path& dir,
 
 template void save_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, const Parameter<float>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 template void save_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, const Parameter<double>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 template void load_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, Parameter<float>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 template void load_checkpoint(const fs::path&,
                               const std::vector<std::pair<std::string, Parameter<double>*>>&,
-                              const std::string&);
+                              const std::string&, const std::optional<ModuleConfig>&);
 
 }  // namespace xtgrad

@@ -1,11 +1,18 @@
 #pragma once
 // Checkpoint directories: named parameters saved as one .npy file each, with
-// a manifest. Module::save and Module::load use these with the module's
-// named_parameters().
+// a manifest that records the module's config. Module::save and Module::load
+// use these with the module's named_parameters() and config().
 //
-//   manifest.tsv   "xtgrad-checkpoint 1", then one line per parameter:
+//   manifest.tsv   "xtgrad-checkpoint 2" (the format version), then
+//                  "module" \t the module's config as JSON (module_config.hpp),
+//                  then one line per parameter:
 //                  name \t dtype (float32|float64) \t shape (2x16, 0, or scalar) \t file
 //   <name>.npy     the parameter's value (numpy.load reads it)
+//
+// Version 1 has no "module" line (the first line is "xtgrad-checkpoint 1"):
+// what save_checkpoint writes without a config, and what xtgrad wrote before
+// checkpoints recorded configs. It loads with names, shapes and dtypes
+// checked, as before; a version 2 checkpoint's config is checked first.
 //
 // Lines end in '\n'. A reader also accepts "\r\n" and empty lines at the end
 // (a manifest edited on another system); anything else malformed is refused,
@@ -43,27 +50,41 @@
 // not a regular file inside the checkpoint.
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../../engine/parameter.hpp"
+#include "../module_config.hpp"
 
 namespace xtgrad {
 
 // Writes `params` (names as from Module::named_parameters; each must be a
-// plain file name: no '/', no control characters, no leading '.') to `dir`.
+// plain file name: no '/', no control characters, no leading '.') to `dir`;
+// format version 2 with `config`, version 1 without.
 template <class T>
 void save_checkpoint(const std::filesystem::path& dir,
                      const std::vector<std::pair<std::string, const Parameter<T>*>>& params,
-                     const std::string& caller = "save_checkpoint");
+                     const std::string& caller = "save_checkpoint",
+                     const std::optional<ModuleConfig>& config = std::nullopt);
 
 // Reads a checkpoint written by save_checkpoint into `params`: the names must
 // be exactly theirs, with equal shapes and dtype T (no float32 <-> float64
 // conversion). Assigns each Parameter's value only; gradients are untouched.
+// With `expected`, a version 2 checkpoint must hold that config, else
+// std::invalid_argument "xtgrad::<caller>: checkpoint '<dir>' holds
+// <its config>, this module is <expected>" (describe()); a version 1
+// checkpoint has none to check.
 template <class T>
 void load_checkpoint(const std::filesystem::path& dir,
                      const std::vector<std::pair<std::string, Parameter<T>*>>& params,
-                     const std::string& caller = "load_checkpoint");
+                     const std::string& caller = "load_checkpoint",
+                     const std::optional<ModuleConfig>& expected = std::nullopt);
+
+// The refusal of a config that is not the module's, as above; used by every
+// checkpoint format.
+[[noreturn]] void fail_config_mismatch(const std::string& caller, const std::string& what,
+                                       const ModuleConfig& stored, const ModuleConfig& module);
 
 }  // namespace xtgrad

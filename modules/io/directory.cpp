@@ -92,7 +92,8 @@ FileDescriptor open_checkpoint_directory(const std::string& fn, const fs::path& 
 template <class T>
 void write_directory(const std::string& fn, const fs::path& dir_argument,
                      const std::vector<std::pair<std::string, const xt::xarray<T>*>>& arrays,
-                     const std::vector<ExtraFile>& extra) {
+                     const std::vector<ExtraFile>& extra,
+                     const std::optional<ModuleConfig>& config) {
   for (const auto& [name, array] : arrays)
     if (!is_plain_file_name(name))
       fail_value(fn, "the name " + quoted(escaped(name)) +
@@ -117,7 +118,7 @@ void write_directory(const std::string& fn, const fs::path& dir_argument,
     }
     for (const ExtraFile& file : extra)
       write_new_file(fresh / file.name, {{file.bytes.data(), file.bytes.size()}}, fn);
-    const std::string manifest = format_manifest(entries);
+    const std::string manifest = format_manifest(entries, config);
     write_new_file(fresh / k_manifest_name, {{manifest.data(), manifest.size()}}, fn);
     fsync_directory(fresh);
     swap_into_place(fn, fresh, dir);
@@ -133,9 +134,9 @@ void write_directory(const std::string& fn, const fs::path& dir_argument,
 
 template void write_directory(const std::string&, const fs::path&,
                               const std::vector<std::pair<std::string, const xt::xarray<float>*>>&,
-                              const std::vector<ExtraFile>&);
+                              const std::vector<ExtraFile>&, const std::optional<ModuleConfig>&);
 template void write_directory(const std::string&, const fs::path&,
                               const std::vector<std::pair<std::string, const xt::xarray<double>*>>&,
-                              const std::vector<ExtraFile>&);
+                              const std::vector<ExtraFile>&, const std::optional<ModuleConfig>&);
 
 }  // namespace xtgrad::detail

@@ -12,12 +12,14 @@
 // starts with the magic); anything else is refused with std::invalid_argument.
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 
+#include "../module_config.hpp"
 #include "files.hpp"
 
 namespace xtgrad::detail {
@@ -41,19 +43,21 @@ struct ExtraFile {
 
 // Writes `arrays` (each as "<name>.npy"; names must be plain file names, as
 // is_plain_file_name says), then `extra` files, then manifest.tsv listing the
-// arrays, and swaps the directory into place at `dir`, atomically as above.
+// arrays (version 2 with `config` when given), and swaps the directory into
+// place at `dir`, atomically as above.
 template <class T>
 void write_directory(const std::string& function, const std::filesystem::path& dir,
                      const std::vector<std::pair<std::string, const xt::xarray<T>*>>& arrays,
-                     const std::vector<ExtraFile>& extra);
+                     const std::vector<ExtraFile>& extra,
+                     const std::optional<ModuleConfig>& config = std::nullopt);
 
 extern template void write_directory(
     const std::string&, const std::filesystem::path&,
     const std::vector<std::pair<std::string, const xt::xarray<float>*>>&,
-    const std::vector<ExtraFile>&);
+    const std::vector<ExtraFile>&, const std::optional<ModuleConfig>&);
 extern template void write_directory(
     const std::string&, const std::filesystem::path&,
     const std::vector<std::pair<std::string, const xt::xarray<double>*>>&,
-    const std::vector<ExtraFile>&);
+    const std::vector<ExtraFile>&, const std::optional<ModuleConfig>&);
 
 }  // namespace xtgrad::detail

@@ -24,8 +24,8 @@ constexpr std::size_t k_max_quoted_field = 200;
 // More digits than any dimension a size_t holds.
 constexpr std::size_t k_max_dimension_digits = 19;
 
-std::string first_line() {
-  return std::string(k_manifest_magic) + " " + k_manifest_version;
+std::string first_line(const char* version = k_manifest_version) {
+  return std::string(k_manifest_magic) + " " + version;
 }
 
 std::string field_str(const std::string& text) {
@@ -71,8 +71,10 @@ std::vector<std::string> split_tabs(const std::string& line) {
 
 }  // namespace
 
-std::string format_manifest(const std::vector<ManifestEntry>& entries) {
-  std::string out = first_line() + "\n";
+std::string format_manifest(const std::vector<ManifestEntry>& entries,
+                            const std::optional<ModuleConfig>& config) {
+  std::string out = first_line(config ? k_manifest_version_config : k_manifest_version) + "\n";
+  if (config) out += std::string(k_manifest_config_key) + "\t" + to_json(*config) + "\n";
   for (const ManifestEntry& e : entries)
     out += e.name + "\t" + e.dtype + "\t" + shape_text(e.shape) + "\t" + e.file + "\n";
   return out;
@@ -93,17 +95,30 @@ std::string read_manifest(const std::string& function, int dir_fd, const fs::pat
   return text;
 }
 
-std::vector<ManifestEntry> parse_manifest(const std::string& function, const fs::path& dir,
-                                          const std::string& text) {
+Manifest parse_manifest(const std::string& function, const fs::path& dir, const std::string& text) {
   const std::string where = path_str(dir / k_manifest_name);
   const std::vector<std::string> lines = text_lines(text);
-  if (lines.empty() || lines[0] != first_line()) {
+  const bool with_config = !lines.empty() && lines[0] == first_line(k_manifest_version_config);
+  if (lines.empty() || (lines[0] != first_line() && !with_config)) {
     const std::string found = lines.empty() ? "an empty file" : field_str(lines[0]);
-    fail_value(function, where + ": first line is " + found + ", expected " + quoted(first_line()));
+    fail_value(function, where + ": first line is " + found + ", expected " + quoted(first_line()) +
+                             " or " + quoted(first_line(k_manifest_version_config)));
   }
-  std::vector<ManifestEntry> entries;
+  Manifest manifest;
+  std::vector<ManifestEntry>& entries = manifest.entries;
+  std::size_t first_entry = 1;
+  if (with_config) {
+    const std::string key = std::string(k_manifest_config_key) + "\t";
+    if (lines.size() < 2 || lines[1].rfind(key, 0) != 0)
+      fail_value(function, where + " line 2: " +
+                               (lines.size() < 2 ? std::string("missing") : field_str(lines[1])) +
+                               ", expected " + quoted(key.substr(0, key.size() - 1)) +
+                               ", a tab and the module's config (version 2)");
+    manifest.config = parse_module_config(lines[1].substr(key.size()), function, where + " line 2");
+    first_entry = 2;
+  }
   std::set<std::string> names;
-  for (std::size_t i = 1; i < lines.size(); ++i) {
+  for (std::size_t i = first_entry; i < lines.size(); ++i) {
     const std::string at = where + " line " + std::to_string(i + 1) + ": ";
     const std::vector<std::string> fields = split_tabs(lines[i]);
     if (fields.size() != 4)
@@ -125,7 +140,7 @@ std::vector<ManifestEntry> parse_manifest(const std::string& function, const fs:
                                ", expected a plain file name inside the checkpoint directory");
     entries.push_back(std::move(entry));
   }
-  return entries;
+  return manifest;
 }
 
 bool has_manifest_magic(const fs::path& dir) {

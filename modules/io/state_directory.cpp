@@ -52,7 +52,7 @@ StateDict<T> load_state_directory(const fs::path& dir, std::size_t max_array_byt
                                   const std::string& fn) {
   const detail::FileDescriptor dir_fd = detail::open_checkpoint_directory(fn, dir);
   const std::vector<detail::ManifestEntry> entries =
-      detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir));
+      detail::parse_manifest(fn, dir, detail::read_manifest(fn, dir_fd.get(), dir)).entries;
   for (const detail::ManifestEntry& entry : entries)
     if (entry.dtype != npy_dtype_name<T>())
       fail_value(fn, "array " + quoted(entry.name) + " of " + detail::path_str(dir) + " is " +

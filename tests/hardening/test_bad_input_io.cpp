@@ -92,8 +92,13 @@ TEST_CASE_TEMPLATE("bad input: Module::save and Module::load", T, float, double)
   TempDir dir("bad-input");
   const fs::path ckpt = dir / "ckpt";
   lin.save(ckpt);
-  Linear<T>(3, 5).save(dir / "wide");
-  ff.save(dir / "ff");
+  // Version 1 (no config), so that names and shapes are what is checked.
+  const Linear<T> wide(3, 5);
+  save_checkpoint(dir / "wide", wide.named_parameters());
+  save_checkpoint(dir / "ff", std::as_const(ff).named_parameters());
+  save_checkpoint(dir / "lin_v1", std::as_const(lin).named_parameters());
+  Linear<T>(3, 5).save(dir / "wide_v2");
+  Linear<T>(3, 4).save(dir / "lin.safetensors");
   using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
   Linear<Other>(3, 4).save(dir / "other_dtype");
   fs::create_directory(dir / "empty");
@@ -126,10 +131,21 @@ TEST_CASE_TEMPLATE("bad input: Module::save and Module::load", T, float, double)
       {"Module::load", "parameter 'weight'", "[5, 3]", "expects [4, 3]"});
   bad("load: another module", [&] { lin.load(dir / "ff"); }, IA,
       {"Module::load", "missing parameter(s) 'weight', 'bias'", "unexpected parameter(s)"});
-  bad("load: a Linear checkpoint into a FeedForward", [&] { ff.load(ckpt); }, IA,
-      {"Module::load", "missing parameter(s) 'w1.weight'"});
+  bad("load: a version 1 Linear checkpoint into a FeedForward", [&] { ff.load(dir / "lin_v1"); },
+      IA, {"Module::load", "missing parameter(s) 'w1.weight'"});
   bad("load: the other dtype", [&] { lin.load(dir / "other_dtype"); }, IA,
       {"Module::load", "parameter 'weight'", "stores float", "does not convert"});
+  bad("load: another configuration", [&] { lin.load(dir / "wide_v2"); }, IA,
+      {"Module::load", "holds Linear(in_features=3, out_features=5, bias=true)",
+       "this module is Linear(in_features=3, out_features=4, bias=true)"});
+  bad("load: a checkpoint of another type", [&] { ff.load(ckpt); }, IA,
+      {"Module::load", "holds Linear(", "this module is FeedForward(d_model=4"});
+  bad("load: a safetensors checkpoint of another type", [&] { ff.load(dir / "lin.safetensors"); },
+      IA, {"Module::load", "lin.safetensors", "holds Linear(", "this module is FeedForward("});
+  bad("load: a missing safetensors file", [&] { lin.load(dir / "absent.safetensors"); }, RE,
+      {"read_safetensors", "absent.safetensors"});
+  bad("save: a safetensors file into a missing directory",
+      [&] { lin.save(dir / "no" / "m.safetensors"); }, RE, {"write_safetensors", "cannot create"});
 
   report("save and load", run_rows(rows, snapshot));
 }
@@ -366,6 +382,20 @@ TEST_CASE_TEMPLATE("bad input: load_training_state is all or nothing", T, float,
   Linear<T> no_bias(3, 2, false);
   optim::AdamW<T> no_bias_adamw(no_bias.parameters());
   save_training_state(dir / "no_bias", no_bias, no_bias_adamw, nullptr);
+  // Without the model's config (as written before configs were recorded), so
+  // that the names and shapes are what is checked; or with a config that is
+  // not JSON.
+  const auto set_config = [&](const std::string& from, const std::string& to,
+                              const std::string* config) {
+    StateDict<T> state = load_state_directory<T>(dir / from, 1 << 20);
+    state.strings.erase("model.config");
+    if (config) state.strings["model.config"] = *config;
+    save_state_directory(dir / to, state);
+  };
+  set_config("wide", "wide_no_config", nullptr);
+  set_config("no_bias", "no_bias", nullptr);
+  const std::string not_json = "Linear(3, 2)";
+  set_config("good", "config_not_json", &not_json);
   StateDict<T> foreign = load_state_directory<T>(dir / "good", 1 << 20);
   foreign.integers["trainer.step"] = 1;
   save_state_directory(dir / "foreign", foreign);
@@ -394,9 +424,15 @@ TEST_CASE_TEMPLATE("bad input: load_training_state is all or nothing", T, float,
     return [&, name, schedule] { load_training_state(dir / name, fresh, fresh_adamw, schedule); };
   };
   const std::string fn = "load_training_state";
-  bad("another model's shapes", load("wide", nullptr), IA,
+  bad("another model's configuration", load("wide", nullptr), IA,
+      {fn,
+       "holds Linear(in_features=3, out_features=5, bias=true), this module is "
+       "Linear(in_features=3, out_features=2, bias=true)"});
+  bad("a model config that is not JSON", load("config_not_json", &fresh_step_lr), IA,
+      {fn, "'model.config': module config is not valid JSON"});
+  bad("another model's shapes, no config recorded", load("wide_no_config", nullptr), IA,
       {fn, "'model.weight' has shape [5, 3]", "the model expects [2, 3]"});
-  bad("a model without a parameter", load("no_bias", nullptr), IA,
+  bad("a model without a parameter, no config recorded", load("no_bias", nullptr), IA,
       {fn, "has no array 'model.bias'"});
   bad("another optimizer", load("sgd", &fresh_step_lr), IA,
       {"AdamW::check_state_dict", "'type' = 'SGD'", "expected 'AdamW'"});
@@ -413,4 +449,129 @@ TEST_CASE_TEMPLATE("bad input: load_training_state is all or nothing", T, float,
   report("load_training_state", run_rows(rows, snapshot));
   CHECK(load_training_state(dir / "good", fresh, fresh_adamw, &fresh_step_lr).integers.at("step") ==
         1);
+}
+
+// ---------------------------------------------------------------- module configs in checkpoints
+
+TEST_CASE_TEMPLATE("bad input: hostile module configs in checkpoints", T, float, double) {
+  TempDir dir("bad-config");
+  Linear<T> lin(2, 3);
+  lin.save(dir / "good");
+  const std::string manifest = read_file(dir / "good" / "manifest.tsv");
+  const std::size_t line2 = manifest.find('\n') + 1, line3 = manifest.find('\n', line2) + 1;
+  const std::string entries = manifest.substr(line3);
+  const std::string good_json =
+      "{\"type\":\"Linear\",\"options\":{\"in_features\":\"2\",\"out_features\":\"3\","
+      "\"bias\":\"true\"}}";
+  REQUIRE(manifest.substr(line2, line3 - line2) == "module\t" + good_json + "\n");
+  // A copy of the good checkpoint with `head` in place of its first two lines.
+  const auto directory = [&](const std::string& name, const std::string& head) {
+    fs::copy(dir / "good", dir / name);
+    write_file(dir / name / "manifest.tsv", head + entries);
+    return dir / name;
+  };
+  const auto with_config = [&](const std::string& name, const std::string& json) {
+    return directory(name, "xtgrad-checkpoint 2\nmodule\t" + json + "\n");
+  };
+  const TensorMap tensors = to_tensor_map(lin);
+  const auto file = [&](const std::string& name, const SafetensorsMetadata& metadata) {
+    write_safetensors(dir / name, tensors, metadata);
+    return dir / name;
+  };
+  const SafetensorsMetadata good_metadata = read_safetensors([&] {
+                                              lin.save(dir / "good.safetensors");
+                                              return dir / "good.safetensors";
+                                            }())
+                                                .metadata;
+  const auto metadata_with = [&](const std::string& key, const std::string& value) {
+    SafetensorsMetadata m = good_metadata;
+    m[key] = value;
+    return m;
+  };
+  const auto metadata_without = [&](const std::string& key) {
+    SafetensorsMetadata m = good_metadata;
+    m.erase(key);
+    return m;
+  };
+  std::string deep = good_json;
+  for (int i = 0; i < 200; ++i) deep = "[" + deep + "]";
+  deep = "{\"type\":\"Linear\",\"options\":{},\"children\":[[\"0\"," + deep + "]]}";
+
+  const fs::path no_module_line = directory("no_module_line", "xtgrad-checkpoint 2\n");
+  const fs::path version_3 = directory("version_3", "xtgrad-checkpoint 3\n");
+  const fs::path not_json = with_config("not_json", "{\"type\":");
+  const fs::path no_type = with_config("no_type", "{\"options\":{}}");
+  const fs::path empty_type = with_config("empty_type", "{\"type\":\"\",\"options\":{}}");
+  const fs::path unknown_key =
+      with_config("unknown_key", "{\"type\":\"Linear\",\"options\":{},\"x\":1}");
+  const fs::path twice = with_config("twice", "{\"type\":\"Linear\",\"type\":\"Linear\"}");
+  const fs::path number_option =
+      with_config("number_option", "{\"type\":\"Linear\",\"options\":{\"in_features\":2}}");
+  const fs::path deep_dir = with_config("deep", deep);
+  const fs::path bad_child =
+      with_config("bad_child", "{\"type\":\"S\",\"options\":{},\"children\":[[\"0\"]]}");
+  const fs::path twin_child = with_config(
+      "twin_child",
+      "{\"type\":\"S\",\"options\":{},\"children\":[[\"0\",{\"type\":\"A\",\"options\":{}}],"
+      "[\"0\",{\"type\":\"A\",\"options\":{}}]]}");
+  const fs::path control = with_config("control", "{\"type\":\"Lin\\u0001ear\",\"options\":{}}");
+
+  const fs::path torch_file = file("torch.safetensors", {{"format", "pt"}});
+  const fs::path version_1 = file("v1.safetensors", metadata_with("xtgrad.version", "1"));
+  const fs::path no_type_file = file("no_type.safetensors", metadata_without("xtgrad.type"));
+  const fs::path no_config_file = file("no_config.safetensors", metadata_without("xtgrad.config"));
+  const fs::path not_json_file =
+      file("not_json.safetensors", metadata_with("xtgrad.config", "Linear(2, 3)"));
+  const fs::path array_file = file("array.safetensors", metadata_with("xtgrad.config", "[1]"));
+  const fs::path other_type_file =
+      file("other_type.safetensors", metadata_with("xtgrad.type", "FeedForward"));
+
+  auto snapshot = [&] {
+    State s;
+    for (Parameter<T>* p : lin.parameters()) s.add(*p);
+    for (const std::string& name : directory_listing(dir.path())) s.add(name);
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  const auto bad = row_adder(rows);
+  const auto load = [&](const fs::path& path) { return [&lin, path] { lin.load(path); }; };
+  bad("manifest: version 2 without its module line", load(no_module_line), IA,
+      {"Module::load", "line 2", "expected 'module', a tab and the module's config"});
+  bad("manifest: an unknown version", load(version_3), IA,
+      {"first line is 'xtgrad-checkpoint 3'",
+       "expected 'xtgrad-checkpoint 1' or "
+       "'xtgrad-checkpoint 2'"});
+  bad("config: not JSON", load(not_json), IA,
+      {"Module::load", "manifest.tsv' line 2: module config is not valid JSON"});
+  bad("config: no type", load(no_type), IA, {"line 2: module config has no \"type\""});
+  bad("config: an empty type", load(empty_type), IA,
+      {"module config has a \"type\" that is not a non-empty string"});
+  bad("config: an unknown key", load(unknown_key), IA,
+      {"module config has the unknown key 'x'", "expected type, options and children"});
+  bad("config: a key twice", load(twice), IA, {"module config has the key 'type' twice"});
+  bad("config: an option that is not a string", load(number_option), IA,
+      {"module config option 'in_features' is not a string"});
+  bad("config: nested 200 levels deep", load(deep_dir), IA,
+      {"module config is nested more than 128 levels deep"});
+  bad("config: a child that is not a pair", load(bad_child), IA,
+      {"module config has a child that is not a [name, config] pair"});
+  bad("config: a child name twice", load(twin_child), IA,
+      {"module config has the child '0' twice"});
+  bad("config: another type, control characters escaped", load(control), IA,
+      {"holds Lin\\x01ear(), this module is Linear("});
+  bad("safetensors: a file without xtgrad metadata", load(torch_file), IA,
+      {"Module::load", "torch.safetensors", "has no 'xtgrad.version'",
+       "module.load_state_dict(read_safetensors(path))"});
+  bad("safetensors: an unknown version", load(version_1), IA,
+      {"has format version '1', expected '2'"});
+  bad("safetensors: no type", load(no_type_file), IA, {"has no 'xtgrad.type'"});
+  bad("safetensors: no config", load(no_config_file), IA, {"has no 'xtgrad.config'"});
+  bad("safetensors: a config that is not JSON", load(not_json_file), IA,
+      {"not_json.safetensors' xtgrad.config: module config is not valid JSON"});
+  bad("safetensors: a config that is not an object", load(array_file), IA,
+      {"module config is not a JSON object"});
+  bad("safetensors: a type the config does not hold", load(other_type_file), IA,
+      {"xtgrad.type is 'FeedForward' but xtgrad.config holds a 'Linear'"});
+  report("module configs", run_rows(rows, snapshot));
 }

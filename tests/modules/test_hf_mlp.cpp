@@ -18,6 +18,7 @@
 #include "support/bad_input.hpp"
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/hf_mlp_fixtures.hpp"
+#include "support/python.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -60,15 +61,6 @@ State parameters_of(const Module<T>& module) {
     s.add(*p);
   }
   return s;
-}
-
-// "/usr/bin/python3" or "python3" when it can import numpy, else "".
-std::string python_with_numpy() {
-  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
-    const std::string command = std::string(candidate) + " -c 'import numpy' >/dev/null 2>&1";
-    if (std::system(command.c_str()) == 0) return candidate;
-  }
-  return "";
 }
 
 }  // namespace

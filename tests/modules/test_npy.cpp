@@ -23,6 +23,7 @@
 #include <xtgrad/modules/io/npy.hpp>
 
 #include "support/npy_bytes.hpp"
+#include "support/python.hpp"
 #include "support/test_helpers.hpp"
 
 using xtgrad::testing::directory_names;
@@ -34,6 +35,7 @@ using xtgrad::testing::TempDir;
 using xtgrad::testing::write_file;
 
 using namespace xtgrad;
+using xtgrad::testing::python_with_numpy;
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,15 +45,6 @@ bool bit_equal(const xt::xarray<T>& a, const xt::xarray<T>& b) {
   // memcmp with the null data() of an empty array is undefined: compare sizes first.
   return a.shape() == b.shape() &&
          (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-
-// "/usr/bin/python3" or "python3" when it can import numpy, else "".
-std::string python_with_numpy() {
-  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
-    const std::string command = std::string(candidate) + " -c 'import numpy' >/dev/null 2>&1";
-    if (std::system(command.c_str()) == 0) return candidate;
-  }
-  return "";
 }
 
 }  // namespace

@@ -169,9 +169,29 @@ inline void npy_one(const std::uint8_t* data, std::size_t size) {
 // write back (write_safetensors refuses nothing a read produced) and read
 // again to the same names, metadata, dtypes (F16 / BF16 come back as F32)
 // and bits; reading one selected tensor gives that tensor.
+// Loading the file as a checkpoint of Linear(2, 3) (Module::load: the
+// metadata, the module config JSON, the names) must succeed with the shapes
+// kept or fail with the module unchanged.
+template <class T>
+void load_safetensors_checkpoint_into(const std::filesystem::path& file) {
+  Linear<T> module(2, 3);
+  std::vector<xt::xarray<T>> before;
+  for (Parameter<T>* p : module.parameters()) before.push_back(p->value);
+  const bool loaded = documented([&] { module.load(file); });
+  const auto params = module.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (loaded)
+      require(params[i]->value.shape() == before[i].shape(), "load changed a parameter's shape");
+    else
+      require(bit_equal(params[i]->value, before[i]), "a failed load changed the module");
+  }
+}
+
 inline void safetensors_one(const std::uint8_t* data, std::size_t size) {
   const std::filesystem::path file = scratch() / "input.safetensors";
   write_file(file, data, size);
+  load_safetensors_checkpoint_into<float>(file);
+  load_safetensors_checkpoint_into<double>(file);
   std::optional<Safetensors> read;
   documented([&] { read = read_safetensors(file); });
   if (!read) return;

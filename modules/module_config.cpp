@@ -1,0 +1,151 @@
+#include "module_config.hpp"
+
+#include <charconv>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../engine/errors.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::size_t k_max_config_bytes = 1'000'000;
+constexpr int k_max_json_depth = 128;
+// How much of one name or value a message quotes.
+constexpr std::size_t k_max_shown = 200;
+
+std::string shown(const std::string& text) {
+  return detail::escaped(text, k_max_shown);
+}
+
+Json json_of(const ModuleConfig& config) {
+  Json options = Json::object();
+  for (const auto& [key, value] : config.options) options[key] = value;
+  Json out = {{"type", config.type}, {"options", std::move(options)}};
+  if (!config.children.empty()) {
+    Json children = Json::array();
+    for (const auto& [name, child] : config.children) children.push_back({name, json_of(child)});
+    out["children"] = std::move(children);
+  }
+  return out;
+}
+
+struct Parser {
+  const std::string& function;
+  const std::string& where;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    detail::fail_value(function, where + ": module config " + what);
+  }
+
+  ModuleConfig config(const Json& j, const std::string& at) const {
+    if (!j.is_object()) fail(at + "is not a JSON object");
+    for (const auto& item : j.items())
+      if (item.key() != "type" && item.key() != "options" && item.key() != "children")
+        fail(at + "has the unknown key " + detail::quoted(shown(item.key())) +
+             ", expected type, options and children");
+    const auto type = j.find("type");
+    if (type == j.end()) fail(at + "has no \"type\"");
+    if (!type->is_string() || type->get<std::string>().empty())
+      fail(at + "has a \"type\" that is not a non-empty string");
+    ModuleConfig out(type->get<std::string>());
+    const auto options = j.find("options");
+    if (options == j.end() || !options->is_object()) fail(at + "has no \"options\" object");
+    for (const auto& item : options->items()) {
+      if (!item.value().is_string())
+        fail(at + "option " + detail::quoted(shown(item.key())) + " is not a string");
+      out.add(item.key(), item.value().get<std::string>());
+    }
+    const auto children = j.find("children");
+    if (children == j.end()) return out;
+    if (!children->is_array()) fail(at + "has \"children\" that is not an array");
+    std::set<std::string> names;
+    for (const Json& child : *children) {
+      if (!child.is_array() || child.size() != 2 || !child[0].is_string())
+        fail(at + "has a child that is not a [name, config] pair");
+      const std::string name = child[0].get<std::string>();
+      if (!names.insert(name).second)
+        fail(at + "has the child " + detail::quoted(shown(name)) + " twice");
+      out.children.emplace_back(
+          name, config(child[1], at + "child " + detail::quoted(shown(name)) + " "));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+ModuleConfig& ModuleConfig::add(std::string key, std::string value) {
+  options.emplace_back(std::move(key), std::move(value));
+  return *this;
+}
+
+ModuleConfig& ModuleConfig::add(std::string key, std::size_t value) {
+  return add(std::move(key), std::to_string(value));
+}
+
+ModuleConfig& ModuleConfig::add(std::string key, bool value) {
+  return add(std::move(key), std::string(value ? "true" : "false"));
+}
+
+ModuleConfig& ModuleConfig::add(std::string key, double value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return add(std::move(key), std::string(buffer, result.ptr));
+}
+
+std::string ModuleConfig::describe() const {
+  std::string out = shown(type) + "(";
+  bool first = true;
+  for (const auto& [key, value] : options) {
+    out += (first ? "" : ", ") + shown(key) + "=" + shown(value);
+    first = false;
+  }
+  for (const auto& [name, child] : children) {
+    out += (first ? "" : ", ") + shown(name) + "=" + child.describe();
+    first = false;
+  }
+  return out + ")";
+}
+
+std::string to_json(const ModuleConfig& config) {
+  // ensure_ascii: the text has no control characters and no bytes above
+  // 0x7f, so it fits one manifest line and one safetensors metadata string;
+  // invalid UTF-8 is replaced rather than thrown on (a type name is code's).
+  return json_of(config).dump(-1, ' ', true, Json::error_handler_t::replace);
+}
+
+ModuleConfig parse_module_config(const std::string& text, const std::string& function,
+                                 const std::string& where) {
+  const Parser parser{function, where};
+  if (text.size() > k_max_config_bytes)
+    parser.fail("has " + std::to_string(text.size()) + " bytes, more than the " +
+                std::to_string(k_max_config_bytes) + " a config may have");
+  // The callback bounds the nesting (before the parser goes deeper) and
+  // refuses duplicate keys, which the parser itself would silently merge.
+  std::vector<std::set<std::string>> keys;
+  const auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth > k_max_json_depth)
+      parser.fail("is nested more than " + std::to_string(k_max_json_depth) + " levels deep");
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.empty() &&
+        !keys.back().insert(parsed.get<std::string>()).second)
+      parser.fail("has the key " + detail::quoted(shown(parsed.get<std::string>())) + " twice");
+    return true;
+  };
+  Json j;
+  try {
+    j = Json::parse(text, check);
+  } catch (const Json::exception& error) {
+    parser.fail("is not valid JSON (" + shown(error.what()) + ")");
+  }
+  return parser.config(j, "");
+}
+
+}  // namespace xtgrad

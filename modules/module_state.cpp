@@ -1,0 +1,179 @@
+// Module::state_dict and Module::load_state_dict, and the loading rules they
+// share with the checkpoints (state_loading.hpp). The rules and messages are
+// torch.nn.Module.load_state_dict's (torch/nn/modules/module.py,
+// _load_from_state_dict and load_state_dict).
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "../engine/errors.hpp"
+#include "state_loading.hpp"
+
+namespace xtgrad {
+
+namespace detail {
+
+namespace {
+
+// At most this many names are listed in one message.
+constexpr std::size_t k_max_listed = 50;
+
+std::string key_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < k_max_listed; ++i)
+    out += (i ? ", \"" : "\"") + escaped(names[i], 200) + "\"";
+  if (names.size() > k_max_listed) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+template <class T>
+std::vector<std::size_t> shape_of(const SourceTensor<T>& s) {
+  if (s.value) return {s.value->shape().begin(), s.value->shape().end()};
+  return s.stored->shape();
+}
+
+// The dtype of a source as messages name it.
+template <class T>
+std::string dtype_of(const SourceTensor<T>& s) {
+  if (s.value) return sizeof(T) == 4 ? "float32" : "float64";
+  return std::string(safetensors_dtype_name(s.stored->dtype())) +
+         (s.stored->template holds<float>() ? " (float32)" : " (float64)");
+}
+
+// The value as T: a copy, or a conversion (torch's copy_: a float64 to
+// float32 cast rounds to nearest; float32 to float64 is exact).
+template <class T>
+xt::xarray<T> value_of(const SourceTensor<T>& s) {
+  if (s.value) return *s.value;
+  if (s.stored->template holds<T>()) return s.stored->template get<T>();
+  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  const xt::xarray<Other>& other = s.stored->template get<Other>();
+  xt::xarray<T> out = xt::xarray<T>::from_shape(other.shape());
+  std::transform(other.data(), other.data() + other.size(), out.data(),
+                 [](Other v) { return static_cast<T>(v); });
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+IncompatibleKeys load_sources(const std::string& function, const std::string& type,
+                              const std::vector<std::pair<std::string, Parameter<T>*>>& params,
+                              const std::vector<SourceTensor<T>>& sources, bool strict,
+                              DtypeRule rule) {
+  std::map<std::string, const SourceTensor<T>*> by_name;
+  for (const SourceTensor<T>& s : sources) by_name.emplace(s.name, &s);
+  std::set<std::string> param_names;
+  IncompatibleKeys keys;
+  std::vector<std::string> errors;
+  std::vector<const SourceTensor<T>*> matched(params.size(), nullptr);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    param_names.insert(name);
+    const auto found = by_name.find(name);
+    if (found == by_name.end() || (!found->second->value && !found->second->stored)) {
+      keys.missing_keys.push_back(name);
+      continue;
+    }
+    const SourceTensor<T>& s = *found->second;
+    const std::vector<std::size_t> shape = shape_of(s);
+    if (!std::equal(shape.begin(), shape.end(), p->value.shape().begin(), p->value.shape().end())) {
+      errors.push_back("size mismatch for " + escaped(name, 200) + ": copying a param with shape " +
+                       shape_str(shape) + " from checkpoint, the shape in current model is " +
+                       shape_str(p->value.shape()) + ".");
+      continue;
+    }
+    if (rule == DtypeRule::exact && s.stored && !s.stored->template holds<T>()) {
+      errors.push_back("dtype mismatch for " + escaped(name, 200) + ": the checkpoint holds " +
+                       dtype_of(s) + ", the parameter in current model is " +
+                       (sizeof(T) == 4 ? "float32" : "float64") +
+                       "; a checkpoint is not converted between float32 and float64 (load it "
+                       "with load_state_dict to convert).");
+      continue;
+    }
+    matched[i] = &s;
+  }
+  for (const SourceTensor<T>& s : sources)
+    if (param_names.count(s.name) == 0) keys.unexpected_keys.push_back(s.name);
+  if (strict) {
+    if (!keys.unexpected_keys.empty())
+      errors.insert(errors.begin(),
+                    "Unexpected key(s) in state_dict: " + key_list(keys.unexpected_keys) + ". ");
+    if (!keys.missing_keys.empty())
+      errors.insert(errors.begin(),
+                    "Missing key(s) in state_dict: " + key_list(keys.missing_keys) + ". ");
+  }
+  if (!errors.empty()) {
+    std::string what = "Error(s) in loading state_dict for " + escaped(type, 200) + ":";
+    for (const std::string& e : errors) what += "\n\t" + e;
+    fail_value(function, what);
+  }
+  // Every check has passed: convert, then assign (a conversion cannot fail
+  // half-way through the assignments).
+  std::vector<xt::xarray<T>> values(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (matched[i]) values[i] = value_of(*matched[i]);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (matched[i]) params[i].second->value = std::move(values[i]);
+  return keys;
+}
+
+template IncompatibleKeys load_sources(
+    const std::string&, const std::string&,
+    const std::vector<std::pair<std::string, Parameter<float>*>>&,
+    const std::vector<SourceTensor<float>>&, bool, DtypeRule);
+template IncompatibleKeys load_sources(
+    const std::string&, const std::string&,
+    const std::vector<std::pair<std::string, Parameter<double>*>>&,
+    const std::vector<SourceTensor<double>>&, bool, DtypeRule);
+
+}  // namespace detail
+
+namespace {
+constexpr char k_load_state_dict[] = "Module::load_state_dict";
+}  // namespace
+
+template <class T>
+TensorDict<T> Module<T>::state_dict() const {
+  TensorDict<T> out;
+  for (const auto& [name, p] : named_parameters()) out.insert(name, p->value);
+  return out;
+}
+
+template <class T>
+IncompatibleKeys Module<T>::load_state_dict(const TensorDict<T>& dict, bool strict) {
+  std::vector<detail::SourceTensor<T>> sources;
+  for (const auto& [name, value] : dict) sources.push_back({name, &value, nullptr});
+  const NamedParameters named = named_parameters();
+  return detail::load_sources<T>(k_load_state_dict, config().type, {named.begin(), named.end()},
+                                 sources, strict, detail::DtypeRule::convert);
+}
+
+template <class T>
+IncompatibleKeys Module<T>::load_state_dict(const std::map<std::string, StoredTensor>& tensors,
+                                            bool strict) {
+  std::vector<detail::SourceTensor<T>> sources;
+  for (const auto& [name, tensor] : tensors) sources.push_back({name, nullptr, &tensor});
+  const NamedParameters named = named_parameters();
+  return detail::load_sources<T>(k_load_state_dict, config().type, {named.begin(), named.end()},
+                                 sources, strict, detail::DtypeRule::convert);
+}
+
+template <class T>
+IncompatibleKeys Module<T>::load_state_dict(const Safetensors& file, bool strict) {
+  return load_state_dict(file.tensors, strict);
+}
+
+template TensorDict<float> Module<float>::state_dict() const;
+template TensorDict<double> Module<double>::state_dict() const;
+template IncompatibleKeys Module<float>::load_state_dict(const TensorDict<float>&, bool);
+template IncompatibleKeys Module<double>::load_state_dict(const TensorDict<double>&, bool);
+template IncompatibleKeys Module<float>::load_state_dict(const std::map<std::string, StoredTensor>&,
+                                                         bool);
+template IncompatibleKeys Module<double>::load_state_dict(
+    const std::map<std::string, StoredTensor>&, bool);
+template IncompatibleKeys Module<float>::load_state_dict(const Safetensors&, bool);
+template IncompatibleKeys Module<double>::load_state_dict(const Safetensors&, bool);
+
+}  // namespace xtgrad
