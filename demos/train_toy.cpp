@@ -25,10 +25,12 @@
 
 #include <CLI/CLI.hpp>
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 
+#include "data_parallel.hpp"
 #include "observe.hpp"
 
 namespace {
@@ -155,7 +157,7 @@ bool plot(const fs::path& out, bool with_history) {  // history: a training run
 }
 
 template <class T>
-int run(const Options& o) {
+int run(Options o, demo::Parallel& parallel) {
   std::mt19937_64 data_generator(o.seed);
   const xt::xarray<T> x_train = uniform_tokens<T>(k_train_tokens, data_generator);
   const xt::xarray<T> x_heldout = uniform_tokens<T>(k_heldout_tokens, data_generator);
@@ -164,8 +166,15 @@ int run(const Options& o) {
   Generator init_generator(o.seed + 1);
   FeedForward<T> ffn(2, o.hidden, parse_activation(o.activation), init_generator);
   LinearBaseline<T> baseline(2, o.hidden, init_generator);
+  // Under mpirun each rank trains on its slice of the training tokens and
+  // the gradients are averaged (demo::GradientAverager): the same steps as
+  // one process on all of them. Rank 0 alone prints and writes.
+  const auto [first, count] = parallel.slice(k_train_tokens, "the training batch");
+  const xt::xarray<T> x_local = xt::view(x_train, xt::range(first, first + count));
+  const xt::xarray<T> y_local = xt::view(y_train, xt::range(first, first + count));
+  if (parallel.quiet()) o.observe = {};
   const fs::path out(o.out);
-  fs::create_directories(out);
+  if (!parallel.quiet()) fs::create_directories(out);
 
   std::vector<Record> history;
   const bool trained_here = o.load.empty();
@@ -178,7 +187,8 @@ int run(const Options& o) {
     auto ffn_opt = make_optimizer<T>(o, ffn.parameters());
     auto base_opt = make_optimizer<T>(o, baseline.parameters());
     Tape<T> tape;
-    const bool terminal = isatty(fileno(stdout));
+    demo::GradientAverager<T> ffn_sync(parallel, ffn, tape), base_sync(parallel, baseline, tape);
+    const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
     demo::StepObserver<T> observer(o.observe, o.steps);
     ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
     for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
@@ -188,11 +198,13 @@ int run(const Options& o) {
       {
         auto profiled = observer.step(tape, step);
         tape.clear();
-        const Var<T> x = tape.leaf(x_train, false), y = tape.leaf(y_train, false);
+        const Var<T> x = tape.leaf(x_local, false), y = tape.leaf(y_local, false);
         ffn_loss = mse(ffn(x), y);
         base_loss = mse(baseline(x), y);
         tape.backward(ffn_loss);
         tape.backward(base_loss);
+        ffn_sync.finish();
+        base_sync.finish();
         observer.region("optimizer.step", [&] {
           ffn_opt->step();
           base_opt->step();
@@ -201,13 +213,18 @@ int run(const Options& o) {
         });
       }
       observer.graph(tape, {ffn_loss, base_loss}, names, step);
-      const double train_ffn = ffn_loss.value()(), train_base = base_loss.value()();
+      const bool logged = step % k_eval_every == 0 || step == 1 || step == o.steps;
+      if (!logged && parallel.active()) continue;  // the global mean is needed only when logged
+      // The global batch's MSE: the mean of the ranks' equal shards' means.
+      const double train_ffn = parallel.mean(ffn_loss.value()());
+      const double train_base = parallel.mean(base_loss.value()());
       final_train = train_ffn;
-      if (step % k_eval_every == 0 || step == 1 || step == o.steps) {
+      if (logged) {
         history.push_back({step, train_ffn, evaluate(ffn, x_heldout, y_heldout), train_base,
                            evaluate(baseline, x_heldout, y_heldout)});
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (parallel.quiet()) continue;
         if (terminal) {
           std::printf("\rstep %5zu/%zu  train MSE %.3e  held-out %.3e  %.0f steps/s   ", step,
                       o.steps, train_ffn, history.back().heldout_ffn, step / seconds);
@@ -219,9 +236,10 @@ int run(const Options& o) {
       }
     }
     if (terminal) std::printf("\n");
-    observer.report(std::cout);
-    if (!o.save.empty()) ffn.save(o.save);
+    if (!parallel.quiet()) observer.report(std::cout);
+    if (!o.save.empty() && !parallel.quiet()) ffn.save(o.save);
   }
+  if (parallel.quiet()) return 0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -290,6 +308,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  demo::Parallel parallel(argc, argv);  // the MPI job under mpirun, else nothing
   Options o;
   CLI::App app{"Train a position-wise FFN on the toy regression of AIAYN section 3.3"};
   app.add_option("--steps", o.steps, "training steps")
@@ -319,15 +338,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
+    if (!parallel.quiet()) std::cout << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "train_toy: " << e.what() << " (see --help)\n";
+    if (!parallel.quiet()) std::cerr << "train_toy: " << e.what() << " (see --help)\n";
     return 2;
   }
   try {
-    return o.dtype == "float" ? run<float>(o) : run<double>(o);
+    return o.dtype == "float" ? run<float>(o, parallel) : run<double>(o, parallel);
   } catch (const std::exception& e) {
+    parallel.fail(std::string("train_toy: ") + e.what());  // ends the whole job under mpirun
     std::cerr << "train_toy: " << e.what() << "\n";
     return 1;
   }

@@ -220,6 +220,7 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
       fail_param_changed(i, "Tape::backward");
   }
   if (detect_anomaly_) check_backward_start(root, dy);
+  for (BackwardObserver<T>* observer : observers_) observer->backward_begin(*this, root);
 
   for (std::size_t i = 0; i < size_; ++i)
     if (!nodes_[i].is_leaf) nodes_[i].grad_ready = false;
@@ -230,16 +231,51 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
   else
     seed.buffer = dy;
 
-  for (std::size_t i = root + 1; i-- > 0;) {
-    Node& node = nodes_[i];
-    if (node.backward && node.grad_ready) {
-      if (profiler_)
-        profile_backward(i);
-      else
-        node.backward(*this, node.grad);
-      if (detect_anomaly_) check_backward(i);
-    }
+  if (observers_.empty()) {
+    for (std::size_t i = root + 1; i-- > 0;) run_rule(i);
+    return;
   }
+  for (std::size_t i = root + 1; i-- > 0;) {
+    run_rule(i);
+    for (BackwardObserver<T>* observer : observers_) observer->node_done(*this, i);
+  }
+  for (BackwardObserver<T>* observer : observers_) observer->backward_end(*this);
+}
+
+template <class T>
+void Tape<T>::run_rule(std::size_t index) {
+  Node& node = nodes_[index];
+  if (!node.backward || !node.grad_ready) return;
+  if (profiler_)
+    profile_backward(index);
+  else
+    node.backward(*this, node.grad);
+  if (detect_anomaly_) check_backward(index);
+}
+
+template <class T>
+Tape<T>::~Tape() {
+  for (BackwardObserver<T>* observer : observers_) observer->tape_destroyed(*this);
+}
+
+template <class T>
+void Tape<T>::add_backward_observer(BackwardObserver<T>* observer) {
+  if (observer == nullptr)
+    detail::fail_logic("Tape::add_backward_observer", "the observer is null");
+  for (const BackwardObserver<T>* o : observers_)
+    if (o == observer)
+      detail::fail_logic("Tape::add_backward_observer", "this observer was added already");
+  observers_.push_back(observer);
+}
+
+template <class T>
+void Tape<T>::remove_backward_observer(BackwardObserver<T>* observer) {
+  for (std::size_t k = 0; k < observers_.size(); ++k)
+    if (observers_[k] == observer) {
+      observers_.erase(observers_.begin() + static_cast<std::ptrdiff_t>(k));
+      return;
+    }
+  detail::fail_logic("Tape::remove_backward_observer", "this observer was never added");
 }
 
 template <class T>

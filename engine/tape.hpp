@@ -152,6 +152,32 @@ class AnomalyError : public std::runtime_error {
   std::size_t gradient_node_;
 };
 
+// Watches reverse passes (distributed/'s gradient synchronizer is one). While
+// an observer is added, backward(y) calls, in this order:
+//   backward_begin(tape, root)  once, before any backward rule runs (root is
+//                               y's node index; the recording is complete);
+//   node_done(tape, i)          for every position i = root, root - 1, ..., 0
+//                               of the reverse walk, right after node i's rule
+//                               ran (or was skipped: no rule, or no gradient
+//                               reached it);
+//   backward_end(tape)          after node_done(tape, 0).
+// Since the walk is in reverse recording order, once node_done(i) returns no
+// rule of a node >= i runs again in this pass: a Parameter whose earliest
+// reader (the smallest node index having its param node as a parent) is i has
+// its final gradient of the pass at node_done(i). An observer may throw from
+// backward_begin (nothing has been written yet). A rule that throws ends the
+// pass without backward_end. An observer must be removed before it is
+// destroyed; a tape destroyed first tells its observers (tape_destroyed).
+template <class T>
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  virtual void backward_begin(const Tape<T>& tape, std::size_t root) = 0;
+  virtual void node_done(const Tape<T>& tape, std::size_t index) = 0;
+  virtual void backward_end(const Tape<T>& tape) = 0;
+  virtual void tape_destroyed(const Tape<T>&) {}
+};
+
 template <class T>
 class Tape {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -159,6 +185,7 @@ class Tape {
 
  public:
   Tape() = default;
+  ~Tape();                     // tells the backward observers still added
   Tape(const Tape&) = delete;  // Vars point at their tape: it must not move
   Tape& operator=(const Tape&) = delete;
 
@@ -217,6 +244,12 @@ class Tape {
   // its use here.
   Profiler* profiler() const { return profiler_; }
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+
+  // Backward observers (BackwardObserver above), called in the order they
+  // were added. None (the default) costs one branch per backward. Adding one
+  // twice or removing one never added is std::logic_error.
+  void add_backward_observer(BackwardObserver<T>* observer);
+  void remove_backward_observer(BackwardObserver<T>* observer);
 
   // Reading a recording (engine/graph_dot.hpp, engine/profiler.hpp), for
   // index < size(): the op name, the parents in the order the op recorded
@@ -361,6 +394,7 @@ class Tape {
   const xt::xarray<T>* accumulated_grad(std::size_t index) const;
   void profile_forward_end(std::size_t index);  // the profiler_ hooks, in tape.cpp
   void profile_backward(std::size_t index);
+  void run_rule(std::size_t index);  // node index's rule, profiled and checked
 
   // nodes_[0, size_) are live; the rest are kept buffers. A deque, so that a
   // reference to a node's value stays valid while later nodes are appended.
@@ -371,6 +405,7 @@ class Tape {
   xt::xarray<T> ones_;  // the upstream gradient of backward(y)
   bool detect_anomaly_ = false;
   Profiler* profiler_ = nullptr;
+  std::vector<BackwardObserver<T>*> observers_;
 };
 
 // Turns recording off for a scope (like torch::NoGradGuard), restoring the

@@ -23,15 +23,17 @@ Dropout<T>::Dropout(double p, Generator& generator) : p_(p), seed_(0) {
 }
 
 template <class T>
-std::optional<DropoutKey> Dropout<T>::next_key() {
+std::optional<DropoutKey> Dropout<T>::next_key(std::uint64_t elements_per_row) {
   if (p_ == 0.0 || !this->training_forward()) return std::nullopt;
-  return DropoutKey{seed_, step_++, 0};
+  return DropoutKey{seed_, step_++, row_offset_ * elements_per_row};
 }
 
 template <class T>
 Var<T> Dropout<T>::forward(const Var<T>& x) {
   x.tape_for("Dropout", "x");
-  const std::optional<DropoutKey> key = next_key();
+  const Shape& shape = x.shape();
+  const std::optional<DropoutKey> key =
+      next_key(detail::elements_per_row(shape, shape.empty() ? 1 : shape.back()));
   if (!key) return x;
   return dropout(x, p_, true, *key);
 }

@@ -51,7 +51,8 @@ Var<T> FeedForward<T>::forward(const Var<T>& x) {
                               w2.weight.value.shape(), w2.bias.value.shape(), activation_);
   const Var<T> w1_weight = tape.param(w1.weight), w1_bias = tape.param(w1.bias);
   const Var<T> w2_weight = tape.param(w2.weight), w2_bias = tape.param(w2.bias);
-  const std::optional<DropoutKey> key = dropout.next_key();
+  const std::optional<DropoutKey> key =
+      dropout.next_key(detail::elements_per_row(x.shape(), w1.weight.value.shape()[0]));
   const std::optional<HiddenDropout> hidden =
       key ? std::optional(HiddenDropout{dropout.p(), *key}) : std::nullopt;
   return detail::record_two_layer(dims, x, w1_weight, w1_bias, w2_weight, w2_bias, activation_,

@@ -57,7 +57,8 @@ Var<T> GatedFFN<T>::forward(const Var<T>& x) {
   const std::optional<Var<T>> up_bias = optional_param(bias_.up, b_up);
   const std::optional<Var<T>> gate_bias = optional_param(bias_.gate, b_gate);
   const std::optional<Var<T>> down_bias = optional_param(bias_.down, b_down);
-  const std::optional<DropoutKey> key = dropout.next_key();
+  const std::optional<DropoutKey> key =
+      dropout.next_key(detail::elements_per_row(x.shape(), w_down.value.shape()[0]));
   const std::optional<HiddenDropout> hidden =
       key ? std::optional(HiddenDropout{dropout.p(), *key}) : std::nullopt;
   return detail::record_gated(dims, x, up, gate, down, up_bias, gate_bias, down_bias, activation_,

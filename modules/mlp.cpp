@@ -50,7 +50,8 @@ Var<T> Mlp<T>::forward(const Var<T>& x) {
   Var<T> h = linears_.front()(x);
   for (std::size_t i = 1; i < linears_.size(); ++i) {
     Linear<T>& next = linears_[i];
-    const std::optional<DropoutKey> key = dropouts_[i - 1].next_key();
+    const std::optional<DropoutKey> key =
+        dropouts_[i - 1].next_key(detail::elements_per_row(h.shape(), h.shape().back()));
     const std::optional<HiddenDropout> hidden =
         key ? std::optional(HiddenDropout{options_.dropout, *key}) : std::nullopt;
     // h[..., out_i] = Dropout(f(h)) W_i^T + b_i, f(h) never stored

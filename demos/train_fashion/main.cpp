@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../data_parallel.hpp"
 #include "data.hpp"
 #include "models.hpp"
 #include "report.hpp"
@@ -80,7 +82,7 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
           {"total_seconds", total_seconds}};
 }
 
-int run(const Options& o) {
+int run(const Options& o, xtgrad::demo::Parallel& parallel) {
   const Clock::time_point start = Clock::now();
   openblas_set_num_threads(o.threads);
   FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
@@ -89,13 +91,25 @@ int run(const Options& o) {
   xtgrad::Generator generator(o.train.seed);
   auto model = make_model(o.model, generator);
   const std::size_t parameters = parameter_count(*model);
-  std::printf(
-      "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
-      o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
+  // Under mpirun rank 0 alone prints and writes; the others train quietly.
+  std::FILE* const out_stream = parallel.quiet() ? std::fopen("/dev/null", "w") : stdout;
+  if (out_stream == nullptr) throw std::runtime_error("cannot open /dev/null");
+  if (!parallel.quiet())
+    std::printf(
+        "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
+        o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
+  if (parallel.active() && !parallel.quiet())
+    std::printf("train_fashion: %d processes, %zu images of each batch of %zu per process\n",
+                parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
+                o.train.batch_size);
   const fs::path out(o.out);
-  fs::create_directories(out);
+  if (!parallel.quiet()) fs::create_directories(out);
 
-  const TrainResult result = train(*model, o.model, data, o.train, stdout);
+  const TrainResult result = train(*model, o.model, data, o.train, out_stream, parallel);
+  if (parallel.quiet()) {
+    std::fclose(out_stream);
+    return 0;
+  }
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   write_history_csv(out / "history.csv", result.history);
@@ -119,6 +133,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  xtgrad::demo::Parallel parallel(argc, argv);  // the MPI job under mpirun, else nothing
   Options o;
   std::string augment;  // empty: the model's default
   CLI::App app{"Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST"};
@@ -205,24 +220,30 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
+    if (!parallel.quiet()) std::cout << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "train_fashion: " << e.what() << " (see --help)\n";
+    if (!parallel.quiet()) std::cerr << "train_fashion: " << e.what() << " (see --help)\n";
     return 2;
   }
   o.train.flip = augment.empty() ? o.model.kind == "mixer" : augment == "flip";
   o.train.save = save;
   o.train.resume = resume;
+  // One OpenBLAS thread per process under mpirun, unless --threads says otherwise.
+  if (parallel.active() && app.count("--threads") == 0) o.threads = 1;
+  if (parallel.quiet()) o.train.observe = {};
   try {
-    return run(o);
+    return run(o, parallel);
   } catch (const DataError& e) {
+    parallel.fail(std::string("train_fashion: ") + e.what());  // ends the job under mpirun
     std::cerr << "train_fashion: " << e.what() << "\n";
     return 2;
   } catch (const std::invalid_argument& e) {
+    parallel.fail(std::string("train_fashion: ") + e.what());
     std::cerr << "train_fashion: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
+    parallel.fail(std::string("train_fashion: ") + e.what());
     std::cerr << "train_fashion: " << e.what() << "\n";
     return 1;
   }

@@ -70,10 +70,11 @@ std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, do
 }
 
 TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
-                  const TrainOptions& o, std::FILE* out) {
+                  const TrainOptions& o, std::FILE* out, demo::Parallel& parallel) {
   const std::size_t train_images = data.train.labels.size();
   Batcher<float> batcher(std::move(data.train.images), data.train.labels,
                          {o.batch_size, /*shuffle=*/true, /*drop_last=*/false, o.seed});
+  demo::Shards shards(parallel, train_images, {o.batch_size, true, false, o.seed});
   const std::size_t steps_per_epoch = batcher.batches_per_epoch();
   const auto total_steps = static_cast<std::int64_t>(steps_per_epoch * o.epochs);
   const auto warmup = std::min<std::int64_t>(
@@ -100,6 +101,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   CrossEntropyOptions loss_options;
   loss_options.label_smoothing = o.label_smoothing;
   Tape<float> tape;
+  demo::GradientAverager<float> gradients(parallel, model, tape);
   Batch<float> batch;
   // This call's steps, counted from 1, are the ones observed.
   demo::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
@@ -109,10 +111,11 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     const Clock::time_point start = Clock::now();
     model.train();
     batcher.start_epoch(epoch);
+    shards.start_epoch(epoch);
     Progress progress(epoch + 1, o.epochs, steps_per_epoch, out);
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
-    while (batcher.next(batch)) {
+    while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {
       if (o.flip) random_flip(batch, o.seed, epoch);
       Var<float> loss;
       ++observed;
@@ -122,6 +125,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
         const Var<float> x = tape.leaf(batch.inputs, false);
         loss = cross_entropy(model(x), batch.labels, loss_options);
         tape.backward(loss);
+        gradients.finish();
         observer.region("optimizer.step", [&] {
           optimizer.step();
           optimizer.zero_grad();
@@ -129,11 +133,12 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
         });
       }
       observer.graph(tape, {loss}, model.named_parameters(), observed);
-      const double value = loss.value()();
+      const double value = parallel.mean(loss.value()());  // the global batch's mean
       loss_sum += value;
       ++step;
       ++in_epoch;
-      progress.update(in_epoch, batch.labels.size(), value);
+      progress.update(in_epoch, batch.labels.size() * static_cast<std::size_t>(parallel.size()),
+                      value);
     }
     progress.finish();
     model.eval();
@@ -151,7 +156,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
                  record.epoch, o.epochs, record.train_loss, record.test_loss, record.test_accuracy,
                  record.seconds);
     std::fflush(out);
-    if (!o.save.empty())
+    if (!o.save.empty() && !parallel.quiet())
       save_run(o.save, model, optimizer, schedule, identity, {result.history, step});
   }
   observer.report(std::cout);

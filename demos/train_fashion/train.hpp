@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../data_parallel.hpp"
 #include "../observe.hpp"
 #include "data.hpp"
 #include "models.hpp"
@@ -62,8 +63,11 @@ struct TrainResult {
 // Trains `model` for the epochs of `options` left after a resume (up to
 // stop_after), printing progress to `out`; with observe.graph / profile, the
 // training steps of this call are observed (the evaluation is not). The training images move into
-// the batcher (data.train.images is left empty).
+// the batcher (data.train.images is left empty). Under mpirun (`parallel`
+// active) each rank trains on its slice of every mini-batch
+// (distributed::DistributedSampler: the same batches as one process) with
+// the gradients averaged, and rank 0 alone saves.
 TrainResult train(xtgrad::Module<float>& model, const ModelConfig& config, FashionMnist& data,
-                  const TrainOptions& options, std::FILE* out);
+                  const TrainOptions& options, std::FILE* out, xtgrad::demo::Parallel& parallel);
 
 }  // namespace fashion

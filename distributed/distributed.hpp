@@ -1,0 +1,7 @@
+#pragma once
+// distributed/: data-parallel training over MPI (README, "Data-parallel training").
+#include "broadcast.hpp"
+#include "communicator.hpp"
+#include "data_parallel.hpp"
+#include "gradient_synchronizer.hpp"
+#include "sampler.hpp"

@@ -1,0 +1,70 @@
+// A rank that throws in the middle of a step: run by mpirun from
+// ddp_abort.cmake, which expects the job to end at once with the error.
+// Rank `failing` (argv[1]) throws from a backward rule at step 3, while the
+// other ranks are inside the step's all-reduces; main turns the exception
+// into Communicator::abort.
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include <xtgrad/distributed/distributed.hpp>
+#include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/modules.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+using namespace xtgrad;
+
+namespace {
+
+// y = x, whose backward throws on `failing` at step `step` (an op of one's own).
+Var<double> fail_in_backward(const Var<double>& x, bool fail) {
+  Tape<double>& tape = x.tape();
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record("fail_in_backward", {xi}, x.requires_grad());
+  tape.value_mut(yi) = tape.value(xi);
+  tape.set_backward(yi, [xi, fail](Tape<double>& t, const xt::xarray<double>& dy) {
+    if (fail) throw std::runtime_error("injected failure in a backward rule");
+    GradSlot<double> dx = t.grad_slot(xi);
+    if (dx.accumulate)
+      dx.buffer += dy;
+    else
+      dx.buffer = dy;
+  });
+  return tape.var(yi);
+}
+
+void train(distributed::Communicator& comm, int failing) {
+  Generator g(1);
+  Sequential<double> net;
+  net.emplace_back<Linear<double>>(32, 32, true, g);
+  net.emplace_back<Linear<double>>(32, 32, true, g);
+  distributed::GradientSynchronizer<double> sync(
+      comm, net, distributed::SynchronizerOptions().first_bucket(1).bucket(1));
+  optim::SGD<double> opt(net.parameters(), optim::SGDOptions(0.1));
+  Tape<double> tape;
+  sync.attach(tape);
+  const xt::xarray<double> x = xt::ones<double>({8, 32});
+  for (int step = 0; step < 1000; ++step) {
+    tape.clear();
+    opt.zero_grad();
+    const Var<double> h = net[0](tape.leaf(x, false));
+    const Var<double> y = net[1](fail_in_backward(h, step == 3 && comm.rank() == failing));
+    tape.backward(sum(y));
+    sync.finish();
+    opt.step();
+  }
+  sync.detach();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  distributed::Communicator comm(argc, argv);
+  const int failing = argc > 1 ? std::atoi(argv[1]) : 1;
+  try {
+    train(comm, failing);
+  } catch (const std::exception& e) {
+    comm.abort(std::string("step failed: ") + e.what());
+  }
+  return 0;
+}
