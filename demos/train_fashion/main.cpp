@@ -147,9 +147,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", o.train.batch_size, "images per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
-  app.add_option("--lr", o.train.lr, "peak learning rate of AdamW")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  CLI::Option* lr = app.add_option("--lr", o.train.lr,
+                                   "peak learning rate of AdamW [default: 1e-3 for mlp, 2e-3 "
+                                   "for mixer, whose flipped images need the longer steps to "
+                                   "fit in 10 epochs]")
+                        ->check(CLI::PositiveNumber);
   app.add_option("--weight-decay", o.train.weight_decay,
                  "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
                  "and LayerNorm weights)")
@@ -226,7 +228,10 @@ int main(int argc, char** argv) {
     if (!parallel.quiet()) std::cerr << "train_fashion: " << e.what() << " (see --help)\n";
     return 2;
   }
-  o.train.flip = augment.empty() ? o.model.kind == "mixer" : augment == "flip";
+  // The defaults that depend on the model.
+  const bool mixer = o.model.kind == "mixer";
+  o.train.flip = augment.empty() ? mixer : augment == "flip";
+  if (lr->count() == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
   o.train.save = save;
   o.train.resume = resume;
   // One OpenBLAS thread per process under mpirun, unless --threads says otherwise.
