@@ -1,5 +1,6 @@
 #include "gemm.hpp"
 
+#include "gemm_streaming.hpp"
 #include "scratch.hpp"
 
 #include "simd.hpp"  // first: see simd.hpp
@@ -179,6 +180,14 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
   }
   if (m * n * k <= k_small_gemm_macs) {
     small_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
+    return;
+  }
+  if (m <= k_streaming_rows) {  // a few rows through a weight: read it once
+    few_rows_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
+    return;
+  }
+  if (k <= k_streaming_rows) {  // a sum of a few outer products: one pass over c
+    few_terms_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
     return;
   }
   using shape2 = std::array<std::size_t, 2>;

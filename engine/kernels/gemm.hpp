@@ -24,6 +24,8 @@ struct MatrixRef {
 // Products of at most k_small_gemm_macs multiply-adds (the toy model's layers)
 // run in a plain vectorized loop here: handing them to OpenBLAS (argument
 // checks, a lock, packing both operands) costs more than computing them.
+// Larger products with at most k_streaming_rows rows of c, or that many
+// terms k, take the weight-streaming paths of gemm_streaming.hpp.
 template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
           bool transpose_b, MatrixRef<T> c, bool accumulate);

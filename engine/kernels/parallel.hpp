@@ -1,0 +1,46 @@
+#pragma once
+// The thread pool of the elementwise passes (internal): parallel_for splits
+// [0, n) into one contiguous chunk per thread in use (threads.hpp), runs the
+// first chunk on the calling thread and the others on persistent workers,
+// and returns when all are done. It never allocates.
+//
+// Chunk boundaries are multiples of k_parallel_align elements, so that a
+// chunk starts on a vector (and a cache line) boundary. Work below
+// `min_per_thread` elements a thread, work inside a worker, and work that
+// finds the pool busy with another caller's job run serially on the caller:
+// a pass must give the same result either way (independent elements only).
+
+#include <cstddef>
+#include <type_traits>
+
+namespace xtgrad::detail {
+
+inline constexpr std::size_t k_parallel_align = 64;
+
+// Elementwise passes of one multiply-add or so per element pay for a second
+// thread from about this many elements (float, 2-core AMD EPYC: a wake-up
+// costs about 10 us, a pass about 0.1 ns an element); heavier passes (exact
+// GELU, erf and exp per element) from fewer.
+inline constexpr std::size_t k_parallel_light = std::size_t(1) << 16;
+inline constexpr std::size_t k_parallel_heavy = std::size_t(1) << 13;
+
+using RangeBody = void (*)(void* context, std::size_t begin, std::size_t end);
+
+// How many chunks parallel_run would use for n elements now (1: serial).
+std::size_t parallel_chunks(std::size_t n, std::size_t min_per_thread);
+
+void parallel_run(std::size_t n, std::size_t min_per_thread, RangeBody body, void* context);
+
+// body(begin, end) over chunks covering [0, n).
+template <class F>
+void parallel_for(std::size_t n, std::size_t min_per_thread, F&& body) {
+  using Body = std::remove_reference_t<F>;
+  parallel_run(
+      n, min_per_thread,
+      [](void* context, std::size_t begin, std::size_t end) {
+        (*static_cast<Body*>(context))(begin, end);
+      },
+      const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+}  // namespace xtgrad::detail
