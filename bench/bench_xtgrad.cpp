@@ -5,6 +5,9 @@
 //
 //   ffn         forward and forward+backward of the three FFN families at
 //               D = 512, H = 2048, N in {128, 1024, 4096}, against the GEMM floor
+//   small       inference (Module::infer) and recorded forward of the three
+//               FFN families at N in {1, 2, 4, 8}, against one read of the
+//               weights (weight_read_floor)
 //   matmul      batched matmul forward and forward+backward, [32, 128, 64] .
 //               [32, 64, 128] and [8, 512, 512] . [8, 512, 512], against its GEMMs
 //   toy         one training step of the toy model, microseconds
@@ -37,6 +40,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <xtgrad/engine/threads.hpp>
+
 #include "cases.hpp"
 #include "harness.hpp"
 
@@ -68,10 +73,13 @@ const Activation k_activations[] = {Activation::relu, Activation::gelu, Activati
 struct Options {
   bool quick = false;
   int threads = 2;
+  // The ffn and small sections run at each of these counts (default: 1 and --threads).
+  std::vector<int> thread_counts;
   bool libtorch = true;  // when compiled in
   std::vector<std::size_t> tokens{128, 1024, 4096};
-  std::vector<std::string> sections{"ffn",     "matmul",  "toy",   "activation",
-                                    "rowwise", "fashion", "memory"};
+  std::vector<std::size_t> small_tokens{1, 2, 4, 8};
+  std::vector<std::string> sections{"ffn",     "small",   "matmul", "toy",
+                                    "activation", "rowwise", "fashion", "memory"};
   std::string csv, json;
   std::string profile_fashion;    // a model: print its step's profile, measure nothing
   std::string peak_memory_child;  // internal: "family:tokens:impl"
@@ -142,21 +150,43 @@ Row time_row(const std::string& section, const std::string& name, const std::str
   return row;
 }
 
-void ffn_rows(const Options& o, std::vector<Row>& rows) {
-  for (Family family : k_families)
-    for (std::size_t tokens : o.tokens)
-      for (Pass pass : {Pass::forward, Pass::forward_backward}) {
-        const FfnShape shape{tokens};
-        Runner libtorch;
+// Every thread count in use: xtgrad's (and with it OpenBLAS's) and LibTorch's.
+void use_threads(const Options& o, int threads) {
+  set_num_threads(threads);
 #ifdef XTGRAD_BENCH_LIBTORCH
-        if (libtorch_on(o)) libtorch = libtorch_ffn(family, pass, shape);
+  if (libtorch_on(o)) libtorch_set_threads(threads);
+#else
+  (void)o;
 #endif
-        std::ostringstream name;
-        name << family_name(family) << " N=" << tokens << ' ' << pass_name(pass);
-        rows.push_back(time_row("ffn", name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
-                                gemm_floor(family, pass, shape), libtorch, o.timing));
-        std::cerr << "  " << name.str() << "\n";
-      }
+}
+
+// The FFN rows at N = o.tokens (ffn: against the GEMMs) or o.small_tokens
+// (small: against one read of the weights), at each thread count.
+void ffn_rows(const Options& o, const std::string& section, std::vector<Row>& rows) {
+  const bool small = section == "small";
+  const std::vector<Pass> passes = small ? std::vector<Pass>{Pass::inference, Pass::forward}
+                                         : std::vector<Pass>{Pass::forward, Pass::forward_backward};
+  for (int threads : o.thread_counts) {
+    use_threads(o, threads);
+    for (Family family : k_families)
+      for (std::size_t tokens : small ? o.small_tokens : o.tokens)
+        for (Pass pass : passes) {
+          const FfnShape shape{tokens};
+          Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+          if (libtorch_on(o)) libtorch = libtorch_ffn(family, pass, shape);
+#endif
+          std::ostringstream name;
+          name << family_name(family) << " N=" << tokens << ' ' << pass_name(pass)
+               << " T=" << threads;
+          rows.push_back(time_row(
+              section, name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
+              small ? weight_read_floor(family, shape) : gemm_floor(family, pass, shape), libtorch,
+              o.timing));
+          std::cerr << "  " << name.str() << "\n";
+        }
+  }
+  use_threads(o, o.threads);
 }
 
 void matmul_rows(const Options& o, std::vector<Row>& rows) {
@@ -301,6 +331,7 @@ std::string number(double v, int precision) {
 std::string floor_label(const std::string& section) {
   return section == "ffn" || section == "matmul"           ? "GEMM floor"
          : section == "activation" || section == "rowwise" ? "copy"
+         : section == "small"                              ? "W read"
                                                            : "floor";
 }
 
@@ -392,8 +423,31 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The vector extensions /proc/cpuinfo lists among the ones xsimd can use.
+std::string vector_extensions() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("flags", 0) == 0) break;
+  std::istringstream flags(line.substr(line.find(':') + 1));
+  std::string out, flag;
+  while (flags >> flag)
+    for (const char* known : {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+                              "amx_tile", "amx_bf16", "amx_int8"})
+      if (flag == known) out += (out.empty() ? "" : " ") + flag;
+  return out.empty() ? "none of avx2, avx512, amx" : out;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
 int run(const Options& o) {
   const std::string openblas = init_openblas(o.threads);
+  set_num_threads(o.threads);
   std::string libtorch = "off (configure with -DXTGRAD_BENCH_LIBTORCH=ON)";
 #ifdef XTGRAD_BENCH_LIBTORCH
   libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
@@ -414,6 +468,8 @@ int run(const Options& o) {
       {"openblas", openblas},
       {"libtorch", libtorch},
       {"cpu", cpu_model()},
+      {"vector_extensions", vector_extensions()},
+      {"load_average", load_average()},
       {"dtype", "float32"},
       {"quick", o.quick ? "true" : "false"},
       {"OMP_WAIT_POLICY", omp_wait_policy()},
@@ -421,11 +477,13 @@ int run(const Options& o) {
   std::cout << "bench_xtgrad: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
             << "  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch << " (OMP_WAIT_POLICY "
             << omp_wait_policy() << ")"
-            << "\n  CPU: " << cpu_model()
+            << "\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
+            << "\n  load average at start: " << load_average()
             << (o.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
 
   std::vector<Row> rows;
-  if (wants(o, "ffn")) ffn_rows(o, rows);
+  if (wants(o, "ffn")) ffn_rows(o, "ffn", rows);
+  if (wants(o, "small")) ffn_rows(o, "small", rows);
   if (wants(o, "matmul")) matmul_rows(o, rows);
   if (wants(o, "toy")) toy_rows(o, rows);
   if (wants(o, "activation")) activation_rows(o, rows);
@@ -434,6 +492,7 @@ int run(const Options& o) {
   if (wants(o, "memory")) memory_rows(o, rows);
 
   print_table(rows, std::cout);
+  std::cout << "\nload average at end: " << load_average() << '\n';
   std::cout
       << "\nxt/floor, LT/floor: time over the floor (the GEMMs alone; a copy of the same size)."
          "\nxt/LT < 1: xtgrad is faster (or smaller). Activation bwd for xtgrad is the "
@@ -478,7 +537,7 @@ const char* fashion_model_name(FashionModel model) {
 }
 
 const char* pass_name(Pass pass) {
-  return pass == Pass::forward ? "fwd" : "fwd+bwd";
+  return pass == Pass::forward ? "fwd" : pass == Pass::inference ? "infer" : "fwd+bwd";
 }
 
 }  // namespace xtgrad::bench
@@ -508,11 +567,16 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
+  app.add_option("--small-tokens", o.small_tokens, "token counts N of the small section")
+      ->capture_default_str();
+  app.add_option("--thread-counts", o.thread_counts,
+                 "thread counts of the ffn and small sections (default: 1 and --threads)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--sections", o.sections,
-                 "which of: ffn matmul toy activation rowwise fashion memory")
+                 "which of: ffn small matmul toy activation rowwise fashion memory")
       ->capture_default_str()
-      ->check(
-          CLI::IsMember({"ffn", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
+      ->check(CLI::IsMember(
+          {"ffn", "small", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
   app.add_option("--min-seconds", o.timing.min_seconds,
@@ -533,8 +597,13 @@ int main(int argc, char** argv) {
   app.add_option("--peak-memory-child", o.peak_memory_child)->group("");  // internal
   CLI11_PARSE(app, argc, argv);
   o.libtorch = !no_libtorch;
+  if (o.thread_counts.empty()) {
+    o.thread_counts = {1};
+    if (o.threads != 1) o.thread_counts.push_back(o.threads);
+  }
   if (o.quick) {
     o.tokens = {k_quick_tokens};
+    o.small_tokens = {1, 8};
     o.timing.warmup = 1;
     o.timing.min_rounds = 2;
     o.timing.max_rounds = 2;

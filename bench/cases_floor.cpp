@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include <xtgrad/engine/kernels/parallel.hpp>
+
 #include "cases.hpp"
 
 extern "C" {
@@ -166,6 +168,26 @@ float stream(const float* a, const float* b, float* out, std::size_t n) {
   return xsimd::hadd(total) + rest;
 }
 
+struct WeightReadState {
+  std::vector<float> weights;
+  float sink = 0.0f;
+  std::vector<float> partial;  // one sum per chunk
+
+  void run() {
+    const float* w = weights.data();
+    float* out = partial.data();
+    const std::size_t chunk = (weights.size() + partial.size() - 1) / partial.size();
+    // one chunk per thread: parallel_for over the chunk indices
+    xtgrad::detail::parallel_for(partial.size(), 1, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t c = c0; c < c1; ++c) {
+        const std::size_t begin = std::min(c * chunk, weights.size());
+        out[c] = stream(w + begin, nullptr, nullptr, std::min(chunk, weights.size() - begin));
+      }
+    });
+    for (float s : partial) sink += s;
+  }
+};
+
 struct RowwiseFloorState {
   RowOp op;
   Pass pass;
@@ -197,6 +219,15 @@ Runner rowwise_floor(RowOp op, Pass pass, RowShape shape) {
   state->dy = random_buffer(state->n, k_seed + 11);
   state->y.assign(state->n, 0.0f);
   state->dx.assign(state->n, 0.0f);
+  return [state] { state->run(); };
+}
+
+Runner weight_read_floor(Family family, FfnShape shape) {
+  auto state = std::make_shared<WeightReadState>();
+  const std::size_t matrices = family == Family::swiglu ? 3 : 2;
+  state->weights = random_buffer(matrices * shape.d_model * shape.d_hidden, k_seed + 12);
+  // parallel_for aligns chunks to 64 indices: 64 chunks, one run of them per thread
+  state->partial.assign(xtgrad::detail::k_parallel_align * 2, 0.0f);
   return [state] { state->run(); };
 }
 

@@ -23,31 +23,58 @@ constexpr std::size_t k_column_block = 512;
 // about 10 us; the kernels run at several multiply-adds per ns).
 constexpr std::size_t k_min_macs_per_thread = std::size_t(1) << 16;
 
-// c[i, j] (+)= a[i, :] . w[j, :] for i < M, j in [j0, j1): a [M, k], w [n, k].
-// One pass over each row of w, M dot products at once, each kept in a batch
-// of partial sums (the same lanes for every j, so every element sums alike).
-template <class T, std::size_t M>
-void dots(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
-          std::size_t j1, bool accumulate) {
+// Rows of w per step of the x W^T path: J rows share each load of a, and the
+// M x J accumulators are independent chains of multiply-adds, enough of them
+// to cover the latency of one (about 8 in flight), within the 32 vector
+// registers of AVX-512 or the 16 of AVX2.
+template <std::size_t M>
+constexpr std::size_t dot_rows() {
+#if XSIMD_WITH_AVX512F
+  constexpr std::size_t accumulators = 16;
+#else
+  constexpr std::size_t accumulators = 8;
+#endif
+  return M >= accumulators ? 1 : accumulators / M;
+}
+
+// c[i, j] (+)= a[i, :] . w[j, :] for i < M, j in [j, j + J): a [M, k], w [n, k].
+// M x J dot products at once, each kept in a batch of partial sums; every
+// element is summed the same way whichever J rows it is computed with.
+template <class T, std::size_t M, std::size_t J>
+void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j,
+               bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
   const std::size_t k_vector = k - k % lanes;
-  for (std::size_t j = j0; j < j1; ++j) {
-    const T* row = w + j * k;
-    Batch<T> acc[M];
-    for (std::size_t i = 0; i < M; ++i) acc[i] = Batch<T>(T(0));
-    for (std::size_t p = 0; p < k_vector; p += lanes) {
-      const Batch<T> wv = Batch<T>::load_unaligned(row + p);
-      for (std::size_t i = 0; i < M; ++i)
-        acc[i] = xsimd::fma(Batch<T>::load_unaligned(a + i * k + p), wv, acc[i]);
+  Batch<T> acc[J][M];
+  for (std::size_t r = 0; r < J; ++r)
+    for (std::size_t i = 0; i < M; ++i) acc[r][i] = Batch<T>(T(0));
+  for (std::size_t p = 0; p < k_vector; p += lanes) {
+    Batch<T> wv[J];
+    for (std::size_t r = 0; r < J; ++r) wv[r] = Batch<T>::load_unaligned(w + (j + r) * k + p);
+    for (std::size_t i = 0; i < M; ++i) {
+      const Batch<T> av = Batch<T>::load_unaligned(a + i * k + p);
+      for (std::size_t r = 0; r < J; ++r) acc[r][i] = xsimd::fma(av, wv[r], acc[r][i]);
     }
+  }
+  for (std::size_t r = 0; r < J; ++r) {
+    const T* row = w + (j + r) * k;
     for (std::size_t i = 0; i < M; ++i) {
       T rest = T(0);
       for (std::size_t p = k_vector; p < k; ++p) rest = std::fma(a[i * k + p], row[p], rest);
-      const T sum = xsimd::hadd(acc[i]) + rest;
-      T& out = c[i * n + j];
+      const T sum = xsimd::hadd(acc[r][i]) + rest;
+      T& out = c[i * n + j + r];
       out = accumulate ? out + sum : sum;
     }
   }
+}
+
+template <class T, std::size_t M>
+void dots(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
+          std::size_t j1, bool accumulate) {
+  constexpr std::size_t rows = dot_rows<M>();
+  std::size_t j = j0;
+  for (; j + rows <= j1; j += rows) dots_step<T, M, rows>(a, w, c, n, k, j, accumulate);
+  for (; j < j1; ++j) dots_step<T, M, 1>(a, w, c, n, k, j, accumulate);
 }
 
 // c[i, j] (+)= sum_p a[i, p] w[p, j] for i < M, j in [j0, j1): a [M, k], w [k, n].
