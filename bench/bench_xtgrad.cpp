@@ -78,7 +78,7 @@ struct Options {
   bool libtorch = true;  // when compiled in
   std::vector<std::size_t> tokens{128, 1024, 4096};
   std::vector<std::size_t> small_tokens{1, 2, 4, 8};
-  std::vector<std::string> sections{"ffn",     "small",   "matmul", "toy",
+  std::vector<std::string> sections{"ffn",        "small",   "matmul",  "toy",
                                     "activation", "rowwise", "fashion", "memory"};
   std::string csv, json;
   std::string profile_fashion;    // a model: print its step's profile, measure nothing
@@ -179,10 +179,10 @@ void ffn_rows(const Options& o, const std::string& section, std::vector<Row>& ro
           std::ostringstream name;
           name << family_name(family) << " N=" << tokens << ' ' << pass_name(pass)
                << " T=" << threads;
-          rows.push_back(time_row(
-              section, name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
-              small ? weight_read_floor(family, shape) : gemm_floor(family, pass, shape), libtorch,
-              o.timing));
+          rows.push_back(
+              time_row(section, name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
+                       small ? weight_read_floor(family, shape) : gemm_floor(family, pass, shape),
+                       libtorch, o.timing));
           std::cerr << "  " << name.str() << "\n";
         }
   }

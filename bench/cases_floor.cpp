@@ -171,18 +171,16 @@ float stream(const float* a, const float* b, float* out, std::size_t n) {
 struct WeightReadState {
   std::vector<float> weights;
   float sink = 0.0f;
-  std::vector<float> partial;  // one sum per chunk
+  static constexpr std::size_t k_parts = 64;  // weights.size() is a multiple
+  float partial[k_parts] = {};                // one sum per part
 
   void run() {
     const float* w = weights.data();
-    float* out = partial.data();
-    const std::size_t chunk = (weights.size() + partial.size() - 1) / partial.size();
-    // one chunk per thread: parallel_for over the chunk indices
-    xtgrad::detail::parallel_for(partial.size(), 1, [&](std::size_t c0, std::size_t c1) {
-      for (std::size_t c = c0; c < c1; ++c) {
-        const std::size_t begin = std::min(c * chunk, weights.size());
-        out[c] = stream(w + begin, nullptr, nullptr, std::min(chunk, weights.size() - begin));
-      }
+    const std::size_t part = weights.size() / k_parts;
+    // the parts split over the threads in use
+    xtgrad::detail::parallel_for_rows(k_parts, 1, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t p = p0; p < p1; ++p)
+        partial[p] = stream(w + p * part, nullptr, nullptr, part);
     });
     for (float s : partial) sink += s;
   }
@@ -226,8 +224,6 @@ Runner weight_read_floor(Family family, FfnShape shape) {
   auto state = std::make_shared<WeightReadState>();
   const std::size_t matrices = family == Family::swiglu ? 3 : 2;
   state->weights = random_buffer(matrices * shape.d_model * shape.d_hidden, k_seed + 12);
-  // parallel_for aligns chunks to 64 indices: 64 chunks, one run of them per thread
-  state->partial.assign(xtgrad::detail::k_parallel_align * 2, 0.0f);
   return [state] { state->run(); };
 }
 

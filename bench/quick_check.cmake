@@ -11,7 +11,8 @@ endif()
 file(READ ${OUT}/bench.csv csv)
 file(READ ${OUT}/bench.json json)
 # Every section, each with a number in the xtgrad column.
-foreach(expected "ffn,relu N=128 fwd\\+bwd,ms,[0-9]" "ffn,swiglu N=128 fwd,ms,[0-9]"
+foreach(expected "ffn,relu N=128 fwd\\+bwd T=1,ms,[0-9]" "ffn,swiglu N=128 fwd T=2,ms,[0-9]"
+                 "small,relu N=1 infer T=1,ms,[0-9]" "small,swiglu N=8 fwd T=2,ms,[0-9]"
                  "matmul,8x512x512[^,]* fwd\\+bwd,ms,[0-9]"
                  "toy,train step[^,]*,us,[0-9]" "activation,gelu fwd n=1M,ms,[0-9]"
                  "rowwise,layer_norm 512x1024 fwd\\+bwd,ms,[0-9]"
@@ -23,7 +24,8 @@ foreach(expected "ffn,relu N=128 fwd\\+bwd,ms,[0-9]" "ffn,swiglu N=128 fwd,ms,[0
     message(FATAL_ERROR "bench.csv has no row matching '${expected}':\n${csv}")
   endif()
 endforeach()
-foreach(expected "\"threads\": \"2\"" "\"section\": \"memory\"")
+foreach(expected "\"threads\": \"2\"" "\"section\": \"memory\"" "\"vector_extensions\": "
+                 "\"load_average\": ")
   string(FIND "${json}" "${expected}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "bench.json lacks ${expected}:\n${json}")

@@ -140,12 +140,18 @@ template <class T, std::size_t M>
 void few_rows_fixed(const T* a, const T* w, bool transpose_w, T* c, std::size_t n, std::size_t k,
                     bool accumulate) {
   const std::size_t min_columns = std::max<std::size_t>(k_min_macs_per_thread / (M * k), 1);
-  parallel_for(n, min_columns, [&](std::size_t j0, std::size_t j1) {
+  // x W^T: columns of c are rows of w, split anywhere; x W: columns of c and
+  // w, split on vector boundaries
+  const auto body = [&](std::size_t j0, std::size_t j1) {
     if (transpose_w)
       dots<T, M>(a, w, c, n, k, j0, j1, accumulate);
     else
       axpys<T, M>(a, w, c, n, k, j0, j1, accumulate);
-  });
+  };
+  if (transpose_w)
+    parallel_for_rows(n, min_columns, body);
+  else
+    parallel_for(n, min_columns, body);
 }
 
 // M as a template parameter: the accumulators of every row live in registers.
@@ -185,7 +191,7 @@ void few_terms_gemm(const T* a, bool transpose_a, const T* b, bool transpose_b, 
   }
   const std::size_t n_vector = n - n % lanes;
   const std::size_t min_rows = std::max<std::size_t>(k_min_macs_per_thread / (n * k), 1);
-  parallel_for(m, min_rows, [&](std::size_t i0, std::size_t i1) {
+  parallel_for_rows(m, min_rows, [&](std::size_t i0, std::size_t i1) {
     T coefficient[k_streaming_rows];
     for (std::size_t i = i0; i < i1; ++i) {
       for (std::size_t p = 0; p < k; ++p)

@@ -156,13 +156,12 @@ std::size_t detail::parallel_chunks(std::size_t n, std::size_t min_per_thread) {
   return std::max<std::size_t>(std::min(threads, n / std::max<std::size_t>(min_per_thread, 1)), 1);
 }
 
-void detail::parallel_run(std::size_t n, std::size_t min_per_thread, RangeBody body,
-                          void* context) {
+void detail::parallel_run(std::size_t n, std::size_t min_per_thread, std::size_t align,
+                          RangeBody body, void* context) {
   const std::size_t chunks = parallel_chunks(n, min_per_thread);
   if (chunks > 1) {
     // ceil(n / chunks), rounded up to the alignment
-    const std::size_t chunk =
-        ((n + chunks - 1) / chunks + k_parallel_align - 1) / k_parallel_align * k_parallel_align;
+    const std::size_t chunk = ((n + chunks - 1) / chunks + align - 1) / align * align;
     const std::size_t used = (n + chunk - 1) / chunk;
     if (used > 1 && pool().run(used, chunk, n, body, context)) return;
   }

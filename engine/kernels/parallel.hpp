@@ -4,8 +4,9 @@
 // first chunk on the calling thread and the others on persistent workers,
 // and returns when all are done. It never allocates.
 //
-// Chunk boundaries are multiples of k_parallel_align elements, so that a
-// chunk starts on a vector (and a cache line) boundary. Work below
+// Chunk boundaries of parallel_for are multiples of k_parallel_align
+// elements, so that a chunk starts on a vector (and a cache line) boundary;
+// parallel_for_rows splits at any index (rows, groups of rows). Work below
 // `min_per_thread` elements a thread, work inside a worker, and work that
 // finds the pool busy with another caller's job run serially on the caller:
 // a pass must give the same result either way (independent elements only).
@@ -29,18 +30,30 @@ using RangeBody = void (*)(void* context, std::size_t begin, std::size_t end);
 // How many chunks parallel_run would use for n elements now (1: serial).
 std::size_t parallel_chunks(std::size_t n, std::size_t min_per_thread);
 
-void parallel_run(std::size_t n, std::size_t min_per_thread, RangeBody body, void* context);
+void parallel_run(std::size_t n, std::size_t min_per_thread, std::size_t align, RangeBody body,
+                  void* context);
 
-// body(begin, end) over chunks covering [0, n).
 template <class F>
-void parallel_for(std::size_t n, std::size_t min_per_thread, F&& body) {
+void parallel_run(std::size_t n, std::size_t min_per_thread, std::size_t align, F& body) {
   using Body = std::remove_reference_t<F>;
   parallel_run(
-      n, min_per_thread,
+      n, min_per_thread, align,
       [](void* context, std::size_t begin, std::size_t end) {
         (*static_cast<Body*>(context))(begin, end);
       },
       const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+// body(begin, end) over chunks covering [0, n) (elements: aligned chunks).
+template <class F>
+void parallel_for(std::size_t n, std::size_t min_per_thread, F&& body) {
+  parallel_run(n, min_per_thread, k_parallel_align, body);
+}
+
+// The same over rows: chunks of any size.
+template <class F>
+void parallel_for_rows(std::size_t n, std::size_t min_per_thread, F&& body) {
+  parallel_run(n, min_per_thread, 1, body);
 }
 
 }  // namespace xtgrad::detail
