@@ -52,6 +52,7 @@ struct Options {
   std::string out = "toy_out";
   std::string save;
   std::string load;
+  int threads = 0;  // 0: leave the count as it is (OpenBLAS's default)
   demo::StepObserverOptions observe;
 };
 
@@ -315,6 +316,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
   app.add_option("--load", o.load, "evaluate a saved FFN instead of training")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--threads", o.threads,
+                 "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads); default: "
+                 "OpenBLAS's own count")
+      ->check(CLI::Range(1, 256));
   demo::add_observer_options(app, o.observe);
   try {
     app.parse(argc, argv);
@@ -326,6 +331,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (o.threads > 0) xtgrad::set_num_threads(o.threads);
     return o.dtype == "float" ? run<float>(o) : run<double>(o);
   } catch (const std::exception& e) {
     std::cerr << "train_toy: " << e.what() << "\n";

@@ -5,9 +5,14 @@
 // optimizers' updates of large parameters). The pool's workers run only
 // while OpenBLAS is idle, so that n threads never become 2n.
 //
-// Results do not depend on the count: the passes split only over independent
-// elements, and a sum over rows (a bias gradient) is split over columns, each
-// column summed in the same order as on one thread.
+// xtgrad's passes give the same bits at any count: they split only over
+// independent elements and rows, a bias gradient is split over columns (each
+// summed in row order), and the other sums over rows (norm weights, the
+// cross_entropy loss) over groups of rows fixed by the shape. OpenBLAS's
+// sgemm is not so: with another thread count it may round its edge tiles
+// differently, in the last bit. Its multithreaded GEMM also mallocs its job
+// list on every call (OpenBLAS 0.3), the one allocation of a warm step that
+// is not xtgrad's.
 
 namespace xtgrad {
 
