@@ -80,7 +80,8 @@ struct Options {
   std::vector<std::size_t> small_tokens{1, 2, 4, 8};
   std::vector<std::string> sections{"ffn",        "small",   "matmul",  "toy",
                                     "activation", "rowwise", "fashion", "memory"};
-  std::string csv, json;
+  std::string csv, json, markdown;
+  std::string command;            // this run's command line, for the record
   std::string profile_fashion;    // a model: print its step's profile, measure nothing
   std::string peak_memory_child;  // internal: "family:tokens:impl"
   TimingOptions timing;
@@ -410,6 +411,29 @@ void write_json(const std::vector<Row>& rows,
   if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
 }
 
+// The table as Markdown, headed by the run's settings: the block that
+// bench/readme_update.cmake puts into the README.
+void write_markdown(const std::vector<Row>& rows,
+                    const std::vector<std::pair<std::string, std::string>>& meta,
+                    const std::string& path) {
+  std::ofstream out(path);
+  for (const auto& [key, value] : meta) out << "- " << key << ": " << value << '\n';
+  std::string section;
+  for (const Row& r : rows) {
+    if (r.section != section) {
+      section = r.section;
+      out << "\n| " << section << " | xtgrad " << r.unit << " | " << floor_label(section)
+          << " | LibTorch | xt/floor | LT/floor | xt/LT |\n|---|---|---|---|---|---|---|\n";
+    }
+    const int precision = r.unit == "ms" ? 3 : r.unit == "s/epoch" ? 2 : 1;
+    out << "| " << r.name << " | " << number(r.xtgrad, precision) << " | "
+        << number(r.floor, precision) << " | " << number(r.libtorch, precision) << " | "
+        << number(r.xtgrad_over_floor, 3) << " | " << number(r.libtorch_over_floor, 3) << " | "
+        << number(r.xtgrad_over_libtorch, 3) << " |\n";
+  }
+  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
+}
+
 std::string omp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy ? policy : "unset (libgomp's default: spin, then sleep)";
@@ -463,7 +487,8 @@ int run(const Options& o) {
     return 0;
   }
 
-  const std::vector<std::pair<std::string, std::string>> meta{
+  std::vector<std::pair<std::string, std::string>> meta{
+      {"command", o.command},
       {"threads", std::to_string(o.threads)},
       {"openblas", openblas},
       {"libtorch", libtorch},
@@ -492,6 +517,7 @@ int run(const Options& o) {
   if (wants(o, "memory")) memory_rows(o, rows);
 
   print_table(rows, std::cout);
+  meta.emplace_back("load_average_at_end", load_average());
   std::cout << "\nload average at end: " << load_average() << '\n';
   std::cout
       << "\nxt/floor, LT/floor: time over the floor (the GEMMs alone; a copy of the same size)."
@@ -499,6 +525,7 @@ int run(const Options& o) {
          "backward kernel.\n";
   if (!o.csv.empty()) write_csv(rows, o.csv);
   if (!o.json.empty()) write_json(rows, meta, o.json);
+  if (!o.markdown.empty()) write_markdown(rows, meta, o.markdown);
   return 0;
 }
 
@@ -561,6 +588,8 @@ int main(int argc, char** argv) {
   }
 #endif
   Options o;
+  o.command = "bench_xtgrad";
+  for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
   CLI::App app{"bench_xtgrad: xtgrad against the GEMM and copy floors and LibTorch"};
   app.add_flag("--quick", o.quick, "smoke run for CI: N = 128 only, 1M floats, two rounds");
   app.add_option("--threads", o.threads, "OpenBLAS (and LibTorch) threads")
@@ -579,6 +608,9 @@ int main(int argc, char** argv) {
           {"ffn", "small", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
+  app.add_option("--markdown", o.markdown,
+                 "also write the table and the run's settings as Markdown here (the README's "
+                 "block: bench/readme_update.cmake)");
   app.add_option("--min-seconds", o.timing.min_seconds,
                  "measure each contestant of a row for at least this long")
       ->capture_default_str();
