@@ -25,13 +25,10 @@
 #include <unistd.h>
 
 #include <array>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -44,12 +41,12 @@
 
 #include "cases.hpp"
 #include "harness.hpp"
+#include "report.hpp"
 
 namespace xtgrad::bench {
 
 namespace {
 
-constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr std::size_t k_activation_floats = std::size_t(1) << 22;  // 4M
 constexpr std::size_t k_quick_activation_floats = std::size_t(1) << 20;
 constexpr std::size_t k_memory_tokens = 4096;
@@ -85,21 +82,6 @@ struct Options {
   std::string profile_fashion;    // a model: print its step's profile, measure nothing
   std::string peak_memory_child;  // internal: "family:tokens:impl"
   TimingOptions timing;
-};
-
-// One line of the table. `floor` is the GEMM floor (ffn) or the copy floor
-// (activation); NaN where a column does not apply. The ratios of timed rows
-// are medians of per-round ratios (paired_ratio), not ratios of the medians.
-struct Row {
-  std::string section;
-  std::string name;
-  std::string unit;
-  double xtgrad = k_nan;
-  double floor = k_nan;
-  double libtorch = k_nan;
-  double xtgrad_over_floor = k_nan;
-  double libtorch_over_floor = k_nan;
-  double xtgrad_over_libtorch = k_nan;
 };
 
 bool wants(const Options& o, const std::string& section) {
@@ -320,120 +302,6 @@ void memory_rows(const Options& o, std::vector<Row>& rows) {
   }
 }
 
-// ---- output ----
-
-std::string number(double v, int precision) {
-  if (std::isnan(v)) return "-";
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(precision) << v;
-  return out.str();
-}
-
-std::string floor_label(const std::string& section) {
-  return section == "ffn" || section == "matmul"           ? "GEMM floor"
-         : section == "activation" || section == "rowwise" ? "copy"
-         : section == "small"                              ? "W read"
-                                                           : "floor";
-}
-
-void print_table(const std::vector<Row>& rows, std::ostream& out) {
-  std::string section;
-  for (const Row& r : rows) {
-    if (r.section != section) {
-      section = r.section;
-      out << '\n'
-          << std::left << std::setw(36) << section << std::right << std::setw(10)
-          << ("xtgrad " + r.unit) << std::setw(12) << floor_label(section) << std::setw(12)
-          << ("LibTorch") << std::setw(12) << "xt/floor" << std::setw(12) << "LT/floor"
-          << std::setw(10) << "xt/LT" << '\n';
-    }
-    const int precision = r.unit == "ms" ? 3 : r.unit == "s/epoch" ? 2 : 1;
-    out << "  " << std::left << std::setw(34) << r.name << std::right << std::setw(10)
-        << number(r.xtgrad, precision) << std::setw(12) << number(r.floor, precision)
-        << std::setw(12) << number(r.libtorch, precision) << std::setw(12)
-        << number(r.xtgrad_over_floor, 3) << std::setw(12) << number(r.libtorch_over_floor, 3)
-        << std::setw(10) << number(r.xtgrad_over_libtorch, 3) << '\n';
-  }
-}
-
-std::string csv_number(double v) {
-  if (std::isnan(v)) return "";
-  std::ostringstream out;
-  out << std::setprecision(6) << v;
-  return out.str();
-}
-
-void write_csv(const std::vector<Row>& rows, const std::string& path) {
-  std::ofstream out(path);
-  out << "section,name,unit,xtgrad,floor,libtorch,xtgrad_over_floor,libtorch_over_floor,"
-         "xtgrad_over_libtorch\n";
-  for (const Row& r : rows)
-    out << r.section << ',' << r.name << ',' << r.unit << ',' << csv_number(r.xtgrad) << ','
-        << csv_number(r.floor) << ',' << csv_number(r.libtorch) << ','
-        << csv_number(r.xtgrad_over_floor) << ',' << csv_number(r.libtorch_over_floor) << ','
-        << csv_number(r.xtgrad_over_libtorch) << '\n';
-  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + '"';
-}
-
-std::string json_number(double v) {
-  return std::isnan(v) ? "null" : csv_number(v);
-}
-
-void write_json(const std::vector<Row>& rows,
-                const std::vector<std::pair<std::string, std::string>>& meta,
-                const std::string& path) {
-  std::ofstream out(path);
-  out << "{\n  \"meta\": {";
-  for (std::size_t i = 0; i < meta.size(); ++i)
-    out << (i ? ", " : "") << "\n    " << json_string(meta[i].first) << ": "
-        << json_string(meta[i].second);
-  out << "\n  },\n  \"rows\": [";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    out << (i ? "," : "") << "\n    {\"section\": " << json_string(r.section)
-        << ", \"name\": " << json_string(r.name) << ", \"unit\": " << json_string(r.unit)
-        << ", \"xtgrad\": " << json_number(r.xtgrad) << ", \"floor\": " << json_number(r.floor)
-        << ", \"libtorch\": " << json_number(r.libtorch)
-        << ", \"xtgrad_over_floor\": " << json_number(r.xtgrad_over_floor)
-        << ", \"libtorch_over_floor\": " << json_number(r.libtorch_over_floor)
-        << ", \"xtgrad_over_libtorch\": " << json_number(r.xtgrad_over_libtorch) << '}';
-  }
-  out << "\n  ]\n}\n";
-  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
-}
-
-// The table as Markdown, headed by the run's settings: the block that
-// bench/readme_update.cmake puts into the README.
-void write_markdown(const std::vector<Row>& rows,
-                    const std::vector<std::pair<std::string, std::string>>& meta,
-                    const std::string& path) {
-  std::ofstream out(path);
-  for (const auto& [key, value] : meta) out << "- " << key << ": " << value << '\n';
-  std::string section;
-  for (const Row& r : rows) {
-    if (r.section != section) {
-      section = r.section;
-      out << "\n| " << section << " | xtgrad " << r.unit << " | " << floor_label(section)
-          << " | LibTorch | xt/floor | LT/floor | xt/LT |\n|---|---|---|---|---|---|---|\n";
-    }
-    const int precision = r.unit == "ms" ? 3 : r.unit == "s/epoch" ? 2 : 1;
-    out << "| " << r.name << " | " << number(r.xtgrad, precision) << " | "
-        << number(r.floor, precision) << " | " << number(r.libtorch, precision) << " | "
-        << number(r.xtgrad_over_floor, 3) << " | " << number(r.libtorch_over_floor, 3) << " | "
-        << number(r.xtgrad_over_libtorch, 3) << " |\n";
-  }
-  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
-}
-
 std::string omp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy ? policy : "unset (libgomp's default: spin, then sleep)";
@@ -487,7 +355,7 @@ int run(const Options& o) {
     return 0;
   }
 
-  std::vector<std::pair<std::string, std::string>> meta{
+  Meta meta{
       {"command", o.command},
       {"threads", std::to_string(o.threads)},
       {"openblas", openblas},
