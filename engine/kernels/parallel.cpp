@@ -33,8 +33,10 @@ std::atomic<int>& thread_count() {
   return count;
 }
 
-// True on the pool's workers: a parallel_for inside a chunk runs serially.
-thread_local bool t_in_worker = false;
+// True while this thread runs a chunk of a job (a worker's, or the caller's
+// chunk 0): a parallel_for inside a chunk runs serially, never re-entering
+// the pool.
+thread_local bool t_in_job = false;
 
 // Workers 1..W wait for a job (a new generation), run their chunk of it and
 // count down; the caller runs chunk 0 and waits for the count to reach 0.
@@ -61,7 +63,9 @@ class Pool {
       ++generation_;
     }
     wake_.notify_all();
+    t_in_job = true;
     body(context, 0, std::min(chunk, n));
+    t_in_job = false;
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return remaining_ == 0; });
     return true;
@@ -97,7 +101,7 @@ class Pool {
   }
 
   void work(std::size_t index, std::uint64_t seen) {
-    t_in_worker = true;
+    t_in_job = true;
     for (;;) {
       detail::RangeBody body;
       void* context;
@@ -151,7 +155,7 @@ int get_num_threads() {
 }
 
 std::size_t detail::parallel_chunks(std::size_t n, std::size_t min_per_thread) {
-  if (t_in_worker) return 1;
+  if (t_in_job) return 1;
   const std::size_t threads = static_cast<std::size_t>(get_num_threads());
   return std::max<std::size_t>(std::min(threads, n / std::max<std::size_t>(min_per_thread, 1)), 1);
 }

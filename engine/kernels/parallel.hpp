@@ -10,6 +10,8 @@
 // `min_per_thread` elements a thread, work inside a worker, and work that
 // finds the pool busy with another caller's job run serially on the caller:
 // a pass must give the same result either way (independent elements only).
+// A body must not throw (on a worker, an exception ends the program): every
+// check of the op comes before its parallel_for.
 
 #include <cstddef>
 #include <type_traits>
