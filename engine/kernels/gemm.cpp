@@ -187,10 +187,6 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
     few_rows_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
     return;
   }
-  if (k <= k_streaming_rows) {  // a sum of a few outer products: one pass over c
-    few_terms_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
-    return;
-  }
   using shape2 = std::array<std::size_t, 2>;
   const auto a_view =
       xt::adapt(a.data, a.rows * a.cols, xt::no_ownership(), shape2{a.rows, a.cols});

@@ -176,49 +176,9 @@ void few_rows_gemm(const T* a, bool transpose_a, const T* w, bool transpose_w, T
                     accumulate);
 }
 
-// c[i, :] (+)= sum_p op(a)(i, p) rows[p, :], rows = op(b) as [k, n]: each row
-// of c read (when accumulating) and written once, its k terms added in p order.
-template <class T>
-void few_terms_gemm(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c, std::size_t m,
-                    std::size_t n, std::size_t k, bool accumulate) {
-  constexpr std::size_t lanes = Batch<T>::size;
-  const T* rows = b;
-  if (transpose_b) {  // b is stored [n, k]: pack op(b) as [k, n] (at most 8 n elements)
-    T* packed = thread_scratch<T>(ScratchSlot::gemm_pack, k * n);
-    for (std::size_t p = 0; p < k; ++p)
-      for (std::size_t j = 0; j < n; ++j) packed[p * n + j] = b[j * k + p];
-    rows = packed;
-  }
-  const std::size_t n_vector = n - n % lanes;
-  const std::size_t min_rows = std::max<std::size_t>(k_min_macs_per_thread / (n * k), 1);
-  parallel_for_rows(m, min_rows, [&](std::size_t i0, std::size_t i1) {
-    T coefficient[k_streaming_rows];
-    for (std::size_t i = i0; i < i1; ++i) {
-      for (std::size_t p = 0; p < k; ++p)
-        coefficient[p] = transpose_a ? a[p * m + i] : a[i * k + p];
-      T* line = c + i * n;
-      std::size_t j = 0;
-      for (; j < n_vector; j += lanes) {
-        Batch<T> sum = accumulate ? Batch<T>::load_unaligned(line + j) : Batch<T>(T(0));
-        for (std::size_t p = 0; p < k; ++p)
-          sum =
-              xsimd::fma(Batch<T>(coefficient[p]), Batch<T>::load_unaligned(rows + p * n + j), sum);
-        sum.store_unaligned(line + j);
-      }
-      for (; j < n; ++j) {
-        T sum = accumulate ? line[j] : T(0);
-        for (std::size_t p = 0; p < k; ++p) sum = std::fma(coefficient[p], rows[p * n + j], sum);
-        line[j] = sum;
-      }
-    }
-  });
-}
-
-#define XTGRAD_INSTANTIATE_GEMM_STREAMING(T)                                                    \
-  template void few_rows_gemm<T>(const T*, bool, const T*, bool, T*, std::size_t, std::size_t,  \
-                                 std::size_t, bool);                                            \
-  template void few_terms_gemm<T>(const T*, bool, const T*, bool, T*, std::size_t, std::size_t, \
-                                  std::size_t, bool);
+#define XTGRAD_INSTANTIATE_GEMM_STREAMING(T)                                                   \
+  template void few_rows_gemm<T>(const T*, bool, const T*, bool, T*, std::size_t, std::size_t, \
+                                 std::size_t, bool);
 XTGRAD_INSTANTIATE_GEMM_STREAMING(float)
 XTGRAD_INSTANTIATE_GEMM_STREAMING(double)
 #undef XTGRAD_INSTANTIATE_GEMM_STREAMING

@@ -1,8 +1,9 @@
-// The small-batch paths of detail::gemm (kernels/gemm_streaming.hpp): a few
-// rows through a weight (m <= 8) and a sum of a few outer products (k <= 8),
-// for every transpose pair and both beta semantics, at the threshold and
-// around it (9 goes to BLAS), against a plain double-precision loop; their
-// results on one and on two threads are bit for bit the same.
+// The small-batch path of detail::gemm (kernels/gemm_streaming.hpp): a few
+// rows through a weight (m <= 8), for every transpose pair and both beta
+// semantics, at the threshold and around it (9 goes to BLAS), against a
+// plain double-precision loop, bit for bit the same on one and on two
+// threads; and the gradient of a few rows, a sum of a few outer products
+// (k <= 8, through OpenBLAS), against the same loop.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -91,12 +92,11 @@ TEST_CASE_TEMPLATE("gemm: a sum of a few outer products (dy^T x) equals a double
   for (std::size_t k : k_counts) check_all<T>({2500, 13, k}, seed);
 }
 
-TEST_CASE("gemm: the small-batch paths give the same bits on one and on two threads") {
+TEST_CASE("gemm: the few-rows path gives the same bits on one and on two threads") {
   const int before = get_num_threads();
   std::uint32_t seed = 300;
   // Sizes where two threads split the work (kernels/gemm_streaming.cpp).
-  const Dims dims[] = {
-      {1, 3000, 100}, {3, 2000, 64}, {8, 1500, 70}, {1500, 700, 1}, {2000, 333, 5}};
+  const Dims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {8, 1500, 70}};
   for (const Dims& d : dims)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
