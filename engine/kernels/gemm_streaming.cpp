@@ -19,9 +19,9 @@ using Batch = xsimd::batch<T>;
 // Columns of c per block of the x W path: M rows of them stay in L1
 // (8 x 512 floats = 16 KiB) while four rows of W stream past.
 constexpr std::size_t k_column_block = 512;
-// Multiply-adds a thread must have before a second one pays (a wake-up is
-// about 10 us; the kernels run at several multiply-adds per ns).
-constexpr std::size_t k_min_macs_per_thread = std::size_t(1) << 16;
+// Multiply-adds a thread must have before a second one pays (handing chunks
+// to a worker costs about 7 us; the kernels run at 20-40 multiply-adds per ns).
+constexpr std::size_t k_min_macs_per_thread = std::size_t(1) << 18;
 
 // Rows of w per step of the x W^T path: J rows share each load of a, and the
 // M x J accumulators are independent chains of multiply-adds, enough of them

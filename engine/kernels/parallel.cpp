@@ -38,20 +38,24 @@ std::atomic<int>& thread_count() {
 // the pool.
 thread_local bool t_in_job = false;
 
-// Workers 1..W wait for a job (a new generation), run their chunk of it and
-// count down; the caller runs chunk 0 and waits for the count to reach 0.
+// A job is `chunks` fixed chunks that the caller and the workers claim one
+// at a time (under the mutex) until none is left; the caller then waits only
+// for the chunks in flight on a worker. A worker the scheduler has not run
+// yet (the second core busy with other work) thus costs nothing: the caller
+// takes its chunks, and the worker, when it wakes, finds none left. Which
+// thread runs a chunk never changes what the chunk computes.
 // One job at a time: `caller_` is held for its whole length.
 class Pool {
  public:
   ~Pool() { resize(0); }
 
-  // Runs the job on `chunks` threads, or returns false when another caller
-  // holds the pool (then the caller runs the job alone).
-  bool run(std::size_t chunks, std::size_t chunk, std::size_t n, detail::RangeBody body,
-           void* context) {
+  // Runs the job with up to `workers` helpers, or returns false when
+  // another caller holds the pool (then the caller runs the job alone).
+  bool run(std::size_t workers, std::size_t chunks, std::size_t chunk, std::size_t n,
+           detail::RangeBody body, void* context) {
     std::unique_lock<std::mutex> caller(caller_, std::try_to_lock);
     if (!caller.owns_lock()) return false;
-    if (workers_.size() + 1 < chunks) resize(chunks - 1);
+    if (workers_.size() < workers) resize(workers);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       body_ = body;
@@ -59,15 +63,21 @@ class Pool {
       n_ = n;
       chunk_ = chunk;
       chunks_ = chunks;
-      remaining_ = chunks - 1;
+      next_ = 0;
+      in_flight_ = 0;
       ++generation_;
     }
     wake_.notify_all();
     t_in_job = true;
-    body(context, 0, std::min(chunk, n));
-    t_in_job = false;
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return remaining_ == 0; });
+    while (next_ < chunks_) {
+      const std::size_t index = next_++;
+      lock.unlock();
+      run_chunk(index);
+      lock.lock();
+    }
+    done_.wait(lock, [&] { return in_flight_ == 0; });
+    t_in_job = false;
     return true;
   }
 
@@ -78,6 +88,12 @@ class Pool {
   }
 
  private:
+  // Chunk `index` of the current job (its fields are stable while it runs).
+  void run_chunk(std::size_t index) {
+    const std::size_t begin = std::min(index * chunk_, n_);
+    body_(context_, begin, std::min(begin + chunk_, n_));
+  }
+
   void resize(std::size_t workers) {
     if (workers < workers_.size()) {
       {
@@ -94,32 +110,24 @@ class Pool {
       std::lock_guard<std::mutex> lock(mutex_);
       seen = generation_;
     }
-    while (workers_.size() < workers) {
-      const std::size_t index = workers_.size() + 1;
-      workers_.emplace_back([this, index, seen] { work(index, seen); });
-    }
+    while (workers_.size() < workers) workers_.emplace_back([this, seen] { work(seen); });
   }
 
-  void work(std::size_t index, std::uint64_t seen) {
+  void work(std::uint64_t seen) {
     t_in_job = true;
+    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      detail::RangeBody body;
-      void* context;
-      std::size_t begin, end;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        if (index >= chunks_) continue;
-        body = body_;
-        context = context_;
-        begin = std::min(index * chunk_, n_);
-        end = std::min(begin + chunk_, n_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      while (next_ < chunks_) {  // the current job's chunks, while any is left
+        const std::size_t index = next_++;
+        ++in_flight_;
+        lock.unlock();
+        run_chunk(index);
+        lock.lock();
+        if (--in_flight_ == 0 && next_ == chunks_) done_.notify_one();
       }
-      body(context, begin, end);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--remaining_ == 0) done_.notify_one();
     }
   }
 
@@ -129,10 +137,14 @@ class Pool {
   std::vector<std::thread> workers_;
   detail::RangeBody body_ = nullptr;
   void* context_ = nullptr;
-  std::size_t n_ = 0, chunk_ = 0, chunks_ = 0, remaining_ = 0;
+  std::size_t n_ = 0, chunk_ = 0, chunks_ = 0, next_ = 0, in_flight_ = 0;
   std::uint64_t generation_ = 0;
   bool stop_ = false;
 };
+
+// Chunks per thread in use: a thread that starts late leaves its share to
+// the others, a quarter at a time.
+constexpr std::size_t k_chunks_per_thread = 4;
 
 Pool& pool() {
   static Pool instance;
@@ -162,12 +174,16 @@ std::size_t detail::parallel_chunks(std::size_t n, std::size_t min_per_thread) {
 
 void detail::parallel_run(std::size_t n, std::size_t min_per_thread, std::size_t align,
                           RangeBody body, void* context) {
-  const std::size_t chunks = parallel_chunks(n, min_per_thread);
-  if (chunks > 1) {
-    // ceil(n / chunks), rounded up to the alignment
-    const std::size_t chunk = ((n + chunks - 1) / chunks + align - 1) / align * align;
-    const std::size_t used = (n + chunk - 1) / chunk;
-    if (used > 1 && pool().run(used, chunk, n, body, context)) return;
+  const std::size_t threads = parallel_chunks(n, min_per_thread);
+  if (threads > 1) {
+    // k_chunks_per_thread chunks a thread (fewer when that would make them
+    // smaller than min_per_thread), each rounded up to the alignment
+    const std::size_t parts = std::max<std::size_t>(
+        std::min(threads * k_chunks_per_thread, n / std::max<std::size_t>(min_per_thread, 1)),
+        threads);
+    const std::size_t chunk = ((n + parts - 1) / parts + align - 1) / align * align;
+    const std::size_t chunks = (n + chunk - 1) / chunk;
+    if (chunks > 1 && pool().run(threads - 1, chunks, chunk, n, body, context)) return;
   }
   body(context, 0, n);
 }

@@ -147,7 +147,7 @@ struct Step {
 // activation_linear with bias, layer_norm, cross_entropy) and few-row
 // products (the weight-streaming GEMM paths), then an optimizer step.
 struct PoolStep {
-  static constexpr std::size_t rows = 512, in = 96, hidden = 640, classes = 300;
+  static constexpr std::size_t rows = 512, in = 96, hidden = 640, classes = 1000;
   Parameter<float> w1{"w1", random_array<float>({hidden, in}, 1)};
   Parameter<float> w2{"w2", random_array<float>({classes, hidden}, 2)};
   Parameter<float> b2{"b2", random_array<float>({classes}, 3)};

@@ -134,11 +134,11 @@ TEST_CASE("threads: the pool's passes, shared by concurrent trainings, match the
   // Large enough that the activation, bias, norm-free FFN passes and the
   // optimizers' updates split over the pool (kernels/parallel.hpp thresholds).
   Generator generator(11);
-  const FeedForward<float> model(256, 512, Activation::gelu, generator);
+  const FeedForward<float> model(512, 1024, Activation::gelu, generator);
   const auto run = [&model](std::uint32_t seed) {
     FeedForward<float> copy = model;
     optim::AdamW<float> opt(copy.parameters(), optim::AdamWOptions(1e-3));
-    const xt::xarray<float> x = random_array<float>({64, 256}, seed);
+    const xt::xarray<float> x = random_array<float>({64, 512}, seed);
     Tape<float> tape;
     std::vector<float> losses;
     for (int step = 0; step < 3; ++step) {
