@@ -64,14 +64,13 @@ constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 15;
 
 // The rows [r0, r1) of the backward (norm_backward_row per row), their
 // weight and bias shares summed into sums[2, D] (dw then db; when wanted): in
-// T over blocks of k_rows_per_flush rows, then in double.
+// T over blocks of k_rows_per_flush rows (in shares[2, D]), then in double.
 template <bool Centered, bool HasWeight, class T>
 void norm_backward_rows(const T* x, const T* w, const T* dy, const double* stats, std::size_t r0,
                         std::size_t r1, std::size_t d, GradPointer<T> dx, bool want_dw,
-                        bool want_db, double* sums) {
+                        bool want_db, double* sums, T* shares) {
   double* const dw_sum = want_dw ? sums : nullptr;
   double* const db_sum = want_db ? sums + d : nullptr;
-  T* const shares = want_dw || want_db ? row_scratch<T, Slot::shares>(2 * d) : nullptr;
   T* const acc_w = want_dw ? shares : nullptr;
   T* const acc_b = want_db ? shares + d : nullptr;
   for (T* a : {acc_w, acc_b})
@@ -109,15 +108,19 @@ void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std
                    std::size_t d, GradPointer<T> dx, GradPointer<T> dw, GradPointer<T> db) {
   const bool want_sums = dw.data || db.data;
   const std::size_t groups = (rows + k_rows_per_group - 1) / k_rows_per_group;
+  // every group's sums and T shares in the caller's scratch, so that the
+  // threads that run the groups need no memory of their own
   double* const group_sums =
       want_sums ? row_scratch<double, Slot::group_sums>(groups * 2 * d) : nullptr;
+  T* const group_shares = want_sums ? row_scratch<T, Slot::shares>(groups * 2 * d) : nullptr;
   const std::size_t min_groups = std::max<std::size_t>(
       k_min_elements_per_thread / (k_rows_per_group * std::max<std::size_t>(d, 1)), 1);
   detail::parallel_for_rows(groups, min_groups, [&](std::size_t g0, std::size_t g1) {
     for (std::size_t g = g0; g < g1; ++g)
       norm_backward_rows<Centered, HasWeight>(
           x, w, dy, stats, g * k_rows_per_group, std::min((g + 1) * k_rows_per_group, rows), d, dx,
-          dw.data != nullptr, db.data != nullptr, want_sums ? group_sums + g * 2 * d : nullptr);
+          dw.data != nullptr, db.data != nullptr, want_sums ? group_sums + g * 2 * d : nullptr,
+          want_sums ? group_shares + g * 2 * d : nullptr);
   });
   if (!want_sums) return;
   double* const sums = row_scratch<double, Slot::sums>(2 * d);
