@@ -5,6 +5,9 @@
 //
 //   ffn         forward and forward+backward of the three FFN families at
 //               D = 512, H = 2048, N in {128, 1024, 4096}, against the GEMM floor
+//   small       inference (Module::infer) and recorded forward of the three
+//               FFN families at N in {1, 2, 4, 8}, against one read of the
+//               weights (weight_read_floor)
 //   matmul      batched matmul forward and forward+backward, [32, 128, 64] .
 //               [32, 64, 128] and [8, 512, 512] . [8, 512, 512], against its GEMMs
 //   toy         one training step of the toy model, microseconds
@@ -22,13 +25,10 @@
 #include <unistd.h>
 
 #include <array>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -37,14 +37,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <xtgrad/engine/threads.hpp>
+
 #include "cases.hpp"
 #include "harness.hpp"
+#include "report.hpp"
 
 namespace xtgrad::bench {
 
 namespace {
 
-constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr std::size_t k_activation_floats = std::size_t(1) << 22;  // 4M
 constexpr std::size_t k_quick_activation_floats = std::size_t(1) << 20;
 constexpr std::size_t k_memory_tokens = 4096;
@@ -68,29 +70,18 @@ const Activation k_activations[] = {Activation::relu, Activation::gelu, Activati
 struct Options {
   bool quick = false;
   int threads = 2;
+  // The ffn and small sections run at each of these counts (default: 1 and --threads).
+  std::vector<int> thread_counts;
   bool libtorch = true;  // when compiled in
   std::vector<std::size_t> tokens{128, 1024, 4096};
-  std::vector<std::string> sections{"ffn",     "matmul",  "toy",   "activation",
-                                    "rowwise", "fashion", "memory"};
-  std::string csv, json;
+  std::vector<std::size_t> small_tokens{1, 2, 4, 8};
+  std::vector<std::string> sections{"ffn",        "small",   "matmul",  "toy",
+                                    "activation", "rowwise", "fashion", "memory"};
+  std::string csv, json, markdown;
+  std::string command;            // this run's command line, for the record
   std::string profile_fashion;    // a model: print its step's profile, measure nothing
   std::string peak_memory_child;  // internal: "family:tokens:impl"
   TimingOptions timing;
-};
-
-// One line of the table. `floor` is the GEMM floor (ffn) or the copy floor
-// (activation); NaN where a column does not apply. The ratios of timed rows
-// are medians of per-round ratios (paired_ratio), not ratios of the medians.
-struct Row {
-  std::string section;
-  std::string name;
-  std::string unit;
-  double xtgrad = k_nan;
-  double floor = k_nan;
-  double libtorch = k_nan;
-  double xtgrad_over_floor = k_nan;
-  double libtorch_over_floor = k_nan;
-  double xtgrad_over_libtorch = k_nan;
 };
 
 bool wants(const Options& o, const std::string& section) {
@@ -142,21 +133,43 @@ Row time_row(const std::string& section, const std::string& name, const std::str
   return row;
 }
 
-void ffn_rows(const Options& o, std::vector<Row>& rows) {
-  for (Family family : k_families)
-    for (std::size_t tokens : o.tokens)
-      for (Pass pass : {Pass::forward, Pass::forward_backward}) {
-        const FfnShape shape{tokens};
-        Runner libtorch;
+// Every thread count in use: xtgrad's (and with it OpenBLAS's) and LibTorch's.
+void use_threads(const Options& o, int threads) {
+  set_num_threads(threads);
 #ifdef XTGRAD_BENCH_LIBTORCH
-        if (libtorch_on(o)) libtorch = libtorch_ffn(family, pass, shape);
+  if (libtorch_on(o)) libtorch_set_threads(threads);
+#else
+  (void)o;
 #endif
-        std::ostringstream name;
-        name << family_name(family) << " N=" << tokens << ' ' << pass_name(pass);
-        rows.push_back(time_row("ffn", name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
-                                gemm_floor(family, pass, shape), libtorch, o.timing));
-        std::cerr << "  " << name.str() << "\n";
-      }
+}
+
+// The FFN rows at N = o.tokens (ffn: against the GEMMs) or o.small_tokens
+// (small: against one read of the weights), at each thread count.
+void ffn_rows(const Options& o, const std::string& section, std::vector<Row>& rows) {
+  const bool small = section == "small";
+  const std::vector<Pass> passes = small ? std::vector<Pass>{Pass::inference, Pass::forward}
+                                         : std::vector<Pass>{Pass::forward, Pass::forward_backward};
+  for (int threads : o.thread_counts) {
+    use_threads(o, threads);
+    for (Family family : k_families)
+      for (std::size_t tokens : small ? o.small_tokens : o.tokens)
+        for (Pass pass : passes) {
+          const FfnShape shape{tokens};
+          Runner libtorch;
+#ifdef XTGRAD_BENCH_LIBTORCH
+          if (libtorch_on(o)) libtorch = libtorch_ffn(family, pass, shape);
+#endif
+          std::ostringstream name;
+          name << family_name(family) << " N=" << tokens << ' ' << pass_name(pass)
+               << " T=" << threads;
+          rows.push_back(
+              time_row(section, name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
+                       small ? weight_read_floor(family, shape) : gemm_floor(family, pass, shape),
+                       libtorch, o.timing));
+          std::cerr << "  " << name.str() << "\n";
+        }
+  }
+  use_threads(o, o.threads);
 }
 
 void matmul_rows(const Options& o, std::vector<Row>& rows) {
@@ -289,96 +302,6 @@ void memory_rows(const Options& o, std::vector<Row>& rows) {
   }
 }
 
-// ---- output ----
-
-std::string number(double v, int precision) {
-  if (std::isnan(v)) return "-";
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(precision) << v;
-  return out.str();
-}
-
-std::string floor_label(const std::string& section) {
-  return section == "ffn" || section == "matmul"           ? "GEMM floor"
-         : section == "activation" || section == "rowwise" ? "copy"
-                                                           : "floor";
-}
-
-void print_table(const std::vector<Row>& rows, std::ostream& out) {
-  std::string section;
-  for (const Row& r : rows) {
-    if (r.section != section) {
-      section = r.section;
-      out << '\n'
-          << std::left << std::setw(36) << section << std::right << std::setw(10)
-          << ("xtgrad " + r.unit) << std::setw(12) << floor_label(section) << std::setw(12)
-          << ("LibTorch") << std::setw(12) << "xt/floor" << std::setw(12) << "LT/floor"
-          << std::setw(10) << "xt/LT" << '\n';
-    }
-    const int precision = r.unit == "ms" ? 3 : r.unit == "s/epoch" ? 2 : 1;
-    out << "  " << std::left << std::setw(34) << r.name << std::right << std::setw(10)
-        << number(r.xtgrad, precision) << std::setw(12) << number(r.floor, precision)
-        << std::setw(12) << number(r.libtorch, precision) << std::setw(12)
-        << number(r.xtgrad_over_floor, 3) << std::setw(12) << number(r.libtorch_over_floor, 3)
-        << std::setw(10) << number(r.xtgrad_over_libtorch, 3) << '\n';
-  }
-}
-
-std::string csv_number(double v) {
-  if (std::isnan(v)) return "";
-  std::ostringstream out;
-  out << std::setprecision(6) << v;
-  return out.str();
-}
-
-void write_csv(const std::vector<Row>& rows, const std::string& path) {
-  std::ofstream out(path);
-  out << "section,name,unit,xtgrad,floor,libtorch,xtgrad_over_floor,libtorch_over_floor,"
-         "xtgrad_over_libtorch\n";
-  for (const Row& r : rows)
-    out << r.section << ',' << r.name << ',' << r.unit << ',' << csv_number(r.xtgrad) << ','
-        << csv_number(r.floor) << ',' << csv_number(r.libtorch) << ','
-        << csv_number(r.xtgrad_over_floor) << ',' << csv_number(r.libtorch_over_floor) << ','
-        << csv_number(r.xtgrad_over_libtorch) << '\n';
-  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + '"';
-}
-
-std::string json_number(double v) {
-  return std::isnan(v) ? "null" : csv_number(v);
-}
-
-void write_json(const std::vector<Row>& rows,
-                const std::vector<std::pair<std::string, std::string>>& meta,
-                const std::string& path) {
-  std::ofstream out(path);
-  out << "{\n  \"meta\": {";
-  for (std::size_t i = 0; i < meta.size(); ++i)
-    out << (i ? ", " : "") << "\n    " << json_string(meta[i].first) << ": "
-        << json_string(meta[i].second);
-  out << "\n  },\n  \"rows\": [";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    out << (i ? "," : "") << "\n    {\"section\": " << json_string(r.section)
-        << ", \"name\": " << json_string(r.name) << ", \"unit\": " << json_string(r.unit)
-        << ", \"xtgrad\": " << json_number(r.xtgrad) << ", \"floor\": " << json_number(r.floor)
-        << ", \"libtorch\": " << json_number(r.libtorch)
-        << ", \"xtgrad_over_floor\": " << json_number(r.xtgrad_over_floor)
-        << ", \"libtorch_over_floor\": " << json_number(r.libtorch_over_floor)
-        << ", \"xtgrad_over_libtorch\": " << json_number(r.xtgrad_over_libtorch) << '}';
-  }
-  out << "\n  ]\n}\n";
-  if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
-}
-
 std::string omp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy ? policy : "unset (libgomp's default: spin, then sleep)";
@@ -392,8 +315,31 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The vector extensions /proc/cpuinfo lists among the ones xsimd can use.
+std::string vector_extensions() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("flags", 0) == 0) break;
+  std::istringstream flags(line.substr(line.find(':') + 1));
+  std::string out, flag;
+  while (flags >> flag)
+    for (const char* known : {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+                              "amx_tile", "amx_bf16", "amx_int8"})
+      if (flag == known) out += (out.empty() ? "" : " ") + flag;
+  return out.empty() ? "none of avx2, avx512, amx" : out;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
 int run(const Options& o) {
   const std::string openblas = init_openblas(o.threads);
+  set_num_threads(o.threads);
   std::string libtorch = "off (configure with -DXTGRAD_BENCH_LIBTORCH=ON)";
 #ifdef XTGRAD_BENCH_LIBTORCH
   libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
@@ -409,11 +355,14 @@ int run(const Options& o) {
     return 0;
   }
 
-  const std::vector<std::pair<std::string, std::string>> meta{
+  Meta meta{
+      {"command", o.command},
       {"threads", std::to_string(o.threads)},
       {"openblas", openblas},
       {"libtorch", libtorch},
       {"cpu", cpu_model()},
+      {"vector_extensions", vector_extensions()},
+      {"load_average", load_average()},
       {"dtype", "float32"},
       {"quick", o.quick ? "true" : "false"},
       {"OMP_WAIT_POLICY", omp_wait_policy()},
@@ -421,11 +370,13 @@ int run(const Options& o) {
   std::cout << "bench_xtgrad: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
             << "  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch << " (OMP_WAIT_POLICY "
             << omp_wait_policy() << ")"
-            << "\n  CPU: " << cpu_model()
+            << "\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
+            << "\n  load average at start: " << load_average()
             << (o.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
 
   std::vector<Row> rows;
-  if (wants(o, "ffn")) ffn_rows(o, rows);
+  if (wants(o, "ffn")) ffn_rows(o, "ffn", rows);
+  if (wants(o, "small")) ffn_rows(o, "small", rows);
   if (wants(o, "matmul")) matmul_rows(o, rows);
   if (wants(o, "toy")) toy_rows(o, rows);
   if (wants(o, "activation")) activation_rows(o, rows);
@@ -434,12 +385,15 @@ int run(const Options& o) {
   if (wants(o, "memory")) memory_rows(o, rows);
 
   print_table(rows, std::cout);
+  meta.emplace_back("load_average_at_end", load_average());
+  std::cout << "\nload average at end: " << load_average() << '\n';
   std::cout
       << "\nxt/floor, LT/floor: time over the floor (the GEMMs alone; a copy of the same size)."
          "\nxt/LT < 1: xtgrad is faster (or smaller). Activation bwd for xtgrad is the "
          "backward kernel.\n";
   if (!o.csv.empty()) write_csv(rows, o.csv);
   if (!o.json.empty()) write_json(rows, meta, o.json);
+  if (!o.markdown.empty()) write_markdown(rows, meta, o.markdown);
   return 0;
 }
 
@@ -478,7 +432,7 @@ const char* fashion_model_name(FashionModel model) {
 }
 
 const char* pass_name(Pass pass) {
-  return pass == Pass::forward ? "fwd" : "fwd+bwd";
+  return pass == Pass::forward ? "fwd" : pass == Pass::inference ? "infer" : "fwd+bwd";
 }
 
 }  // namespace xtgrad::bench
@@ -502,19 +456,29 @@ int main(int argc, char** argv) {
   }
 #endif
   Options o;
+  o.command = "bench_xtgrad";
+  for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
   CLI::App app{"bench_xtgrad: xtgrad against the GEMM and copy floors and LibTorch"};
   app.add_flag("--quick", o.quick, "smoke run for CI: N = 128 only, 1M floats, two rounds");
   app.add_option("--threads", o.threads, "OpenBLAS (and LibTorch) threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
+  app.add_option("--small-tokens", o.small_tokens, "token counts N of the small section")
+      ->capture_default_str();
+  app.add_option("--thread-counts", o.thread_counts,
+                 "thread counts of the ffn and small sections (default: 1 and --threads)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--sections", o.sections,
-                 "which of: ffn matmul toy activation rowwise fashion memory")
+                 "which of: ffn small matmul toy activation rowwise fashion memory")
       ->capture_default_str()
-      ->check(
-          CLI::IsMember({"ffn", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
+      ->check(CLI::IsMember(
+          {"ffn", "small", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
+  app.add_option("--markdown", o.markdown,
+                 "also write the table and the run's settings as Markdown here (the README's "
+                 "block: bench/readme_update.cmake)");
   app.add_option("--min-seconds", o.timing.min_seconds,
                  "measure each contestant of a row for at least this long")
       ->capture_default_str();
@@ -533,8 +497,13 @@ int main(int argc, char** argv) {
   app.add_option("--peak-memory-child", o.peak_memory_child)->group("");  // internal
   CLI11_PARSE(app, argc, argv);
   o.libtorch = !no_libtorch;
+  if (o.thread_counts.empty()) {
+    o.thread_counts = {1};
+    if (o.threads != 1) o.thread_counts.push_back(o.threads);
+  }
   if (o.quick) {
     o.tokens = {k_quick_tokens};
+    o.small_tokens = {1, 8};
     o.timing.warmup = 1;
     o.timing.min_rounds = 2;
     o.timing.max_rounds = 2;

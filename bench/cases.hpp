@@ -35,7 +35,8 @@
 namespace xtgrad::bench {
 
 enum class Family { relu, gelu, swiglu };
-enum class Pass { forward, forward_backward };
+// Pass::inference: Module::infer (xtgrad), the forward under NoGradGuard (LibTorch).
+enum class Pass { forward, forward_backward, inference };
 
 struct FfnShape {
   std::size_t tokens;
@@ -112,6 +113,12 @@ Runner copy_floor(std::size_t n);
 // in, which costs nothing beside its loads. forward_backward runs both.
 Runner rowwise_floor(RowOp op, Pass pass, RowShape shape);
 
+// One read of the weights of an FFN (2 matrices [H, D], 3 for swiglu) from
+// buffers of their size, as a vectorized sum over every float split over
+// xtgrad's threads: the floor of a few rows through the FFN (at D = 512,
+// H = 2048: 8 MiB or 12 MiB, larger than L2, so read from L3 or memory).
+Runner weight_read_floor(Family family, FfnShape shape);
+
 // Sets OpenBLAS's thread count; returns OpenBLAS's description of itself.
 std::string init_openblas(int threads);
 
@@ -121,6 +128,8 @@ std::string init_openblas(int threads);
 // torch::set_num_threads(threads); returns the LibTorch version.
 std::string init_libtorch(int threads);
 Runner libtorch_ffn(Family family, Pass pass, FfnShape shape);
+// torch::set_num_threads(threads), between rows of different thread counts.
+void libtorch_set_threads(int threads);
 Runner libtorch_toy_step();
 // An empty Runner when LibTorch has no such op (gelu_sigmoid).
 Runner libtorch_activation(Activation activation, Pass pass, std::size_t n);

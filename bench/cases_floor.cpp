@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include <xtgrad/engine/kernels/parallel.hpp>
+
 #include "cases.hpp"
 
 extern "C" {
@@ -166,6 +168,24 @@ float stream(const float* a, const float* b, float* out, std::size_t n) {
   return xsimd::hadd(total) + rest;
 }
 
+struct WeightReadState {
+  std::vector<float> weights;
+  float sink = 0.0f;
+  static constexpr std::size_t k_parts = 64;  // weights.size() is a multiple
+  float partial[k_parts] = {};                // one sum per part
+
+  void run() {
+    const float* w = weights.data();
+    const std::size_t part = weights.size() / k_parts;
+    // the parts split over the threads in use
+    xtgrad::detail::parallel_for_rows(k_parts, 1, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t p = p0; p < p1; ++p)
+        partial[p] = stream(w + p * part, nullptr, nullptr, part);
+    });
+    for (float s : partial) sink += s;
+  }
+};
+
 struct RowwiseFloorState {
   RowOp op;
   Pass pass;
@@ -197,6 +217,13 @@ Runner rowwise_floor(RowOp op, Pass pass, RowShape shape) {
   state->dy = random_buffer(state->n, k_seed + 11);
   state->y.assign(state->n, 0.0f);
   state->dx.assign(state->n, 0.0f);
+  return [state] { state->run(); };
+}
+
+Runner weight_read_floor(Family family, FfnShape shape) {
+  auto state = std::make_shared<WeightReadState>();
+  const std::size_t matrices = family == Family::swiglu ? 3 : 2;
+  state->weights = random_buffer(matrices * shape.d_model * shape.d_hidden, k_seed + 12);
   return [state] { state->run(); };
 }
 

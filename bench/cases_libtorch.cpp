@@ -52,6 +52,11 @@ struct FfnState {
   }
 
   void run() {
+    if (pass == Pass::inference) {
+      const torch::NoGradGuard no_grad;
+      forward();
+      return;
+    }
     if (pass == Pass::forward) {
       forward();
       return;
@@ -221,6 +226,10 @@ Runner libtorch_fashion_step(FashionModel model) {
   state->x = torch::randn({batch, k_pixels});
   state->labels = torch::randint(k_classes, {batch}, torch::kLong);
   return [state] { state->run(); };
+}
+
+void libtorch_set_threads(int threads) {
+  torch::set_num_threads(threads);
 }
 
 std::string init_libtorch(int threads) {

@@ -56,6 +56,10 @@ struct FfnState {
   Var<float> forward(const Var<float>& in) { return two_layer ? (*two_layer)(in) : (*gated)(in); }
 
   void run() {
+    if (pass == Pass::inference) {
+      module().infer(x);
+      return;
+    }
     tape.clear();
     if (pass == Pass::forward_backward) module().zero_grad();
     const Var<float> y = forward(tape.leaf(x, pass == Pass::forward_backward));

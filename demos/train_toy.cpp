@@ -54,6 +54,7 @@ struct Options {
   std::string out = "toy_out";
   std::string save;
   std::string load;
+  int threads = 0;  // 0: leave the count as it is (OpenBLAS's default)
   demo::StepObserverOptions observe;
 };
 
@@ -334,6 +335,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
   app.add_option("--load", o.load, "evaluate a saved FFN instead of training")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--threads", o.threads,
+                 "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads); default: "
+                 "OpenBLAS's own count")
+      ->check(CLI::Range(1, 256));
   demo::add_observer_options(app, o.observe);
   try {
     app.parse(argc, argv);
@@ -345,6 +350,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (o.threads > 0) xtgrad::set_num_threads(o.threads);
     return o.dtype == "float" ? run<float>(o, parallel) : run<double>(o, parallel);
   } catch (const std::exception& e) {
     parallel.fail(std::string("train_toy: ") + e.what());  // ends the whole job under mpirun

@@ -26,3 +26,4 @@
 #include "parameter.hpp"
 #include "profiler.hpp"
 #include "tape.hpp"
+#include "threads.hpp"

@@ -5,6 +5,8 @@
 
 #include "adam_update.hpp"
 
+#include "../engine/kernels/parallel.hpp"
+
 #include <utility>
 
 #include "adam.hpp"
@@ -131,13 +133,21 @@ void adam_step(const std::vector<Parameter<T>*>& params,
                               config.eps,
                               config.l2_weight_decay,
                               1.0 - config.lr * config.decoupled_weight_decay};
-    const std::size_t n = p.value.size();
-    if (config.amsgrad)
-      adam_kernel<T, true>(p.value.data(), p.grad.data(), slot->exp_avg.data(),
-                           slot->exp_avg_sq.data(), slot->max_exp_avg_sq.data(), n, scalars);
-    else
-      adam_kernel<T, false>(p.value.data(), p.grad.data(), slot->exp_avg.data(),
-                            slot->exp_avg_sq.data(), nullptr, n, scalars);
+    // Split over the threads in use at multiples of k_parallel_align, so that
+    // the same elements as on one thread take the scalar tail.
+    T *value = p.value.data(), *exp_avg = slot->exp_avg.data(),
+      *exp_avg_sq = slot->exp_avg_sq.data();
+    T* max_exp_avg_sq = config.amsgrad ? slot->max_exp_avg_sq.data() : nullptr;
+    const T* grad = p.grad.data();
+    xtgrad::detail::parallel_for(
+        p.value.size(), xtgrad::detail::k_parallel_light, [&](std::size_t b, std::size_t e) {
+          if (config.amsgrad)
+            adam_kernel<T, true>(value + b, grad + b, exp_avg + b, exp_avg_sq + b,
+                                 max_exp_avg_sq + b, e - b, scalars);
+          else
+            adam_kernel<T, false>(value + b, grad + b, exp_avg + b, exp_avg_sq + b, nullptr, e - b,
+                                  scalars);
+        });
   }
 }
 

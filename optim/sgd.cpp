@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "../engine/errors.hpp"
+#include "../engine/kernels/parallel.hpp"
 #include "state_reader.hpp"
 
 namespace xtgrad::optim {
@@ -99,7 +100,11 @@ void SGD<T>::step() {
       if (!p.has_grad) continue;
       const std::size_t n = p.value.size();
       if (o.momentum() == 0.0) {
-        sgd_plain(p.value.data(), p.grad.data(), n, lr, weight_decay);
+        // each update split over the threads in use: elements are independent
+        xtgrad::detail::parallel_for(
+            n, xtgrad::detail::k_parallel_light, [&](std::size_t b, std::size_t e) {
+              sgd_plain(p.value.data() + b, p.grad.data() + b, e - b, lr, weight_decay);
+            });
         continue;
       }
       std::optional<SGDParamState<T>>& slot = state_[i];
@@ -107,12 +112,16 @@ void SGD<T>::step() {
       if (first) slot.emplace(SGDParamState<T>{xt::zeros<T>(p.value.shape())});
       const T keep = first ? T(0) : momentum;
       const T take = first ? T(1) : one_minus_dampening;
-      if (o.nesterov())
-        sgd_momentum<T, true>(p.value.data(), p.grad.data(), slot->momentum_buffer.data(), n, lr,
-                              weight_decay, momentum, keep, take);
-      else
-        sgd_momentum<T, false>(p.value.data(), p.grad.data(), slot->momentum_buffer.data(), n, lr,
-                               weight_decay, momentum, keep, take);
+      T* buffer = slot->momentum_buffer.data();
+      xtgrad::detail::parallel_for(
+          n, xtgrad::detail::k_parallel_light, [&](std::size_t b, std::size_t e) {
+            if (o.nesterov())
+              sgd_momentum<T, true>(p.value.data() + b, p.grad.data() + b, buffer + b, e - b, lr,
+                                    weight_decay, momentum, keep, take);
+            else
+              sgd_momentum<T, false>(p.value.data() + b, p.grad.data() + b, buffer + b, e - b, lr,
+                                     weight_decay, momentum, keep, take);
+          });
     }
   }
 }

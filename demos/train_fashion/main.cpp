@@ -23,8 +23,6 @@
 #include "report.hpp"
 #include "train.hpp"
 
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace {
 
 using namespace fashion;
@@ -84,7 +82,7 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
 
 int run(const Options& o, xtgrad::demo::Parallel& parallel) {
   const Clock::time_point start = Clock::now();
-  openblas_set_num_threads(o.threads);
+  xtgrad::set_num_threads(o.threads);
   FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
   const double data_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const std::size_t n_train = data.train.labels.size();
@@ -191,7 +189,8 @@ int main(int argc, char** argv) {
                  "mixer: hidden width of channel mixing")
       ->capture_default_str()
       ->check(CLI::Range(1, 16384));
-  app.add_option("--threads", o.threads, "OpenBLAS threads")
+  app.add_option("--threads", o.threads,
+                 "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout")

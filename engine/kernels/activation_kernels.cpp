@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "activation_formulas.hpp"  // first (through simd.hpp): see simd.hpp
+#include "parallel.hpp"
 
 namespace xtgrad::detail {
 
@@ -197,12 +198,30 @@ void gated_backward_pass(const T* u, const T* g, const T* dy, T* du, T* dg, T* y
   }
 }
 
+// Elements a thread must have before a second one pays: relu is a compare
+// per element, the others evaluate erf, tanh or exp.
+std::size_t min_per_thread(Activation activation) {
+  return activation == Activation::relu ? k_parallel_light : k_parallel_heavy;
+}
+
+// p + begin, or null for an output that is skipped.
+template <class P>
+P* at(P* p, std::size_t begin) {
+  return p ? p + begin : p;
+}
+
 }  // namespace
+
+// Each kernel below splits its n elements over the threads in use
+// (parallel.hpp): an element's result does not depend on where it lies.
 
 template <class T>
 void activation_forward(Activation activation, const T* x, T* y, std::size_t n) {
-  dispatch(activation, "activation_forward",
-           [&](auto act) { forward_pass<decltype(act)>(x, y, n); });
+  dispatch(activation, "activation_forward", [&](auto act) {
+    parallel_for(n, min_per_thread(activation), [&](std::size_t b, std::size_t e) {
+      forward_pass<decltype(act)>(x + b, y + b, e - b);
+    });
+  });
 }
 
 template <class T>
@@ -219,7 +238,9 @@ void activation_value_and_backward(Activation activation, const T* x, const T* d
     with_output(accumulate ? Output::add : Output::write, [&](auto dx_mode) {
       with_output(output_mode(y, false), [&](auto y_mode) {
         if constexpr (dx_mode.value != Output::skip && y_mode.value != Output::add)
-          backward_pass<Act, dx_mode.value, y_mode.value>(x, dy, dx, y, n);
+          parallel_for(n, min_per_thread(activation), [&](std::size_t b, std::size_t e) {
+            backward_pass<Act, dx_mode.value, y_mode.value>(x + b, dy + b, dx + b, at(y, b), e - b);
+          });
       });
     });
   });
@@ -227,8 +248,11 @@ void activation_value_and_backward(Activation activation, const T* x, const T* d
 
 template <class T>
 void gated_forward(Activation activation, const T* u, const T* g, T* y, std::size_t n) {
-  dispatch(activation, "gated_forward",
-           [&](auto act) { gated_forward_pass<decltype(act)>(u, g, y, n); });
+  dispatch(activation, "gated_forward", [&](auto act) {
+    parallel_for(n, min_per_thread(activation), [&](std::size_t b, std::size_t e) {
+      gated_forward_pass<decltype(act)>(u + b, g + b, y + b, e - b);
+    });
+  });
 }
 
 template <class T>
@@ -247,8 +271,10 @@ void gated_value_and_backward(Activation activation, const T* u, const T* g, con
       with_output(output_mode(dg, dg_accumulate), [&](auto dg_mode) {
         with_output(output_mode(y, false), [&](auto y_mode) {
           if constexpr (y_mode.value != Output::add)
-            gated_backward_pass<Act, du_mode.value, dg_mode.value, y_mode.value>(u, g, dy, du, dg,
-                                                                                 y, n);
+            parallel_for(n, min_per_thread(activation), [&](std::size_t b, std::size_t e) {
+              gated_backward_pass<Act, du_mode.value, dg_mode.value, y_mode.value>(
+                  u + b, g + b, at(dy, b), at(du, b), at(dg, b), at(y, b), e - b);
+            });
         });
       });
     });

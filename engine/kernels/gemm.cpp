@@ -1,5 +1,7 @@
 #include "gemm.hpp"
 
+#include "gemm_streaming.hpp"
+#include "parallel.hpp"
 #include "scratch.hpp"
 
 #include "simd.hpp"  // first: see simd.hpp
@@ -181,6 +183,10 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
     small_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
     return;
   }
+  if (m <= k_streaming_rows) {  // a few rows through a weight: read it once
+    few_rows_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
+    return;
+  }
   using shape2 = std::array<std::size_t, 2>;
   const auto a_view =
       xt::adapt(a.data, a.rows * a.cols, xt::no_ownership(), shape2{a.rows, a.cols});
@@ -193,6 +199,13 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
 template <class T>
 void broadcast_rows(const T* b, T* y, std::size_t n, std::size_t cols) {
   if (n == 0) return;
+  if (parallel_chunks(n * cols, k_parallel_light) > 1) {  // rows split over the threads
+    parallel_for_rows(n, std::max<std::size_t>(k_parallel_light / cols, 1),
+                      [&](std::size_t r0, std::size_t r1) {
+                        for (std::size_t r = r0; r < r1; ++r) std::copy(b, b + cols, y + r * cols);
+                      });
+    return;
+  }
   std::copy(b, b + cols, y);
   if (cols * sizeof(T) >= k_short_row_bytes) {
     for (std::size_t r = 1; r < n; ++r) std::copy(b, b + cols, y + r * cols);
@@ -223,21 +236,27 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
     }
     return;
   }
-  // Four rows per pass over db: fewer loads and stores of db per element of dy.
-  std::size_t r = 0;
-  for (; r + 4 <= n; r += 4) {
-    const T* __restrict r0 = dy + r * cols;
-    const T* __restrict r1 = r0 + cols;
-    const T* __restrict r2 = r1 + cols;
-    const T* __restrict r3 = r2 + cols;
-    T* __restrict d = db;
-    for (std::size_t j = 0; j < cols; ++j) d[j] += (r0[j] + r1[j]) + (r2[j] + r3[j]);
-  }
-  for (; r < n; ++r) {
-    const T* __restrict row = dy + r * cols;
-    T* __restrict d = db;
-    for (std::size_t j = 0; j < cols; ++j) d[j] += row[j];
-  }
+  // Four rows per pass over db: fewer loads and stores of db per element of
+  // dy. The columns are split over the threads, each summed in row order
+  // whatever the split, so the sum does not depend on the thread count.
+  const std::size_t min_columns =
+      std::max<std::size_t>(k_parallel_light / std::max<std::size_t>(n, 1), 1);
+  parallel_for(cols, min_columns, [&](std::size_t j0, std::size_t j1) {
+    std::size_t r = 0;
+    for (; r + 4 <= n; r += 4) {
+      const T* __restrict r0 = dy + r * cols;
+      const T* __restrict r1 = r0 + cols;
+      const T* __restrict r2 = r1 + cols;
+      const T* __restrict r3 = r2 + cols;
+      T* __restrict d = db;
+      for (std::size_t j = j0; j < j1; ++j) d[j] += (r0[j] + r1[j]) + (r2[j] + r3[j]);
+    }
+    for (; r < n; ++r) {
+      const T* __restrict row = dy + r * cols;
+      T* __restrict d = db;
+      for (std::size_t j = j0; j < j1; ++j) d[j] += row[j];
+    }
+  });
 }
 
 #define XTGRAD_INSTANTIATE_GEMM(T)                                                       \

@@ -11,6 +11,7 @@
 
 #include "../check.hpp"
 #include "../kernels/broadcast.hpp"
+#include "../kernels/parallel.hpp"
 
 namespace xtgrad {
 
@@ -71,6 +72,8 @@ class RowLosses {
     else
       total_ += loss;
   }
+  // A sum of row losses (sum and mean reductions).
+  void add(double total) { total_ += total; }
   void finish(double count) {
     if (reduction_ != Reduction::none)
       y_[0] = static_cast<T>(reduction_ == Reduction::sum ? total_ : total_ / count);
@@ -103,6 +106,28 @@ struct SavedRow {
   RowStats<T> stats;
 };
 
+// Rows per group of the class-target loss: each group's losses are summed on
+// their own (in parallel), then the groups in order, a partition fixed by the
+// row count alone, so that the loss does not depend on the thread count.
+constexpr std::size_t k_rows_per_group = 256;
+// Elements a thread must have before a second one pays (an exp each).
+constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 14;
+
+std::size_t min_rows_per_thread(std::size_t c) {
+  return std::max<std::size_t>(k_min_elements_per_thread / std::max<std::size_t>(c, 1), 1);
+}
+
+struct GroupSum {
+  double total = 0.0, count = 0.0;
+};
+
+// The sums of `groups` groups (this thread's buffer, kept from call to call).
+GroupSum* group_sums(std::size_t groups) {
+  thread_local std::vector<GroupSum> buffer;
+  if (buffer.size() < groups) buffer.resize(groups);
+  return buffer.data();
+}
+
 template <class T>
 RowStats<T> row_stats(const T* x, std::size_t c) {
   const T m = detail::row_max(x, c);
@@ -134,23 +159,43 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
   SavedRow<T>* const saved = keep ? tape.template save<SavedRow<T>>(yi, n) : nullptr;
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(result_shape(rows, options.reduction));
+  // Groups of rows split over the threads: each row's loss into y (no
+  // reduction) or its group's sum.
+  const std::size_t groups = (n + k_rows_per_group - 1) / k_rows_per_group;
+  GroupSum* const sums = group_sums(groups);
+  T* const row_losses = options.reduction == Reduction::none ? y.data() : nullptr;
+  detail::parallel_for_rows(
+      groups, std::max<std::size_t>(min_rows_per_thread(c) / k_rows_per_group, 1),
+      [&](std::size_t g0, std::size_t g1) {
+        for (std::size_t g = g0; g < g1; ++g) {
+          GroupSum sum;
+          for (std::size_t r = g * k_rows_per_group; r < std::min(n, (g + 1) * k_rows_per_group);
+               ++r) {
+            if (saved) saved[r].target = t[r];
+            double loss = 0.0;  // l_n = 0 for an ignored target
+            if (t[r] != ignore) {
+              const T* xr = x + r * c;
+              const RowStats<T> st = row_stats(xr, c);
+              if (saved) saved[r].stats = st;
+              // l_n = (1 - eps) (lse - x_t) + eps (lse - mean_c x_c), lse = m + log_s
+              const double lse = static_cast<double>(st.m) + st.log_s;
+              double smooth = 0.0;
+              if (eps != 0.0)
+                smooth = lse - detail::sum_of(c, [xr](std::size_t k) { return xr[k]; }) / c;
+              loss = (1.0 - eps) * (lse - xr[t[r]]) + eps * smooth;
+              sum.count += 1.0;
+            }
+            if (row_losses) row_losses[r] = static_cast<T>(loss);
+            sum.total += loss;
+          }
+          sums[g] = sum;
+        }
+      });
   RowLosses<T> losses(options.reduction, y);
   double count = 0.0;
-  for (std::size_t r = 0; r < n; ++r) {
-    if (saved) saved[r].target = t[r];
-    if (t[r] == ignore) {  // l_n = 0
-      losses.set(r, 0.0);
-      continue;
-    }
-    const T* xr = x + r * c;
-    const RowStats<T> st = row_stats(xr, c);
-    if (saved) saved[r].stats = st;
-    // l_n = (1 - eps) (lse - x_t) + eps (lse - mean_c x_c), lse = m + log_s
-    const double lse = static_cast<double>(st.m) + st.log_s;
-    double smooth = 0.0;
-    if (eps != 0.0) smooth = lse - detail::sum_of(c, [xr](std::size_t k) { return xr[k]; }) / c;
-    losses.set(r, (1.0 - eps) * (lse - xr[t[r]]) + eps * smooth);
-    count += 1.0;
+  for (std::size_t g = 0; g < groups; ++g) {
+    if (!row_losses) losses.add(sums[g].total);
+    count += sums[g].count;
   }
   losses.finish(count);
 
@@ -161,23 +206,26 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
     const SavedRow<T>* saved = tp.template saved<SavedRow<T>>(yi);
     const T* x = tp.value(li).data();
     const T e = static_cast<T>(options.label_smoothing);
-    for (std::size_t r = 0; r < n; ++r) {
-      T* d = dx.data + r * c;
-      const std::int64_t tr = saved[r].target;
-      if (tr == options.ignore_index) {  // dx[r, C] (+)= 0
-        if (!dx.accumulate) std::fill(d, d + c, T(0));
-        continue;
+    // rows are independent: split over the threads in use
+    detail::parallel_for_rows(n, min_rows_per_thread(c), [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        T* d = dx.data + r * c;
+        const std::int64_t tr = saved[r].target;
+        if (tr == options.ignore_index) {  // dx[r, C] (+)= 0
+          if (!dx.accumulate) std::fill(d, d + c, T(0));
+          continue;
+        }
+        const T g = row_gradient(dy.data(), r, options.reduction, count);
+        const T offset = -g * e / static_cast<T>(c);
+        const RowStats<T> st = saved[r].stats;
+        // dx[r, C] (+)= g * exp((x[r, C] - m) - log_s) - g * eps / C
+        if (dx.accumulate)
+          detail::scaled_exp_minus<T, true>(x + r * c, st.m, st.log_s, g, offset, d, c);
+        else
+          detail::scaled_exp_minus<T, false>(x + r * c, st.m, st.log_s, g, offset, d, c);
+        d[tr] -= g * (T(1) - e);  // dx[r, t_r] -= g * (1 - eps)
       }
-      const T g = row_gradient(dy.data(), r, options.reduction, count);
-      const T offset = -g * e / static_cast<T>(c);
-      const RowStats<T> st = saved[r].stats;
-      // dx[r, C] (+)= g * exp((x[r, C] - m) - log_s) - g * eps / C
-      if (dx.accumulate)
-        detail::scaled_exp_minus<T, true>(x + r * c, st.m, st.log_s, g, offset, d, c);
-      else
-        detail::scaled_exp_minus<T, false>(x + r * c, st.m, st.log_s, g, offset, d, c);
-      d[tr] -= g * (T(1) - e);  // dx[r, t_r] -= g * (1 - eps)
-    }
+    });
   });
   return tape.var(yi);
 }

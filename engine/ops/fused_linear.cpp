@@ -7,6 +7,7 @@
 #include "../kernels/activation_kernels.hpp"
 #include "../kernels/dropout_mask.hpp"
 #include "../kernels/gemm.hpp"
+#include "../kernels/parallel.hpp"
 #include "../kernels/scratch.hpp"
 
 namespace xtgrad {
@@ -47,8 +48,12 @@ struct BlockDropout {
       std::fill(block, block + count, T(0));
       return;
     }
-    const DropoutKey at{key.seed, key.step, key.first_element + first};
-    detail::masked_scale<T, false>(at, mask.threshold, mask.scale, block, block, count);
+    // element i's word is the stream's word first_element + first + i, wherever
+    // the split puts it
+    detail::parallel_for(count, detail::k_parallel_heavy, [&](std::size_t b, std::size_t e) {
+      const DropoutKey at{key.seed, key.step, key.first_element + first + b};
+      detail::masked_scale<T, false>(at, mask.threshold, mask.scale, block + b, block + b, e - b);
+    });
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
+#include "../kernels/parallel.hpp"
 
 namespace xtgrad {
 
@@ -33,7 +34,7 @@ std::size_t check_norm(const char* op, const Var<T>& x, const Var<T>* weight, co
 
 // Per-thread buffers of norm_backward (kept from call to call, grown, never
 // shrunk): `size` elements of U; one buffer per (U, Slot).
-enum class Slot { sums, shares };
+enum class Slot { sums, shares, group_sums };
 template <class U, Slot slot>
 U* row_scratch(std::size_t size) {
   thread_local std::vector<U> buffer;
@@ -54,21 +55,27 @@ void write_row_sums(GradPointer<T> dst, const double* sum, std::size_t d) {
 // Rows whose weight and bias shares are summed in T before they are added
 // into the double sums (as RowSum does along a row).
 constexpr std::size_t k_rows_per_flush = 16;
+// Rows per group of the weight and bias sums: groups are summed on their
+// own (in parallel) and then added in group order, a partition fixed by the
+// row count alone, so that the sums do not depend on the thread count.
+constexpr std::size_t k_rows_per_group = 256;
+// Elements a thread must have before a second one pays.
+constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 15;
 
-// The backward of both ops over all rows (norm_backward_row per row). The
-// weight and bias gradients are sums over rows: in T over blocks of
-// k_rows_per_flush rows, then in double, written once at the end.
+// The rows [r0, r1) of the backward (norm_backward_row per row), their
+// weight and bias shares summed into sums[2, D] (dw then db; when wanted): in
+// T over blocks of k_rows_per_flush rows (in shares[2, D]), then in double.
 template <bool Centered, bool HasWeight, class T>
-void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std::size_t rows,
-                   std::size_t d, GradPointer<T> dx, GradPointer<T> dw, GradPointer<T> db) {
-  double* const dw_sum = dw.data || db.data ? row_scratch<double, Slot::sums>(2 * d) : nullptr;
-  double* const db_sum = dw_sum ? dw_sum + d : nullptr;
-  T* const shares = dw.data || db.data ? row_scratch<T, Slot::shares>(2 * d) : nullptr;
-  T* const acc_w = dw.data ? shares : nullptr;
-  T* const acc_b = db.data ? shares + d : nullptr;
+void norm_backward_rows(const T* x, const T* w, const T* dy, const double* stats, std::size_t r0,
+                        std::size_t r1, std::size_t d, GradPointer<T> dx, bool want_dw,
+                        bool want_db, double* sums, T* shares) {
+  double* const dw_sum = want_dw ? sums : nullptr;
+  double* const db_sum = want_db ? sums + d : nullptr;
+  T* const acc_w = want_dw ? shares : nullptr;
+  T* const acc_b = want_db ? shares + d : nullptr;
   for (T* a : {acc_w, acc_b})
     if (a) std::fill(a, a + d, T(0));
-  for (double* s : {dw.data ? dw_sum : nullptr, db.data ? db_sum : nullptr})
+  for (double* s : {dw_sum, db_sum})
     if (s) std::fill(s, s + d, 0.0);
   const auto flush = [&] {  // sums[D] += acc[D]; acc[D] = 0
     for (auto [acc, sum] : {std::pair{acc_w, dw_sum}, std::pair{acc_b, db_sum}})
@@ -78,7 +85,7 @@ void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std
           acc[j] = T(0);
         }
   };
-  for (std::size_t r = 0; r < rows; ++r) {
+  for (std::size_t r = r0; r < r1; ++r) {
     const detail::NormStats st = Centered ? detail::NormStats{stats[2 * r], stats[2 * r + 1]}
                                           : detail::NormStats{0.0, stats[r]};
     T* const out = dx.data ? dx.data + r * d : nullptr;
@@ -88,23 +95,57 @@ void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std
     else
       detail::norm_backward_row<Centered, HasWeight, false>(x + r * d, w, dy + r * d, out, acc_w,
                                                             acc_b, d, st);
-    if ((r + 1) % k_rows_per_flush == 0) flush();
+    if ((r + 1 - r0) % k_rows_per_flush == 0) flush();
   }
   flush();
-  write_row_sums(dw, dw_sum, d);
-  write_row_sums(db, db_sum, d);
+}
+
+// The backward of both ops over all rows, in groups of k_rows_per_group
+// rows split over the threads in use; the weight and bias gradients are the
+// groups' sums added in group order, written once at the end.
+template <bool Centered, bool HasWeight, class T>
+void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std::size_t rows,
+                   std::size_t d, GradPointer<T> dx, GradPointer<T> dw, GradPointer<T> db) {
+  const bool want_sums = dw.data || db.data;
+  const std::size_t groups = (rows + k_rows_per_group - 1) / k_rows_per_group;
+  // every group's sums and T shares in the caller's scratch, so that the
+  // threads that run the groups need no memory of their own
+  double* const group_sums =
+      want_sums ? row_scratch<double, Slot::group_sums>(groups * 2 * d) : nullptr;
+  T* const group_shares = want_sums ? row_scratch<T, Slot::shares>(groups * 2 * d) : nullptr;
+  const std::size_t min_groups = std::max<std::size_t>(
+      k_min_elements_per_thread / (k_rows_per_group * std::max<std::size_t>(d, 1)), 1);
+  detail::parallel_for_rows(groups, min_groups, [&](std::size_t g0, std::size_t g1) {
+    for (std::size_t g = g0; g < g1; ++g)
+      norm_backward_rows<Centered, HasWeight>(
+          x, w, dy, stats, g * k_rows_per_group, std::min((g + 1) * k_rows_per_group, rows), d, dx,
+          dw.data != nullptr, db.data != nullptr, want_sums ? group_sums + g * 2 * d : nullptr,
+          want_sums ? group_shares + g * 2 * d : nullptr);
+  });
+  if (!want_sums) return;
+  double* const sums = row_scratch<double, Slot::sums>(2 * d);
+  std::fill(sums, sums + 2 * d, 0.0);
+  for (std::size_t g = 0; g < groups; ++g)
+    for (std::size_t j = 0; j < 2 * d; ++j) sums[j] += group_sums[g * 2 * d + j];
+  write_row_sums(dw, sums, d);
+  write_row_sums(db, sums + d, d);
 }
 
 // y[N, D] for all rows, with the statistics of each row into stats (when not null).
 template <bool Centered, bool HasWeight, bool HasBias, class T>
 void norm_forward(const T* x, const T* w, const T* b, T* y, std::size_t rows, std::size_t d,
                   double eps, double* stats) {
-  for (std::size_t r = 0; r < rows; ++r) {
-    const detail::NormStats st = detail::norm_row_stats<Centered>(x + r * d, d, eps);
-    detail::norm_forward_row<Centered, HasWeight, HasBias>(x + r * d, w, b, y + r * d, d, st);
-    if (stats && Centered) stats[2 * r] = st.mean;
-    if (stats) stats[Centered ? 2 * r + 1 : r] = st.rstd;
-  }
+  // rows are independent: split over the threads in use
+  const std::size_t min_rows =
+      std::max<std::size_t>(k_min_elements_per_thread / std::max<std::size_t>(d, 1), 1);
+  detail::parallel_for_rows(rows, min_rows, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const detail::NormStats st = detail::norm_row_stats<Centered>(x + r * d, d, eps);
+      detail::norm_forward_row<Centered, HasWeight, HasBias>(x + r * d, w, b, y + r * d, d, st);
+      if (stats && Centered) stats[2 * r] = st.mean;
+      if (stats) stats[Centered ? 2 * r + 1 : r] = st.rstd;
+    }
+  });
 }
 
 // Records layer_norm (Centered) or rms_norm after the checks.

@@ -9,6 +9,7 @@
 #include "../check.hpp"
 #include "../indices.hpp"
 #include "../kernels/axes.hpp"
+#include "../kernels/parallel.hpp"
 
 namespace xtgrad {
 
@@ -67,18 +68,31 @@ void forward_block(const T* x, T* y, std::size_t extent, std::size_t stride, std
   }
 }
 
+// Elements a thread must have before a second one pays (an exp each).
+constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 14;
+
+// The outer blocks are independent: split over the threads in use.
+template <class Body>
+void for_outer(const AxisSplit& s, Body&& body) {
+  const std::size_t block = std::max<std::size_t>(s.extent * s.inner, 1);
+  detail::parallel_for_rows(s.outer, std::max<std::size_t>(k_min_elements_per_thread / block, 1),
+                            [&](std::size_t o0, std::size_t o1) {
+                              for (std::size_t o = o0; o < o1; ++o) body(o);
+                            });
+}
+
 template <class T, bool log>
 void forward(const T* x, T* y, const AxisSplit& s) {
   const std::size_t block = s.extent * s.inner;
-  for (std::size_t o = 0; o < s.outer; ++o) {
+  for_outer(s, [&](std::size_t o) {
     if (s.inner == 1) {
       forward_row<T, log>(x + o * block, y + o * block, s.extent);
-      continue;
+      return;
     }
     for (std::size_t i = 0; i < s.inner; i += k_block)
       forward_block<T, log>(x + o * block + i, y + o * block + i, s.extent, s.inner,
                             std::min(k_block, s.inner - i));
-  }
+  });
 }
 
 // ---- backward, from the saved output y ----
@@ -164,16 +178,16 @@ void backward_block(const T* y, const T* dy, T* dx, std::size_t extent, std::siz
 template <class T, bool log, bool add>
 void backward(const T* y, const T* dy, T* dx, const AxisSplit& s) {
   const std::size_t block = s.extent * s.inner;
-  for (std::size_t o = 0; o < s.outer; ++o) {
+  for_outer(s, [&](std::size_t o) {
     const std::size_t at = o * block;
     if (s.inner == 1) {
       backward_row<T, log, add>(y + at, dy + at, dx + at, s.extent);
-      continue;
+      return;
     }
     for (std::size_t i = 0; i < s.inner; i += k_block)
       backward_block<T, log, add>(y + at + i, dy + at + i, dx + at + i, s.extent, s.inner,
                                   std::min(k_block, s.inner - i));
-  }
+  });
 }
 
 // softmax and log_softmax share their checks, recording and layout.

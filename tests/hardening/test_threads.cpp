@@ -1,6 +1,8 @@
 // Threads: tapes share nothing, so several threads, each
 // with its own tape and optimizer, can train copies of one model at the same
-// time, and get bit for bit what the same training gives when run alone.
+// time, and get bit for bit what the same training gives when run alone;
+// and the thread pool of the elementwise passes (engine/kernels/parallel),
+// shared by all of them, gives each the bits it gets alone.
 // Built and run under ThreadSanitizer by .ci/run, which then also checks that
 // no hidden shared state (a static buffer, a lazily built table) is written.
 
@@ -120,6 +122,46 @@ TEST_CASE_TEMPLATE("threads: copies of one model trained concurrently match the 
   // The shared originals were only read.
   Generator again(7);
   CHECK(values_of<T>(ffn) == values_of<T>(PositionwiseFFN<T>(4, 16, again)));
+}
+
+// OpenBLAS's own count (its API; set_num_threads sets it too).
+extern "C" void openblas_set_num_threads(int num_threads);
+
+TEST_CASE("threads: the pool's passes, shared by concurrent trainings, match the runs alone") {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  openblas_set_num_threads(1);  // the pool's work, not OpenBLAS's threads, is under test here
+  // Large enough that the activation, bias, norm-free FFN passes and the
+  // optimizers' updates split over the pool (kernels/parallel.hpp thresholds).
+  Generator generator(11);
+  const FeedForward<float> model(512, 1024, Activation::gelu, generator);
+  const auto run = [&model](std::uint32_t seed) {
+    FeedForward<float> copy = model;
+    optim::AdamW<float> opt(copy.parameters(), optim::AdamWOptions(1e-3));
+    const xt::xarray<float> x = random_array<float>({64, 512}, seed);
+    Tape<float> tape;
+    std::vector<float> losses;
+    for (int step = 0; step < 3; ++step) {
+      const Var<float> y = copy(tape.leaf(x, false));
+      const Var<float> loss = mean(mul(y, y));
+      losses.push_back(loss.value()());
+      tape.backward(loss);
+      opt.step();
+      opt.zero_grad();
+      tape.clear();
+    }
+    for (const auto& [name, p] : copy.named_parameters())
+      losses.insert(losses.end(), p->value.begin(), p->value.end());
+    return losses;
+  };
+  std::vector<std::vector<float>> alone;
+  for (std::uint32_t i = 0; i < 3; ++i) alone.push_back(run(40 + i));
+  std::vector<std::vector<float>> together(3);
+  std::vector<std::thread> threads;
+  for (std::uint32_t i = 0; i < 3; ++i) threads.emplace_back([&, i] { together[i] = run(40 + i); });
+  for (std::thread& t : threads) t.join();
+  for (std::size_t i = 0; i < 3; ++i) CHECK(together[i] == alone[i]);
+  set_num_threads(before);
 }
 
 TEST_CASE("threads: one model serves several inference threads, read only") {

@@ -1,0 +1,186 @@
+#include "simd.hpp"  // first: see simd.hpp
+
+#include "gemm_streaming.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "parallel.hpp"
+#include "scratch.hpp"
+
+namespace xtgrad::detail {
+
+namespace {
+
+template <class T>
+using Batch = xsimd::batch<T>;
+
+// Columns of c per block of the x W path: M rows of them stay in L1
+// (8 x 512 floats = 16 KiB) while four rows of W stream past.
+constexpr std::size_t k_column_block = 512;
+// Multiply-adds a thread must have before a second one pays (handing chunks
+// to a worker costs about 7 us; the kernels run at 20-40 multiply-adds per ns).
+constexpr std::size_t k_min_macs_per_thread = std::size_t(1) << 18;
+
+// Rows of w per step of the x W^T path: J rows share each load of a, and the
+// M x J accumulators are independent chains of multiply-adds, enough of them
+// to cover the latency of one (about 8 in flight), within the 32 vector
+// registers of AVX-512 or the 16 of AVX2.
+template <std::size_t M>
+constexpr std::size_t dot_rows() {
+#if XSIMD_WITH_AVX512F
+  constexpr std::size_t accumulators = 16;
+#else
+  constexpr std::size_t accumulators = 8;
+#endif
+  return M >= accumulators ? 1 : accumulators / M;
+}
+
+// c[i, j] (+)= a[i, :] . w[j, :] for i < M, j in [j, j + J): a [M, k], w [n, k].
+// M x J dot products at once, each kept in a batch of partial sums; every
+// element is summed the same way whichever J rows it is computed with.
+template <class T, std::size_t M, std::size_t J>
+void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j,
+               bool accumulate) {
+  constexpr std::size_t lanes = Batch<T>::size;
+  const std::size_t k_vector = k - k % lanes;
+  Batch<T> acc[J][M];
+  for (std::size_t r = 0; r < J; ++r)
+    for (std::size_t i = 0; i < M; ++i) acc[r][i] = Batch<T>(T(0));
+  for (std::size_t p = 0; p < k_vector; p += lanes) {
+    Batch<T> wv[J];
+    for (std::size_t r = 0; r < J; ++r) wv[r] = Batch<T>::load_unaligned(w + (j + r) * k + p);
+    for (std::size_t i = 0; i < M; ++i) {
+      const Batch<T> av = Batch<T>::load_unaligned(a + i * k + p);
+      for (std::size_t r = 0; r < J; ++r) acc[r][i] = xsimd::fma(av, wv[r], acc[r][i]);
+    }
+  }
+  for (std::size_t r = 0; r < J; ++r) {
+    const T* row = w + (j + r) * k;
+    for (std::size_t i = 0; i < M; ++i) {
+      T rest = T(0);
+      for (std::size_t p = k_vector; p < k; ++p) rest = std::fma(a[i * k + p], row[p], rest);
+      const T sum = xsimd::hadd(acc[r][i]) + rest;
+      T& out = c[i * n + j + r];
+      out = accumulate ? out + sum : sum;
+    }
+  }
+}
+
+template <class T, std::size_t M>
+void dots(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
+          std::size_t j1, bool accumulate) {
+  constexpr std::size_t rows = dot_rows<M>();
+  std::size_t j = j0;
+  for (; j + rows <= j1; j += rows) dots_step<T, M, rows>(a, w, c, n, k, j, accumulate);
+  for (; j < j1; ++j) dots_step<T, M, 1>(a, w, c, n, k, j, accumulate);
+}
+
+// c[i, j] (+)= sum_p a[i, p] w[p, j] for i < M, j in [j0, j1): a [M, k], w [k, n].
+// Four rows of w at a time are added into a block of c (in L1); each element
+// is c + a0 w0 + a1 w1 + ... as a chain of fused multiply-adds in p order.
+template <class T, std::size_t M>
+void axpys(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
+           std::size_t j1, bool accumulate) {
+  constexpr std::size_t lanes = Batch<T>::size;
+  for (std::size_t jb = j0; jb < j1; jb += k_column_block) {
+    const std::size_t je = std::min(jb + k_column_block, j1);
+    const std::size_t je_vector = jb + (je - jb) / lanes * lanes;
+    if (!accumulate)
+      for (std::size_t i = 0; i < M; ++i) std::fill(c + i * n + jb, c + i * n + je, T(0));
+    std::size_t p = 0;
+    for (; p + 4 <= k; p += 4) {
+      const T* w0 = w + p * n;
+      const T* w1 = w0 + n;
+      const T* w2 = w1 + n;
+      const T* w3 = w2 + n;
+      Batch<T> coefficient[M][4];
+      for (std::size_t i = 0; i < M; ++i)
+        for (std::size_t q = 0; q < 4; ++q) coefficient[i][q] = Batch<T>(a[i * k + p + q]);
+      for (std::size_t j = jb; j < je_vector; j += lanes) {
+        const Batch<T> v0 = Batch<T>::load_unaligned(w0 + j), v1 = Batch<T>::load_unaligned(w1 + j),
+                       v2 = Batch<T>::load_unaligned(w2 + j), v3 = Batch<T>::load_unaligned(w3 + j);
+        for (std::size_t i = 0; i < M; ++i) {
+          T* line = c + i * n + j;
+          Batch<T> sum = Batch<T>::load_unaligned(line);
+          sum = xsimd::fma(coefficient[i][0], v0, sum);
+          sum = xsimd::fma(coefficient[i][1], v1, sum);
+          sum = xsimd::fma(coefficient[i][2], v2, sum);
+          sum = xsimd::fma(coefficient[i][3], v3, sum);
+          sum.store_unaligned(line);
+        }
+      }
+      for (std::size_t j = je_vector; j < je; ++j)
+        for (std::size_t i = 0; i < M; ++i) {
+          const T* ai = a + i * k + p;
+          T& out = c[i * n + j];
+          out =
+              std::fma(ai[3], w3[j],
+                       std::fma(ai[2], w2[j], std::fma(ai[1], w1[j], std::fma(ai[0], w0[j], out))));
+        }
+    }
+    for (; p < k; ++p) {
+      const T* wp = w + p * n;
+      for (std::size_t i = 0; i < M; ++i) {
+        const Batch<T> coefficient(a[i * k + p]);
+        T* line = c + i * n;
+        std::size_t j = jb;
+        for (; j < je_vector; j += lanes)
+          xsimd::fma(coefficient, Batch<T>::load_unaligned(wp + j),
+                     Batch<T>::load_unaligned(line + j))
+              .store_unaligned(line + j);
+        for (; j < je; ++j) line[j] = std::fma(a[i * k + p], wp[j], line[j]);
+      }
+    }
+  }
+}
+
+template <class T, std::size_t M>
+void few_rows_fixed(const T* a, const T* w, bool transpose_w, T* c, std::size_t n, std::size_t k,
+                    bool accumulate) {
+  const std::size_t min_columns = std::max<std::size_t>(k_min_macs_per_thread / (M * k), 1);
+  // x W^T: columns of c are rows of w, split anywhere; x W: columns of c and
+  // w, split on vector boundaries
+  const auto body = [&](std::size_t j0, std::size_t j1) {
+    if (transpose_w)
+      dots<T, M>(a, w, c, n, k, j0, j1, accumulate);
+    else
+      axpys<T, M>(a, w, c, n, k, j0, j1, accumulate);
+  };
+  if (transpose_w)
+    parallel_for_rows(n, min_columns, body);
+  else
+    parallel_for(n, min_columns, body);
+}
+
+// M as a template parameter: the accumulators of every row live in registers.
+template <class T, std::size_t... M>
+void few_rows_dispatch(std::index_sequence<M...>, std::size_t m, const T* a, const T* w,
+                       bool transpose_w, T* c, std::size_t n, std::size_t k, bool accumulate) {
+  ((m == M + 1 ? few_rows_fixed<T, M + 1>(a, w, transpose_w, c, n, k, accumulate) : void()), ...);
+}
+
+}  // namespace
+
+template <class T>
+void few_rows_gemm(const T* a, bool transpose_a, const T* w, bool transpose_w, T* c, std::size_t m,
+                   std::size_t n, std::size_t k, bool accumulate) {
+  if (transpose_a) {  // a is stored [k, m]: pack its m rows (at most 8 k elements)
+    T* packed = thread_scratch<T>(ScratchSlot::gemm_pack, m * k);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t p = 0; p < k; ++p) packed[i * k + p] = a[p * m + i];
+    a = packed;
+  }
+  few_rows_dispatch(std::make_index_sequence<k_streaming_rows>(), m, a, w, transpose_w, c, n, k,
+                    accumulate);
+}
+
+#define XTGRAD_INSTANTIATE_GEMM_STREAMING(T)                                                   \
+  template void few_rows_gemm<T>(const T*, bool, const T*, bool, T*, std::size_t, std::size_t, \
+                                 std::size_t, bool);
+XTGRAD_INSTANTIATE_GEMM_STREAMING(float)
+XTGRAD_INSTANTIATE_GEMM_STREAMING(double)
+#undef XTGRAD_INSTANTIATE_GEMM_STREAMING
+
+}  // namespace xtgrad::detail

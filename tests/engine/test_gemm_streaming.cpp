@@ -1,0 +1,148 @@
+// The small-batch path of detail::gemm (kernels/gemm_streaming.hpp): a few
+// rows through a weight (m <= 8), for every transpose pair and both beta
+// semantics, at the threshold and around it (9 goes to BLAS), against a
+// plain double-precision loop, bit for bit the same on one and on two
+// threads; and the gradient of a few rows, a sum of a few outer products
+// (k <= 8, through OpenBLAS), against the same loop.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include <xtgrad/engine/kernels/gemm.hpp>
+#include <xtgrad/engine/kernels/gemm_streaming.hpp>
+#include <xtgrad/engine/threads.hpp>
+
+#include "support/test_helpers.hpp"
+
+using namespace xtgrad;
+using xtgrad::testing::check_close;
+using xtgrad::testing::random_array;
+
+namespace {
+
+struct Dims {
+  std::size_t m, n, k;
+};
+
+const std::size_t k_counts[] = {1, 2, 3, 7, 8, 9};
+
+// c (+)= op(a) op(b), each product and sum in double; a, b stored as gemm reads them.
+template <class T>
+xt::xarray<double> reference(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
+                             const xt::xarray<T>& c0, bool accumulate, Dims d) {
+  xt::xarray<double> c = xt::zeros<double>({d.m, d.n});
+  for (std::size_t i = 0; i < d.m; ++i)
+    for (std::size_t j = 0; j < d.n; ++j) {
+      double s = accumulate ? static_cast<double>(c0(i, j)) : 0.0;
+      for (std::size_t p = 0; p < d.k; ++p)
+        s += static_cast<double>(ta ? a(p, i) : a(i, p)) *
+             static_cast<double>(tb ? b(j, p) : b(p, j));
+      c(i, j) = s;
+    }
+  return c;
+}
+
+template <class T>
+xt::xarray<T> product(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
+                      const xt::xarray<T>& c0, bool accumulate, Dims d) {
+  xt::xarray<T> c = c0;
+  detail::gemm<T>("test", {a.data(), a.shape()[0], a.shape()[1]}, ta,
+                  {b.data(), b.shape()[0], b.shape()[1]}, tb, {c.data(), d.m, d.n}, accumulate);
+  return c;
+}
+
+// Every transpose pair and beta of `d` against the reference.
+template <class T>
+void check_all(Dims d, std::uint32_t& seed) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool accumulate : {false, true}) {
+        CAPTURE(d.m);
+        CAPTURE(d.n);
+        CAPTURE(d.k);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(accumulate);
+        const xt::xarray<T> a =
+            ta ? random_array<T>({d.k, d.m}, seed++) : random_array<T>({d.m, d.k}, seed++);
+        const xt::xarray<T> b =
+            tb ? random_array<T>({d.n, d.k}, seed++) : random_array<T>({d.k, d.n}, seed++);
+        const xt::xarray<T> c0 = random_array<T>({d.m, d.n}, seed++);
+        const double tol = std::is_same_v<T, float> ? 2e-6 * (10.0 + d.k) : 1e-13 * (10.0 + d.k);
+        check_close(product(a, ta, b, tb, c0, accumulate, d),
+                    reference(a, ta, b, tb, c0, accumulate, d), tol, tol);
+      }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("gemm: a few rows through a weight (x W^T, x W) equal a double loop", T, float,
+                   double) {
+  static_assert(detail::k_streaming_rows == 8, "the counts below straddle the threshold");
+  std::uint32_t seed = 100;
+  // k and n with vector tails, n past one column block of the x W kernel
+  for (std::size_t m : k_counts) check_all<T>({m, 1030, 37}, seed);
+  for (std::size_t m : k_counts) check_all<T>({m, 300, 129}, seed);
+}
+
+TEST_CASE_TEMPLATE("gemm: a sum of a few outer products (dy^T x) equals a double loop", T, float,
+                   double) {
+  std::uint32_t seed = 200;
+  for (std::size_t k : k_counts) check_all<T>({300, 517, k}, seed);
+  for (std::size_t k : k_counts) check_all<T>({2500, 13, k}, seed);
+}
+
+TEST_CASE("gemm: the few-rows path gives the same bits on one and on two threads") {
+  const int before = get_num_threads();
+  std::uint32_t seed = 300;
+  // Sizes where two threads split the work (kernels/gemm_streaming.cpp).
+  const Dims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {8, 1500, 70}};
+  for (const Dims& d : dims)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool accumulate : {false, true}) {
+          CAPTURE(d.m);
+          CAPTURE(d.k);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(accumulate);
+          const xt::xarray<float> a = ta ? random_array<float>({d.k, d.m}, seed++)
+                                         : random_array<float>({d.m, d.k}, seed++);
+          const xt::xarray<float> b = tb ? random_array<float>({d.n, d.k}, seed++)
+                                         : random_array<float>({d.k, d.n}, seed++);
+          const xt::xarray<float> c0 = random_array<float>({d.m, d.n}, seed++);
+          set_num_threads(1);
+          const xt::xarray<float> one = product(a, ta, b, tb, c0, accumulate, d);
+          set_num_threads(2);
+          const xt::xarray<float> two = product(a, ta, b, tb, c0, accumulate, d);
+          CHECK(one == two);
+        }
+  set_num_threads(before);
+}
+
+TEST_CASE("gemm: a shape mismatch of a few rows is the same logic_error, c untouched") {
+  std::vector<double> a(3 * 512, 1.0), b(512 * 2048, 2.0), c(3 * 2048, 7.0);
+  CHECK_THROWS_WITH_PARTS(
+      detail::gemm<double>("some_op", {a.data(), 3, 512}, false, {b.data(), 2048, 511}, true,
+                           {c.data(), 3, 2048}, false),
+      std::logic_error, {"xtgrad::some_op", "[3x512] . [511x2048] -> [3x2048]"});
+  // a few terms: dW [2048, 512] = dy^T [2048, 3] . x [4, 512]
+  std::vector<double> dw(2048 * 512, 7.0);
+  CHECK_THROWS_WITH_PARTS(
+      detail::gemm<double>("some_op", {c.data(), 3, 2048}, true, {b.data(), 4, 512}, false,
+                           {dw.data(), 2048, 512}, true),
+      std::logic_error, {"xtgrad::some_op", "[2048x3] . [4x512] -> [2048x512]"});
+  CHECK(c == std::vector<double>(3 * 2048, 7.0));
+  CHECK(dw == std::vector<double>(2048 * 512, 7.0));
+}
+
+TEST_CASE("set_num_threads: at least one thread, else invalid_argument naming it") {
+  const int before = get_num_threads();
+  CHECK(before >= 1);
+  CHECK_THROWS_WITH_PARTS(set_num_threads(0), std::invalid_argument,
+                          {"set_num_threads", "'n'", "is 0, expected at least 1"});
+  CHECK(get_num_threads() == before);  // unchanged
+  set_num_threads(3);
+  CHECK(get_num_threads() == 3);
+  set_num_threads(before);
+}
