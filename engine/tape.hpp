@@ -47,6 +47,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "backward_fn.hpp"
+#include "backward_observer.hpp"
 #include "parameter.hpp"
 
 namespace xtgrad {
@@ -152,32 +153,6 @@ class AnomalyError : public std::runtime_error {
   std::size_t gradient_node_;
 };
 
-// Watches reverse passes (distributed/'s gradient synchronizer is one). While
-// an observer is added, backward(y) calls, in this order:
-//   backward_begin(tape, root)  once, before any backward rule runs (root is
-//                               y's node index; the recording is complete);
-//   node_done(tape, i)          for every position i = root, root - 1, ..., 0
-//                               of the reverse walk, right after node i's rule
-//                               ran (or was skipped: no rule, or no gradient
-//                               reached it);
-//   backward_end(tape)          after node_done(tape, 0).
-// Since the walk is in reverse recording order, once node_done(i) returns no
-// rule of a node >= i runs again in this pass: a Parameter whose earliest
-// reader (the smallest node index having its param node as a parent) is i has
-// its final gradient of the pass at node_done(i). An observer may throw from
-// backward_begin (nothing has been written yet). A rule that throws ends the
-// pass without backward_end. An observer must be removed before it is
-// destroyed; a tape destroyed first tells its observers (tape_destroyed).
-template <class T>
-class BackwardObserver {
- public:
-  virtual ~BackwardObserver() = default;
-  virtual void backward_begin(const Tape<T>& tape, std::size_t root) = 0;
-  virtual void node_done(const Tape<T>& tape, std::size_t index) = 0;
-  virtual void backward_end(const Tape<T>& tape) = 0;
-  virtual void tape_destroyed(const Tape<T>&) {}
-};
-
 template <class T>
 class Tape {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -245,7 +220,7 @@ class Tape {
   Profiler* profiler() const { return profiler_; }
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
 
-  // Backward observers (BackwardObserver above), called in the order they
+  // Backward observers (backward_observer.hpp), called in the order they
   // were added. None (the default) costs one branch per backward. Adding one
   // twice or removing one never added is std::logic_error.
   void add_backward_observer(BackwardObserver<T>* observer);

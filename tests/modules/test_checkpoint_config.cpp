@@ -34,16 +34,6 @@ namespace fx = xtgrad::fixtures::modules;
 
 namespace {
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::string quoted_path(const fs::path& p) {
   return "'" + p.string() + "'";
 }

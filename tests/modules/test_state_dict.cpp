@@ -36,17 +36,6 @@ std::vector<std::string> dict_names(const Module<T>& module) {
   return module.state_dict().keys();
 }
 
-// The exact message of a std::invalid_argument thrown by f, or "" if none was.
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("state dict: the names are torch's state_dict names, in its order", T, float,

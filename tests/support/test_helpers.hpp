@@ -17,6 +17,7 @@
 #include <iterator>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -205,6 +206,17 @@ class UnixSocket {
  private:
   int fd_;
 };
+
+// The exact message of a std::invalid_argument thrown by f, or "" if none was.
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // True when `what()` of the exception contains every one of `parts`.
 inline bool message_contains(const std::exception& e, const std::vector<std::string>& parts) {
