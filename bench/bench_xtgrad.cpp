@@ -6,8 +6,9 @@
 //   ffn         forward and forward+backward of the three FFN families at
 //               D = 512, H = 2048, N in {128, 1024, 4096}, against the GEMM floor
 //   small       inference (Module::infer) and recorded forward of the three
-//               FFN families at N in {1, 2, 4, 8}, against one read of the
-//               weights (weight_read_floor)
+//               FFN families at N in {1, 2, 4, 8}, against the roofline: one
+//               read of the weights with N multiply-adds per weight
+//               (roofline_floor)
 //   matmul      batched matmul forward and forward+backward, [32, 128, 64] .
 //               [32, 64, 128] and [8, 512, 512] . [8, 512, 512], against its GEMMs
 //   toy         one training step of the toy model, microseconds
@@ -144,7 +145,7 @@ void use_threads(const Options& o, int threads) {
 }
 
 // The FFN rows at N = o.tokens (ffn: against the GEMMs) or o.small_tokens
-// (small: against one read of the weights), at each thread count.
+// (small: against the roofline of N rows), at each thread count.
 void ffn_rows(const Options& o, const std::string& section, std::vector<Row>& rows) {
   const bool small = section == "small";
   const std::vector<Pass> passes = small ? std::vector<Pass>{Pass::inference, Pass::forward}
@@ -164,7 +165,7 @@ void ffn_rows(const Options& o, const std::string& section, std::vector<Row>& ro
                << " T=" << threads;
           rows.push_back(
               time_row(section, name.str(), "ms", 1e-3, xtgrad_ffn(family, pass, shape),
-                       small ? weight_read_floor(family, shape) : gemm_floor(family, pass, shape),
+                       small ? roofline_floor(family, shape) : gemm_floor(family, pass, shape),
                        libtorch, o.timing));
           std::cerr << "  " << name.str() << "\n";
         }
@@ -465,7 +466,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
   app.add_option("--small-tokens", o.small_tokens, "token counts N of the small section")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), k_roofline_rows));
   app.add_option("--thread-counts", o.thread_counts,
                  "thread counts of the ffn and small sections (default: 1 and --threads)")
       ->check(CLI::Range(1, 256));

@@ -113,11 +113,16 @@ Runner copy_floor(std::size_t n);
 // in, which costs nothing beside its loads. forward_backward runs both.
 Runner rowwise_floor(RowOp op, Pass pass, RowShape shape);
 
-// One read of the weights of an FFN (2 matrices [H, D], 3 for swiglu) from
-// buffers of their size, as a vectorized sum over every float split over
-// xtgrad's threads: the floor of a few rows through the FFN (at D = 512,
-// H = 2048: 8 MiB or 12 MiB, larger than L2, so read from L3 or memory).
-Runner weight_read_floor(Family family, FfnShape shape);
+// The roofline of N = shape.tokens rows through an FFN: one read of its
+// weights (2 matrices [H, D], 3 for swiglu; at D = 512, H = 2048: 8 MiB or
+// 12 MiB, larger than L2, so read from L3 or memory) with the N multiply-adds
+// per weight that the product needs, in registers, split over xtgrad's
+// threads. Its time is the larger of the weight read at the machine's
+// streaming bandwidth (N = 1, 2) and the multiply-adds at its FMA peak (N = 8
+// on a 2-core AVX-512 machine): no kernel that reads the weights beats it.
+// N from 1 to k_roofline_rows (std::invalid_argument otherwise).
+inline constexpr std::size_t k_roofline_rows = 8;
+Runner roofline_floor(Family family, FfnShape shape);
 
 // Sets OpenBLAS's thread count; returns OpenBLAS's description of itself.
 std::string init_openblas(int threads);

@@ -21,7 +21,7 @@ std::string number(double v, int precision) {
 std::string floor_label(const std::string& section) {
   return section == "ffn" || section == "matmul"           ? "GEMM floor"
          : section == "activation" || section == "rowwise" ? "copy"
-         : section == "small"                              ? "W read"
+         : section == "small"                              ? "roofline"
                                                            : "floor";
 }
 

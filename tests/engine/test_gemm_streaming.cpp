@@ -24,7 +24,9 @@ struct Dims {
   std::size_t m, n, k;
 };
 
-const std::size_t k_counts[] = {1, 2, 3, 7, 8, 9};
+// Every row count of the path (each its own kernel: by rows up to 4, by
+// strips from 5 on, strips of 4 and 3 vectors with AVX-512) and 9, past it.
+const std::size_t k_counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 
 // c (+)= op(a) op(b), each product and sum in double; a, b stored as gemm reads them.
 template <class T>
@@ -96,7 +98,7 @@ TEST_CASE("gemm: the few-rows path gives the same bits on one and on two threads
   const int before = get_num_threads();
   std::uint32_t seed = 300;
   // Sizes where two threads split the work (kernels/gemm_streaming.cpp).
-  const Dims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {8, 1500, 70}};
+  const Dims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {6, 1800, 90}, {8, 1500, 70}};
   for (const Dims& d : dims)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -144,5 +146,43 @@ TEST_CASE("set_num_threads: at least one thread, else invalid_argument naming it
   CHECK(get_num_threads() == before);  // unchanged
   set_num_threads(3);
   CHECK(get_num_threads() == 3);
+  set_num_threads(before);
+}
+
+// c at every offset from a cache line (the x W path splits its columns where
+// a line of c begins, see columns_to_line): the same bits at each offset, on
+// one and two threads, and only c's own elements written.
+TEST_CASE("gemm: the few-rows path writes the same bits wherever c lies in memory") {
+  const int before = get_num_threads();
+  std::uint32_t seed = 400;
+  const Dims dims[] = {{2, 1500, 200}, {8, 1500, 70}};
+  for (const Dims& d : dims)
+    for (bool accumulate : {false, true}) {
+      const xt::xarray<float> a = random_array<float>({d.m, d.k}, seed++);
+      const xt::xarray<float> b = random_array<float>({d.k, d.n}, seed++);
+      const xt::xarray<float> c0 = random_array<float>({d.m, d.n}, seed++);
+      set_num_threads(1);
+      const xt::xarray<float> aligned = product(a, false, b, false, c0, accumulate, d);
+      for (int threads : {1, 2})
+        for (std::size_t offset : {1, 5, 15}) {
+          CAPTURE(d.m);
+          CAPTURE(accumulate);
+          CAPTURE(threads);
+          CAPTURE(offset);
+          set_num_threads(threads);
+          const float guard = -7.5f;
+          std::vector<float> buffer(offset + d.m * d.n + 16, guard);
+          std::copy(c0.begin(), c0.end(), buffer.begin() + static_cast<std::ptrdiff_t>(offset));
+          detail::gemm<float>("test", {a.data(), d.m, d.k}, false, {b.data(), d.k, d.n}, false,
+                              {buffer.data() + offset, d.m, d.n}, accumulate);
+          bool same = true;
+          for (std::size_t e = 0; e < d.m * d.n; ++e)
+            same = same && buffer[offset + e] == aligned[e];
+          CHECK(same);
+          for (std::size_t e = 0; e < offset; ++e) CHECK(buffer[e] == guard);
+          for (std::size_t e = offset + d.m * d.n; e < buffer.size(); ++e)
+            CHECK(buffer[e] == guard);
+        }
+    }
   set_num_threads(before);
 }
