@@ -126,6 +126,8 @@ Runner roofline_floor(Family family, FfnShape shape);
 
 // Sets OpenBLAS's thread count; returns OpenBLAS's description of itself.
 std::string init_openblas(int threads);
+// The kernels OpenBLAS chose for this CPU ("Haswell", "SkylakeX", ...).
+std::string openblas_core();
 
 // ---- LibTorch (cases_libtorch.cpp, only with XTGRAD_BENCH_LIBTORCH) ----
 

@@ -305,6 +305,10 @@ Runner copy_floor(std::size_t n) {
   return [state] { state->run(); };
 }
 
+std::string openblas_core() {
+  return openblas_get_corename();
+}
+
 std::string init_openblas(int threads) {
   openblas_set_num_threads(threads);
   return std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
