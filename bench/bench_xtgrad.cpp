@@ -23,6 +23,7 @@
 //   memory      peak resident memory of one forward+backward at N = 4096, each
 //               measured in a fresh child process (this program, re-run with
 //               --peak-memory-child) so that earlier cases do not count
+#include <strings.h>
 #include <unistd.h>
 
 #include <array>
@@ -303,6 +304,11 @@ void memory_rows(const Options& o, std::vector<Row>& rows) {
   }
 }
 
+bool omp_passive() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy && strcasecmp(policy, "PASSIVE") == 0;
+}
+
 std::string omp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy ? policy : "unset (libgomp's default: spin, then sleep)";
@@ -381,6 +387,7 @@ int run(const Options& o) {
       {"dtype", "float32"},
       {"quick", o.quick ? "true" : "false"},
       {"OMP_WAIT_POLICY", omp_wait_policy()},
+      {"settle_seconds", std::to_string(o.timing.settle_seconds)},
       {"openblas_note", openblas_core_note().empty() ? "none" : openblas_core_note()},
       {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
   std::cout << "bench_xtgrad: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
@@ -501,8 +508,9 @@ int main(int argc, char** argv) {
                  "measure each contestant of a row for at least this long")
       ->capture_default_str();
   app.add_option("--settle-seconds", o.timing.settle_seconds,
-                 "idle pause before every sample (lets other libraries' spinning threads sleep)")
-      ->capture_default_str();
+                 "idle pause before every sample, to let LibTorch's spinning OpenMP workers "
+                 "sleep (default: 0.01 with --omp-default or another OMP_WAIT_POLICY than "
+                 "PASSIVE, else 0)");
   app.add_option("--profile-fashion", o.profile_fashion,
                  "print the profile (engine/profiler.hpp) of xtgrad's training step of this "
                  "fashion model and exit")
@@ -515,6 +523,14 @@ int main(int argc, char** argv) {
   app.add_option("--peak-memory-child", o.peak_memory_child)->group("");  // internal
   CLI11_PARSE(app, argc, argv);
   o.libtorch = !no_libtorch;
+  // The pause is for libgomp's workers, which spin after each of LibTorch's
+  // parallel regions unless OMP_WAIT_POLICY is PASSIVE. Where none spin it
+  // only costs: on this 2-core VM a core left idle for 1 ms or more often
+  // took milliseconds to run a woken thread again, so that the sample after
+  // a pause ran on one core (exact GELU over 4M floats at two threads: 3.3 ms
+  // after a 10 ms pause, as on one thread; 1.75 ms without it).
+  if (app.count("--settle-seconds") == 0 && !(libtorch_on(o) && !omp_passive()))
+    o.timing.settle_seconds = 0;
   if (o.thread_counts.empty()) {
     o.thread_counts = {1};
     if (o.threads != 1) o.thread_counts.push_back(o.threads);

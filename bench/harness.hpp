@@ -34,6 +34,7 @@ struct TimingOptions {
   // few milliseconds after each parallel region (libgomp's default spin
   // count); without the pause they steal a core from whichever contestant
   // runs next (measured: +25% on an xtgrad FFN step at N = 128).
+  // bench_xtgrad sets it to 0 where no such worker spins (see its main).
   double settle_seconds = 0.01;
 };
 
