@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <utility>
 
 #include "parallel.hpp"
@@ -223,15 +222,6 @@ void axpys(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size
     axpys_rows<T, M>(a, w, c, n, k, j0, j1, accumulate);
 }
 
-// Columns of c before the first cache line boundary of its first row.
-template <class T>
-std::size_t columns_to_line(const T* c, std::size_t n) {
-  constexpr std::size_t line = 64;
-  const std::size_t address = reinterpret_cast<std::uintptr_t>(c);
-  if (address % sizeof(T) != 0) return 0;
-  return std::min((line - address % line) % line / sizeof(T), n);
-}
-
 template <class T, std::size_t M>
 void few_rows_fixed(const T* a, const T* w, bool transpose_w, T* c, std::size_t n, std::size_t k,
                     bool accumulate) {
@@ -242,16 +232,17 @@ void few_rows_fixed(const T* a, const T* w, bool transpose_w, T* c, std::size_t 
     });
     return;
   }
-  // x W: columns of c and w, split where a cache line of c begins (chunks of
-  // parallel_for are whole vectors and lines from `lead` on): two threads
-  // writing one line of c, as axpys_rows does once per four rows of w, ran
-  // six times slower on two threads than on one. A strip wants chunks of
-  // several strips.
-  const std::size_t lead = columns_to_line(c, n);
+  // x W: columns of c and w, split at multiples of k_parallel_align elements
+  // from column 0, so that every column is in a vector or in the tail
+  // whatever the split (the two need not round alike: under
+  // -fsanitize=undefined xsimd's AVX-512 fma is not fused). With c on a cache
+  // line, as xtensor's buffers are, no two threads then write one line; off a
+  // line they do, once per four rows of w in axpys_rows, which ran six times
+  // slower on two threads than on one. A strip wants chunks of several strips.
   const std::size_t min_chunk =
       M >= 5 ? std::max(min_columns, 4 * strip_vectors<M>() * Batch<T>::size) : min_columns;
-  parallel_for(n - lead, min_chunk, [&](std::size_t j0, std::size_t j1) {
-    axpys<T, M>(a, w, c, n, k, j0 == 0 ? 0 : j0 + lead, j1 + lead, accumulate);
+  parallel_for(n, min_chunk, [&](std::size_t j0, std::size_t j1) {
+    axpys<T, M>(a, w, c, n, k, j0, j1, accumulate);
   });
 }
 

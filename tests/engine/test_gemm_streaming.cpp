@@ -149,9 +149,9 @@ TEST_CASE("set_num_threads: at least one thread, else invalid_argument naming it
   set_num_threads(before);
 }
 
-// c at every offset from a cache line (the x W path splits its columns where
-// a line of c begins, see columns_to_line): the same bits at each offset, on
-// one and two threads, and only c's own elements written.
+// c at offsets from a cache line (the x W path splits its columns by index,
+// never by address): the same bits at each offset, on one and two threads,
+// and only c's own elements written.
 TEST_CASE("gemm: the few-rows path writes the same bits wherever c lies in memory") {
   const int before = get_num_threads();
   std::uint32_t seed = 400;
