@@ -311,7 +311,7 @@ std::string openblas_core() {
 
 std::string init_openblas(int threads) {
   openblas_set_num_threads(threads);
-  return std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
+  return std::string(openblas_get_config()) + " (core " + openblas_core() + ")";
 }
 
 }  // namespace xtgrad::bench
