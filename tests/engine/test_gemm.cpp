@@ -9,69 +9,32 @@
 #include <xtgrad/engine/kernels/gemm.hpp>
 #include <xtgrad/engine/kernels/scratch.hpp>
 
+#include "support/gemm_reference.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
 using xtgrad::testing::check_close;
+using xtgrad::testing::check_gemm_all;
+using xtgrad::testing::GemmDims;
 using xtgrad::testing::random_array;
 
 namespace {
-
-struct Dims {
-  std::size_t m, n, k;
-};
 
 // Shapes that reach each small-product form (rows: n >= a vector or n >= m;
 // columns: n narrow, a transposed; dots: n narrow, a not transposed), vector
 // tails of every kind (k, n, m not multiples of 16 or 8), the toy model's
 // layers, and products above k_small_gemm_macs (the BLAS path).
-const std::vector<Dims> k_dims = {{128, 16, 2}, {128, 2, 16}, {2, 16, 128}, {16, 2, 128},
-                                  {1, 1, 1},    {7, 3, 5},    {3, 17, 33},  {40, 3, 37},
-                                  {19, 5, 70},  {1, 300, 7},  {300, 1, 9},  {33, 15, 4},
-                                  {40, 50, 60}, {64, 3, 100}, {3, 64, 100}, {129, 65, 33}};
-
-// c (+)= op(a) op(b) in long double; a, b stored as gemm reads them.
-template <class T>
-xt::xarray<double> reference(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
-                             const xt::xarray<T>& c0, bool accumulate, Dims d) {
-  xt::xarray<double> c = xt::zeros<double>({d.m, d.n});
-  for (std::size_t i = 0; i < d.m; ++i)
-    for (std::size_t j = 0; j < d.n; ++j) {
-      long double s = accumulate ? c0(i, j) : 0;
-      for (std::size_t p = 0; p < d.k; ++p)
-        s += static_cast<long double>(ta ? a(p, i) : a(i, p)) * (tb ? b(j, p) : b(p, j));
-      c(i, j) = static_cast<double>(s);
-    }
-  return c;
-}
+const std::vector<GemmDims> k_dims = {{128, 16, 2}, {128, 2, 16}, {2, 16, 128}, {16, 2, 128},
+                                      {1, 1, 1},    {7, 3, 5},    {3, 17, 33},  {40, 3, 37},
+                                      {19, 5, 70},  {1, 300, 7},  {300, 1, 9},  {33, 15, 4},
+                                      {40, 50, 60}, {64, 3, 100}, {3, 64, 100}, {129, 65, 33}};
 
 }  // namespace
 
 TEST_CASE_TEMPLATE("gemm: every transpose pair and shape class equals a scalar loop", T, float,
                    double) {
   std::uint32_t seed = 1;
-  for (const Dims& d : k_dims)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (bool accumulate : {false, true}) {
-          CAPTURE(d.m);
-          CAPTURE(d.n);
-          CAPTURE(d.k);
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CAPTURE(accumulate);
-          const xt::xarray<T> a =
-              ta ? random_array<T>({d.k, d.m}, seed++) : random_array<T>({d.m, d.k}, seed++);
-          const xt::xarray<T> b =
-              tb ? random_array<T>({d.n, d.k}, seed++) : random_array<T>({d.k, d.n}, seed++);
-          const xt::xarray<T> c0 = random_array<T>({d.m, d.n}, seed++);
-          xt::xarray<T> c = c0;
-          detail::gemm<T>("test", {a.data(), a.shape()[0], a.shape()[1]}, ta,
-                          {b.data(), b.shape()[0], b.shape()[1]}, tb, {c.data(), d.m, d.n},
-                          accumulate);
-          const double tol = std::is_same_v<T, float> ? 2e-6 * (10.0 + d.k) : 1e-13 * (10.0 + d.k);
-          check_close(c, reference(a, ta, b, tb, c0, accumulate, d), tol, tol);
-        }
+  for (const GemmDims& d : k_dims) check_gemm_all<T>(d, seed);
 }
 
 TEST_CASE("gemm: empty products, and a shape mismatch is a logic_error naming the op") {

@@ -12,69 +12,20 @@
 #include <xtgrad/engine/kernels/gemm_streaming.hpp>
 #include <xtgrad/engine/threads.hpp>
 
+#include "support/gemm_reference.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
-using xtgrad::testing::check_close;
+using xtgrad::testing::check_gemm_all;
+using xtgrad::testing::gemm_product;
+using xtgrad::testing::GemmDims;
 using xtgrad::testing::random_array;
 
 namespace {
 
-struct Dims {
-  std::size_t m, n, k;
-};
-
 // Every row count of the path (each its own kernel: by rows up to 4, by
 // strips from 5 on, strips of 4 and 3 vectors with AVX-512) and 9, past it.
 const std::size_t k_counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-
-// c (+)= op(a) op(b), each product and sum in double; a, b stored as gemm reads them.
-template <class T>
-xt::xarray<double> reference(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
-                             const xt::xarray<T>& c0, bool accumulate, Dims d) {
-  xt::xarray<double> c = xt::zeros<double>({d.m, d.n});
-  for (std::size_t i = 0; i < d.m; ++i)
-    for (std::size_t j = 0; j < d.n; ++j) {
-      double s = accumulate ? static_cast<double>(c0(i, j)) : 0.0;
-      for (std::size_t p = 0; p < d.k; ++p)
-        s += static_cast<double>(ta ? a(p, i) : a(i, p)) *
-             static_cast<double>(tb ? b(j, p) : b(p, j));
-      c(i, j) = s;
-    }
-  return c;
-}
-
-template <class T>
-xt::xarray<T> product(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
-                      const xt::xarray<T>& c0, bool accumulate, Dims d) {
-  xt::xarray<T> c = c0;
-  detail::gemm<T>("test", {a.data(), a.shape()[0], a.shape()[1]}, ta,
-                  {b.data(), b.shape()[0], b.shape()[1]}, tb, {c.data(), d.m, d.n}, accumulate);
-  return c;
-}
-
-// Every transpose pair and beta of `d` against the reference.
-template <class T>
-void check_all(Dims d, std::uint32_t& seed) {
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (bool accumulate : {false, true}) {
-        CAPTURE(d.m);
-        CAPTURE(d.n);
-        CAPTURE(d.k);
-        CAPTURE(ta);
-        CAPTURE(tb);
-        CAPTURE(accumulate);
-        const xt::xarray<T> a =
-            ta ? random_array<T>({d.k, d.m}, seed++) : random_array<T>({d.m, d.k}, seed++);
-        const xt::xarray<T> b =
-            tb ? random_array<T>({d.n, d.k}, seed++) : random_array<T>({d.k, d.n}, seed++);
-        const xt::xarray<T> c0 = random_array<T>({d.m, d.n}, seed++);
-        const double tol = std::is_same_v<T, float> ? 2e-6 * (10.0 + d.k) : 1e-13 * (10.0 + d.k);
-        check_close(product(a, ta, b, tb, c0, accumulate, d),
-                    reference(a, ta, b, tb, c0, accumulate, d), tol, tol);
-      }
-}
 
 }  // namespace
 
@@ -83,23 +34,23 @@ TEST_CASE_TEMPLATE("gemm: a few rows through a weight (x W^T, x W) equal a doubl
   static_assert(detail::k_streaming_rows == 8, "the counts below straddle the threshold");
   std::uint32_t seed = 100;
   // k and n with vector tails, n past one column block of the x W kernel
-  for (std::size_t m : k_counts) check_all<T>({m, 1030, 37}, seed);
-  for (std::size_t m : k_counts) check_all<T>({m, 300, 129}, seed);
+  for (std::size_t m : k_counts) check_gemm_all<T>({m, 1030, 37}, seed);
+  for (std::size_t m : k_counts) check_gemm_all<T>({m, 300, 129}, seed);
 }
 
 TEST_CASE_TEMPLATE("gemm: a sum of a few outer products (dy^T x) equals a double loop", T, float,
                    double) {
   std::uint32_t seed = 200;
-  for (std::size_t k : k_counts) check_all<T>({300, 517, k}, seed);
-  for (std::size_t k : k_counts) check_all<T>({2500, 13, k}, seed);
+  for (std::size_t k : k_counts) check_gemm_all<T>({300, 517, k}, seed);
+  for (std::size_t k : k_counts) check_gemm_all<T>({2500, 13, k}, seed);
 }
 
 TEST_CASE("gemm: the few-rows path gives the same bits on one and on two threads") {
   const int before = get_num_threads();
   std::uint32_t seed = 300;
   // Sizes where two threads split the work (kernels/gemm_streaming.cpp).
-  const Dims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {6, 1800, 90}, {8, 1500, 70}};
-  for (const Dims& d : dims)
+  const GemmDims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {6, 1800, 90}, {8, 1500, 70}};
+  for (const GemmDims& d : dims)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (bool accumulate : {false, true}) {
@@ -114,9 +65,9 @@ TEST_CASE("gemm: the few-rows path gives the same bits on one and on two threads
                                          : random_array<float>({d.k, d.n}, seed++);
           const xt::xarray<float> c0 = random_array<float>({d.m, d.n}, seed++);
           set_num_threads(1);
-          const xt::xarray<float> one = product(a, ta, b, tb, c0, accumulate, d);
+          const xt::xarray<float> one = gemm_product(a, ta, b, tb, c0, accumulate, d);
           set_num_threads(2);
-          const xt::xarray<float> two = product(a, ta, b, tb, c0, accumulate, d);
+          const xt::xarray<float> two = gemm_product(a, ta, b, tb, c0, accumulate, d);
           CHECK(one == two);
         }
   set_num_threads(before);
@@ -155,14 +106,14 @@ TEST_CASE("set_num_threads: at least one thread, else invalid_argument naming it
 TEST_CASE("gemm: the few-rows path writes the same bits wherever c lies in memory") {
   const int before = get_num_threads();
   std::uint32_t seed = 400;
-  const Dims dims[] = {{2, 1500, 200}, {8, 1500, 70}};
-  for (const Dims& d : dims)
+  const GemmDims dims[] = {{2, 1500, 200}, {8, 1500, 70}};
+  for (const GemmDims& d : dims)
     for (bool accumulate : {false, true}) {
       const xt::xarray<float> a = random_array<float>({d.m, d.k}, seed++);
       const xt::xarray<float> b = random_array<float>({d.k, d.n}, seed++);
       const xt::xarray<float> c0 = random_array<float>({d.m, d.n}, seed++);
       set_num_threads(1);
-      const xt::xarray<float> aligned = product(a, false, b, false, c0, accumulate, d);
+      const xt::xarray<float> aligned = gemm_product(a, false, b, false, c0, accumulate, d);
       for (int threads : {1, 2})
         for (std::size_t offset : {1, 5, 15}) {
           CAPTURE(d.m);
