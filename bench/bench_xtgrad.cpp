@@ -376,6 +376,7 @@ int run(const Options& o) {
     return 0;
   }
 
+  const std::string openblas_note = openblas_core_note();
   Meta meta{
       {"command", o.command},
       {"threads", std::to_string(o.threads)},
@@ -388,13 +389,13 @@ int run(const Options& o) {
       {"quick", o.quick ? "true" : "false"},
       {"OMP_WAIT_POLICY", omp_wait_policy()},
       {"settle_seconds", std::to_string(o.timing.settle_seconds)},
-      {"openblas_note", openblas_core_note().empty() ? "none" : openblas_core_note()},
+      {"openblas_note", openblas_note.empty() ? "none" : openblas_note},
       {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
   std::cout << "bench_xtgrad: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
             << "  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch << " (OMP_WAIT_POLICY "
             << omp_wait_policy() << ")"
             << "\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
-            << (openblas_core_note().empty() ? "" : "\n  note: " + openblas_core_note())
+            << (openblas_note.empty() ? "" : "\n  note: " + openblas_note)
             << "\n  load average at start: " << load_average()
             << (o.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
 
