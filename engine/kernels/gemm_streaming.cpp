@@ -24,6 +24,9 @@ constexpr std::size_t k_column_block = 512;
 constexpr std::size_t k_min_macs_per_thread = std::size_t(1) << 18;
 // Rows of w from which one row of a takes them four at a time (dots).
 constexpr std::size_t k_long_dot = 1024;
+// Elements ahead of the loads that a row longer than k_long_dot prefetches
+// (16 cache lines of floats).
+constexpr std::size_t k_prefetch_ahead = 256;
 
 // Rows of w per step of the x W^T path: J rows share each load of a, and the
 // M x J accumulators are independent chains of multiply-adds, enough of them
@@ -54,18 +57,43 @@ inline void keep_in_register(B& v) {
 #endif
 }
 
+// Asks for the cache line at address to be brought into L1 (a hint only).
+inline void prefetch_line(const void* address) {
+#if defined(__GNUC__)
+  __builtin_prefetch(address, 0, 3);
+#else
+  (void)address;
+#endif
+}
+
 // c[i, j] (+)= a[i, :] . w[j, :] for i < M, j in [j, j + J): a [M, k], w [n, k].
 // M x J dot products at once, each kept in a batch of partial sums; every
 // element is summed the same way whichever J rows it is computed with.
+//
+// From five rows of a on, the multiply-adds take long enough that weights
+// coming from memory stall them: the hardware prefetchers follow the J short
+// streams too late. So w is prefetched by hand, one line per line loaded:
+// rows shorter than k_long_dot elements fetch the next step's J rows, one block
+// in memory order; longer rows fetch k_prefetch_ahead elements ahead in their
+// own row. Measured on a 2-core AMD EPYC (Zen 5), M = 5 to 8 against
+// [2048, 512] and [512, 2048]: 0.58-0.90 of the time with w evicted from the
+// caches, 0.90-1.02 with w in L3; prefetching M <= 4 was slower.
 template <class T, std::size_t M, std::size_t J>
 void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j,
                bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
   const std::size_t k_vector = k - k % lanes;
+  const T* next_rows = w + std::min(j + J, n - J) * k;  // this step's rows at the end of w
   Batch<T> acc[J][M];
   for (std::size_t r = 0; r < J; ++r)
     for (std::size_t i = 0; i < M; ++i) acc[r][i] = Batch<T>(T(0));
   for (std::size_t p = 0; p < k_vector; p += lanes) {
+    if constexpr (M >= 5) {
+      if (k < k_long_dot)
+        for (std::size_t r = 0; r < J; ++r) prefetch_line(next_rows + J * p + r * lanes);
+      else if (p + k_prefetch_ahead < k)
+        for (std::size_t r = 0; r < J; ++r) prefetch_line(w + (j + r) * k + p + k_prefetch_ahead);
+    }
     Batch<T> wv[J];
     for (std::size_t r = 0; r < J; ++r) wv[r] = Batch<T>::load_unaligned(w + (j + r) * k + p);
     for (std::size_t i = 0; i < M; ++i) {
