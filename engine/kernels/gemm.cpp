@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -96,28 +97,101 @@ void columns_form(const T* a, std::size_t m, std::size_t n, std::size_t k, T* c,
   }
 }
 
+// Where xsimd::haddp puts the sum of each row: haddp(rows)[q] is the sum of
+// the lanes of rows[(*order)[q]]. xsimd 8.1's AVX-512 float haddp returns its
+// sums in a permuted order, so the order is asked of haddp itself, once, from
+// rows of distinct powers of two; null unless every output is the exact sum of
+// all lanes of one row, each row in one output.
+template <class T>
+const std::array<std::size_t, Batch<T>::size>* haddp_order() {
+  constexpr std::size_t lanes = Batch<T>::size;
+  static const std::optional<std::array<std::size_t, lanes>> order =
+      []() -> std::optional<std::array<std::size_t, lanes>> {
+    alignas(64) T powers[lanes];
+    T all = T(0);
+    for (std::size_t q = 0; q < lanes; ++q) all += powers[q] = T(std::size_t(1) << q);
+    std::array<std::size_t, lanes> result{};
+    std::array<bool, lanes> taken{};
+    for (std::size_t r = 0; r < lanes; ++r) {
+      Batch<T> rows[lanes];
+      for (std::size_t q = 0; q < lanes; ++q)
+        rows[q] = q == r ? Batch<T>::load_aligned(powers) : Batch<T>(T(0));
+      alignas(64) T sums[lanes];
+      xsimd::haddp(rows).store_aligned(sums);
+      std::size_t found = lanes;
+      for (std::size_t q = 0; q < lanes; ++q) {
+        if (sums[q] == all && found == lanes && !taken[q])
+          found = q;
+        else if (sums[q] != T(0))
+          return std::nullopt;
+      }
+      if (found == lanes) return std::nullopt;
+      taken[found] = true;
+      result[found] = r;
+    }
+    return result;
+  }();
+  return order ? &*order : nullptr;
+}
+
+// x[0, k_vector) . y[0, k_vector) as a batch of partial sums.
+template <class T>
+Batch<T> partial_dot(const T* x, const T* y, std::size_t k_vector) {
+  constexpr std::size_t lanes = Batch<T>::size;
+  Batch<T> partial(T(0));
+  for (std::size_t p = 0; p < k_vector; p += lanes)
+    partial = xsimd::fma(Batch<T>::load_unaligned(x + p), Batch<T>::load_unaligned(y + p), partial);
+  return partial;
+}
+
+// x[k_vector, k) . y[k_vector, k), the elements past the last whole batch.
+template <class T>
+T rest_dot(const T* x, const T* y, std::size_t k_vector, std::size_t k) {
+  T rest = T(0);
+  for (std::size_t p = k_vector; p < k; ++p) rest += x[p] * y[p];
+  return rest;
+}
+
 // Dots: c(i, j) = a[i, :] . columns[j, :], a [m, k], columns = op(b)^T as [n, k],
-// one batch of partial sums per element, reduced by xsimd::hadd. (Not haddp,
-// which would reduce a batch of elements at once: xsimd 8.1's AVX-512 float
-// haddp returns its sums in a permuted lane order.)
+// one batch of partial sums per element. A vector's worth of rows of a at a
+// time meet each column, their batches in registers, reduced together by
+// xsimd::haddp; the rows left over, or all if haddp's order is unknown, are
+// reduced one element at a time by xsimd::hadd. (In the toy model's
+// [128, 16] . [16, 2], an hadd, a loop and a scalar store per element made
+// this the costliest product of the step.)
 template <class T>
 void dots_form(const T* a, const T* columns, std::size_t m, std::size_t n, std::size_t k, T* c,
                bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
   const std::size_t k_vector = k - k % lanes;
-  for (std::size_t i = 0; i < m; ++i) {
-    const T* x = a + i * k;
+  const auto* order = k_vector > 0 ? haddp_order<T>() : nullptr;
+  std::size_t i0 = 0;
+  if (order)
+    for (; i0 + lanes <= m; i0 += lanes)
+      for (std::size_t j = 0; j < n; ++j) {
+        const T* y = columns + j * k;
+        const T* x = a + i0 * k;
+        Batch<T> partial[lanes];
+        for (std::size_t q = 0; q < lanes; ++q) partial[q] = Batch<T>(T(0));
+        for (std::size_t p = 0; p < k_vector; p += lanes) {
+          const Batch<T> yv = Batch<T>::load_unaligned(y + p);
+          for (std::size_t q = 0; q < lanes; ++q)
+            partial[q] = xsimd::fma(Batch<T>::load_unaligned(x + q * k + p), yv, partial[q]);
+        }
+        alignas(64) T sums[lanes];
+        xsimd::haddp(partial).store_aligned(sums);
+        for (std::size_t q = 0; q < lanes; ++q) {
+          const std::size_t i = i0 + (*order)[q];
+          put(c + i * n + j, sums[q] + rest_dot(a + i * k, y, k_vector, k), accumulate);
+        }
+      }
+  for (std::size_t i = i0; i < m; ++i)
     for (std::size_t j = 0; j < n; ++j) {
+      const T* x = a + i * k;
       const T* y = columns + j * k;
-      Batch<T> partial(T(0));
-      for (std::size_t p = 0; p < k_vector; p += lanes)
-        partial =
-            xsimd::fma(Batch<T>::load_unaligned(x + p), Batch<T>::load_unaligned(y + p), partial);
-      T rest = T(0);
-      for (std::size_t p = k_vector; p < k; ++p) rest += x[p] * y[p];
-      put(c + i * n + j, xsimd::hadd(partial) + rest, accumulate);
+      put(c + i * n + j, xsimd::hadd(partial_dot(x, y, k_vector)) + rest_dot(x, y, k_vector, k),
+          accumulate);
     }
-  }
 }
 
 // c[m, n] (+)= op(a)[m, k] . op(b)[k, n] for small products, vectorized along
