@@ -111,6 +111,11 @@ template <class T>
 void adam_step(const std::vector<Parameter<T>*>& params,
                std::vector<std::optional<AdamParamState<T>>>& state, std::size_t begin,
                std::size_t end, const AdamStepConfig& config) {
+  // The bias corrections of the last step count seen: the parameters of a
+  // group usually share it, and two pow calls per parameter were a few
+  // percent of a small model's step.
+  std::int64_t corrected_step = 0;
+  double bias_correction1 = 0.0, bias_correction2 = 0.0;
   for (std::size_t i = begin; i < end; ++i) {
     Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
@@ -122,8 +127,11 @@ void adam_step(const std::vector<Parameter<T>*>& params,
       if (config.amsgrad) slot->max_exp_avg_sq = xt::zeros<T>(p.value.shape());
     }
     const std::int64_t t = ++slot->step;
-    const double bias_correction1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
-    const double bias_correction2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
+    if (t != corrected_step) {
+      corrected_step = t;
+      bias_correction1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
+      bias_correction2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
+    }
     const AdamScalars scalars{config.beta1,
                               1.0 - config.beta1,
                               config.beta2,
