@@ -73,7 +73,7 @@ void Tape<T>::check_live(const Var<T>& v, const char* op, const char* arg) const
                                "record the computation again after Tape::clear()");
   // Ops size their results by their arguments' shapes: a resized Parameter is
   // refused here, before the op records anything.
-  const Node& node = nodes_[v.index_];
+  const Node& node = node_at(v.index_);
   if (node.param && node.param->value.shape() != node.param_shape) fail_param_changed(v.index_, op);
 }
 
@@ -88,8 +88,8 @@ void Tape<T>::check_owns(const Var<T>& v, const char* op, const char* arg) const
 template <class T>
 std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::size_t count,
                             bool requires_grad) {
-  if (size_ == nodes_.size()) nodes_.emplace_back();
-  Node& node = nodes_[size_];
+  if (size_ == nodes_.size()) nodes_.push_back(std::make_unique<Node>());
+  Node& node = node_at(size_);
   node.op = op;
   node.param = nullptr;
   node.backward = nullptr;
@@ -109,7 +109,7 @@ void Tape<T>::profile_forward_end(std::size_t index) {
 template <class T>
 void Tape<T>::profile_backward(std::size_t index) {
   profiler_->backward_begin(*this, index);
-  nodes_[index].backward(*this, nodes_[index].grad);
+  node_at(index).backward(*this, node_at(index).grad);
   profiler_->backward_end(*this, index);
 }
 
@@ -130,9 +130,9 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
     p.grad.fill(T(0));
   }
   const std::size_t index = record("param", {}, true);
-  nodes_[index].param = &p;
-  nodes_[index].param_shape = p.value.shape();
-  nodes_[index].is_leaf = true;
+  node_at(index).param = &p;
+  node_at(index).param_shape = p.value.shape();
+  node_at(index).is_leaf = true;
   // value stays unused for a Parameter node (value() reads p.value); resetting
   // it would allocate (a default xarray holds one element) every step.
   if (detect_anomaly_) check_forward(index);
@@ -142,7 +142,7 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
 
 template <class T>
 const xt::xarray<T>& Tape<T>::value(std::size_t index) const {
-  const Node& node = nodes_[index];
+  const Node& node = node_at(index);
   if (!node.param) return node.value;
   // Ops and backward rules size their loops by the recorded shape.
   if (node.param->value.shape() != node.param_shape) fail_param_changed(index, "Tape::value");
@@ -151,7 +151,7 @@ const xt::xarray<T>& Tape<T>::value(std::size_t index) const {
 
 template <class T>
 void Tape<T>::fail_param_changed(std::size_t index, const char* where) const {
-  const Node& node = nodes_[index];
+  const Node& node = node_at(index);
   detail::fail_logic(where, "Parameter " + detail::quoted(node.param->name) + " (node " +
                                 std::to_string(index) + ") had shape " +
                                 detail::shape_str(node.param_shape) +
@@ -162,7 +162,7 @@ void Tape<T>::fail_param_changed(std::size_t index, const char* where) const {
 
 template <class T>
 GradSlot<T> Tape<T>::grad_slot(std::size_t index) {
-  Node& node = nodes_[index];
+  Node& node = node_at(index);
   if (node.param) {
     Parameter<T>& p = *node.param;
     if (p.grad.shape() != p.value.shape()) p.grad.resize(p.value.shape());
@@ -178,7 +178,7 @@ GradSlot<T> Tape<T>::grad_slot(std::size_t index) {
 
 template <class T>
 const xt::xarray<T>& Tape<T>::grad_of(std::size_t index) {
-  Node& node = nodes_[index];
+  Node& node = node_at(index);
   if (node.param) return node.param->grad;
   if (!node.grad_ready) {
     node.grad.resize(node.value.shape());
@@ -208,14 +208,14 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
   if (dy.shape() != value(root).shape())
     detail::fail_shape("Tape::backward", "dy", dy.shape(),
                        detail::shape_str(value(root).shape()) + " (the shape of y)");
-  if (!nodes_[root].requires_grad)
+  if (!node_at(root).requires_grad)
     detail::fail_logic("Tape::backward",
                        "y does not require a gradient (no input of it was recorded with "
                        "requires_grad, or it was computed with recording off)");
   // Backward rules read parameter values with the shapes of the forward:
   // refuse before anything is written.
   for (std::size_t i = 0; i <= root; ++i) {
-    const Node& node = nodes_[i];
+    const Node& node = node_at(i);
     if (node.param && node.param->value.shape() != node.param_shape)
       fail_param_changed(i, "Tape::backward");
   }
@@ -223,7 +223,7 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
   for (BackwardObserver<T>* observer : observers_) observer->backward_begin(*this, root);
 
   for (std::size_t i = 0; i < size_; ++i)
-    if (!nodes_[i].is_leaf) nodes_[i].grad_ready = false;
+    if (!node_at(i).is_leaf) node_at(i).grad_ready = false;
 
   GradSlot<T> seed = grad_slot(root);
   if (seed.accumulate)
@@ -244,7 +244,7 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
 
 template <class T>
 void Tape<T>::run_rule(std::size_t index) {
-  Node& node = nodes_[index];
+  Node& node = node_at(index);
   if (!node.backward || !node.grad_ready) return;
   if (profiler_)
     profile_backward(index);
@@ -281,7 +281,7 @@ void Tape<T>::remove_backward_observer(BackwardObserver<T>* observer) {
 template <class T>
 void Tape<T>::zero_grad() {
   for (std::size_t i = 0; i < size_; ++i) {
-    Node& node = nodes_[i];
+    Node& node = node_at(i);
     if (node.is_leaf && !node.param) node.grad_ready = false;
   }
 }
@@ -289,8 +289,8 @@ void Tape<T>::zero_grad() {
 template <class T>
 void Tape<T>::clear() {
   for (std::size_t i = 0; i < size_; ++i) {
-    nodes_[i].backward = nullptr;  // drop captured buffers now, keep the node's own
-    nodes_[i].param = nullptr;
+    node_at(i).backward = nullptr;  // drop captured buffers now, keep the node's own
+    node_at(i).param = nullptr;
   }
   size_ = 0;
   ++generation_;
@@ -307,7 +307,7 @@ void Tape<T>::release() {
 
 template <class T>
 std::string Tape<T>::describe(std::size_t index) const {
-  const Node& node = nodes_[index];
+  const Node& node = node_at(index);
   std::string out = "node " + std::to_string(index) + " ('" + node.op + "'";
   if (node.param) out += " '" + node.param->name + "'";
   return out + ", shape " + detail::shape_str(value(index).shape()) + ")";
@@ -315,7 +315,7 @@ std::string Tape<T>::describe(std::size_t index) const {
 
 template <class T>
 const xt::xarray<T>* Tape<T>::accumulated_grad(std::size_t index) const {
-  const Node& node = nodes_[index];
+  const Node& node = node_at(index);
   if (!node.requires_grad) return nullptr;
   if (node.param) return node.param->has_grad ? &node.param->grad : nullptr;
   return node.grad_ready ? &node.grad : nullptr;
@@ -326,7 +326,7 @@ void Tape<T>::check_forward(std::size_t index) {
   const xt::xarray<T>& v = value(index);
   const std::size_t bad = first_non_finite(v);
   if (bad == v.size()) return;
-  const Node& node = nodes_[index];
+  const Node& node = node_at(index);
   std::string what = "xtgrad::Tape (anomaly mode): the forward value of " + describe(index) +
                      " is not finite: " + element_str(v, bad);
   if (!node.parents.empty()) {
@@ -337,7 +337,7 @@ void Tape<T>::check_forward(std::size_t index) {
   what += "; the node was not recorded";
   const std::string op = node.op;
   if (index + 1 == size_) {  // un-record it: the tape is as before the op was called
-    nodes_[index].param = nullptr;
+    node_at(index).param = nullptr;
     --size_;
   }
   throw AnomalyError(what, AnomalyError::Phase::forward, op, index, index);
@@ -345,7 +345,7 @@ void Tape<T>::check_forward(std::size_t index) {
 
 template <class T>
 void Tape<T>::check_backward(std::size_t index) {
-  const Node& node = nodes_[index];
+  const Node& node = node_at(index);
   for (const std::size_t parent : node.parents) {
     const xt::xarray<T>* grad = accumulated_grad(parent);
     if (grad == nullptr) continue;
@@ -367,9 +367,9 @@ void Tape<T>::check_backward_start(std::size_t root, const xt::xarray<T>& dy) co
   if (bad < dy.size())
     throw AnomalyError("xtgrad::Tape::backward (anomaly mode): the upstream gradient dy of " +
                            describe(root) + " is not finite: " + element_str(dy, bad),
-                       AnomalyError::Phase::backward, nodes_[root].op, root, root);
+                       AnomalyError::Phase::backward, node_at(root).op, root, root);
   for (std::size_t i = 0; i <= root; ++i) {
-    if (!nodes_[i].is_leaf) continue;
+    if (!node_at(i).is_leaf) continue;
     const xt::xarray<T>* grad = accumulated_grad(i);
     if (grad == nullptr) continue;
     const std::size_t at = first_non_finite(*grad);
@@ -377,7 +377,7 @@ void Tape<T>::check_backward_start(std::size_t root, const xt::xarray<T>& dy) co
       throw AnomalyError("xtgrad::Tape::backward (anomaly mode): the gradient accumulated in " +
                              describe(i) + " by an earlier backward is not finite: " +
                              element_str(*grad, at) + "; zero_grad() before this backward",
-                         AnomalyError::Phase::backward, nodes_[i].op, i, i);
+                         AnomalyError::Phase::backward, node_at(i).op, i, i);
   }
 }
 
