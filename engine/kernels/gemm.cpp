@@ -98,39 +98,43 @@ void columns_form(const T* a, std::size_t m, std::size_t n, std::size_t k, T* c,
 }
 
 // Where xsimd::haddp puts the sum of each row: haddp(rows)[q] is the sum of
-// the lanes of rows[(*order)[q]]. xsimd 8.1's AVX-512 float haddp returns its
-// sums in a permuted order, so the order is asked of haddp itself, once, from
-// rows of distinct powers of two; null unless every output is the exact sum of
+// the lanes of rows[order[q]]. xsimd 8.1's AVX-512 float haddp returns its
+// sums in a permuted order, so the order is asked of haddp itself, from rows
+// of distinct powers of two; nullopt unless every output is the exact sum of
 // all lanes of one row, each row in one output.
 template <class T>
-const std::array<std::size_t, Batch<T>::size>* haddp_order() {
+std::optional<std::array<std::size_t, Batch<T>::size>> probe_haddp_order() {
   constexpr std::size_t lanes = Batch<T>::size;
-  static const std::optional<std::array<std::size_t, lanes>> order =
-      []() -> std::optional<std::array<std::size_t, lanes>> {
-    alignas(64) T powers[lanes];
-    T all = T(0);
-    for (std::size_t q = 0; q < lanes; ++q) all += powers[q] = T(std::size_t(1) << q);
-    std::array<std::size_t, lanes> result{};
-    std::array<bool, lanes> taken{};
-    for (std::size_t r = 0; r < lanes; ++r) {
-      Batch<T> rows[lanes];
-      for (std::size_t q = 0; q < lanes; ++q)
-        rows[q] = q == r ? Batch<T>::load_aligned(powers) : Batch<T>(T(0));
-      alignas(64) T sums[lanes];
-      xsimd::haddp(rows).store_aligned(sums);
-      std::size_t found = lanes;
-      for (std::size_t q = 0; q < lanes; ++q) {
-        if (sums[q] == all && found == lanes && !taken[q])
-          found = q;
-        else if (sums[q] != T(0))
-          return std::nullopt;
-      }
-      if (found == lanes) return std::nullopt;
-      taken[found] = true;
-      result[found] = r;
+  alignas(64) T powers[lanes];
+  T all = T(0);
+  for (std::size_t q = 0; q < lanes; ++q) all += powers[q] = T(std::size_t(1) << q);
+  std::array<std::size_t, lanes> order{};
+  std::array<bool, lanes> taken{};
+  for (std::size_t r = 0; r < lanes; ++r) {
+    Batch<T> rows[lanes];
+    for (std::size_t q = 0; q < lanes; ++q)
+      rows[q] = q == r ? Batch<T>::load_aligned(powers) : Batch<T>(T(0));
+    alignas(64) T sums[lanes];
+    xsimd::haddp(rows).store_aligned(sums);
+    std::size_t found = lanes;
+    for (std::size_t q = 0; q < lanes; ++q) {
+      if (sums[q] == all && found == lanes && !taken[q])
+        found = q;
+      else if (sums[q] != T(0))
+        return std::nullopt;
     }
-    return result;
-  }();
+    if (found == lanes) return std::nullopt;
+    taken[found] = true;
+    order[found] = r;
+  }
+  return order;
+}
+
+// probe_haddp_order, once; null if haddp is not a permutation.
+template <class T>
+const std::array<std::size_t, Batch<T>::size>* haddp_order() {
+  static const std::optional<std::array<std::size_t, Batch<T>::size>> order =
+      probe_haddp_order<T>();
   return order ? &*order : nullptr;
 }
 
