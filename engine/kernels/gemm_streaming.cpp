@@ -57,6 +57,17 @@ inline void keep_in_register(B& v) {
 #endif
 }
 
+// Whether dots_step prefetches w for M rows of a. Measured on a 2-core AMD
+// EPYC (Zen 5) against [2048, 512] and [512, 2048], as a fraction of the time
+// without: M = 5 to 8, 0.58-0.90 with w evicted from the caches and 0.90-1.02
+// with w in L3; M = 2 and 3, 0.73-0.94 evicted and 0.85-1.06 in L3; M = 4,
+// 0.95-1.15 evicted on one thread (0.88 on two) and 0.98-1.03 in L3, no
+// gain; M = 1 (its rows stream at the memory's pace), 1.12-1.18 evicted.
+template <std::size_t M>
+constexpr bool prefetches_w() {
+  return M == 2 || M == 3 || M >= 5;
+}
+
 // Asks for the cache line at address to be brought into L1 (a hint only).
 inline void prefetch_line(const void* address) {
 #if defined(__GNUC__)
@@ -70,14 +81,12 @@ inline void prefetch_line(const void* address) {
 // M x J dot products at once, each kept in a batch of partial sums; every
 // element is summed the same way whichever J rows it is computed with.
 //
-// From five rows of a on, the multiply-adds take long enough that weights
-// coming from memory stall them: the hardware prefetchers follow the J short
-// streams too late. So w is prefetched by hand, one line per line loaded:
-// rows shorter than k_long_dot elements fetch the next step's J rows, one block
-// in memory order; longer rows fetch k_prefetch_ahead elements ahead in their
-// own row. Measured on a 2-core AMD EPYC (Zen 5), M = 5 to 8 against
-// [2048, 512] and [512, 2048]: 0.58-0.90 of the time with w evicted from the
-// caches, 0.90-1.02 with w in L3; prefetching M <= 4 was slower.
+// With more than one row of a, the multiply-adds take long enough that
+// weights coming from memory stall them: the hardware prefetchers follow the
+// J short streams too late. So w is prefetched by hand (prefetches_w), one
+// line per line loaded: rows shorter than k_long_dot elements fetch the next
+// step's J rows, one block in memory order; longer rows fetch
+// k_prefetch_ahead elements ahead in their own row.
 template <class T, std::size_t M, std::size_t J>
 void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j,
                bool accumulate) {
@@ -88,7 +97,7 @@ void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::
   for (std::size_t r = 0; r < J; ++r)
     for (std::size_t i = 0; i < M; ++i) acc[r][i] = Batch<T>(T(0));
   for (std::size_t p = 0; p < k_vector; p += lanes) {
-    if constexpr (M >= 5) {
+    if constexpr (prefetches_w<M>()) {
       if (k < k_long_dot)
         for (std::size_t r = 0; r < J; ++r) prefetch_line(next_rows + J * p + r * lanes);
       else if (p + k_prefetch_ahead < k)
