@@ -161,8 +161,8 @@ T rest_dot(const T* x, const T* y, std::size_t k_vector, std::size_t k) {
 // time meet each column, their batches in registers, reduced together by
 // xsimd::haddp; the rows left over, or all if haddp's order is unknown, are
 // reduced one element at a time by xsimd::hadd. (In the toy model's
-// [128, 16] . [16, 2], an hadd, a loop and a scalar store per element made
-// this the costliest product of the step.)
+// [128, 16] . [16, 2], a loop and an hadd per element made this the
+// costliest product of the step.)
 template <class T>
 void dots_form(const T* a, const T* columns, std::size_t m, std::size_t n, std::size_t k, T* c,
                bool accumulate) {
