@@ -31,14 +31,16 @@ constexpr std::size_t k_prefetch_ahead = 256;
 // Rows of w per step of the x W^T path: J rows share each load of a, and the
 // M x J accumulators are independent chains of multiply-adds, enough of them
 // to cover the latency of one (about 8 in flight), within the 32 vector
-// registers of AVX-512 or the 16 of AVX2. With AVX-512 and M >= 5, 24 of
-// them (J = 3 or 4) and a kept in a register (keep_in_register): measured on
+// registers of AVX-512 or the 16 of AVX2. With AVX-512 and M >= 4, 24 of
+// them (J = 3 to 6) and a kept in a register (keep_in_register): measured on
 // a 2-core AMD EPYC (Zen 5), [8, 512] . [2048, 512]^T ran at 179 GFLOP/s
-// against 105 with 16; with M <= 4 neither change was faster.
+// against 105 with 16; at M = 4 (with the prefetches of dots_step), 0.86-0.94
+// of the time with w evicted from the caches and 0.87-1.0 with w in L3; with
+// M <= 3 neither change was faster.
 template <std::size_t M>
 constexpr std::size_t dot_rows() {
 #if XSIMD_WITH_AVX512F
-  constexpr std::size_t accumulators = M >= 5 ? 24 : 16;
+  constexpr std::size_t accumulators = M >= 4 ? 24 : 16;
 #else
   constexpr std::size_t accumulators = 8;
 #endif
@@ -47,7 +49,7 @@ constexpr std::size_t dot_rows() {
 
 // Makes the compiler hold v in a register. Left to itself, GCC folds a load
 // of a into each of the J multiply-adds that use it (J loads where one does),
-// and the x W^T steps with M >= 5 become bound by loads, not multiply-adds.
+// and the x W^T steps with M >= 4 become bound by loads, not multiply-adds.
 template <class B>
 inline void keep_in_register(B& v) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -61,11 +63,11 @@ inline void keep_in_register(B& v) {
 // EPYC (Zen 5) against [2048, 512] and [512, 2048], as a fraction of the time
 // without: M = 5 to 8, 0.58-0.90 with w evicted from the caches and 0.90-1.02
 // with w in L3; M = 2 and 3, 0.73-0.94 evicted and 0.85-1.06 in L3; M = 4,
-// 0.95-1.15 evicted on one thread (0.88 on two) and 0.98-1.03 in L3, no
-// gain; M = 1 (its rows stream at the memory's pace), 1.12-1.18 evicted.
+// see dot_rows; M = 1 (its rows stream at the memory's pace), 1.12-1.18
+// evicted.
 template <std::size_t M>
 constexpr bool prefetches_w() {
-  return M == 2 || M == 3 || M >= 5;
+  return M >= 2;
 }
 
 // Asks for the cache line at address to be brought into L1 (a hint only).
@@ -107,7 +109,7 @@ void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::
     for (std::size_t r = 0; r < J; ++r) wv[r] = Batch<T>::load_unaligned(w + (j + r) * k + p);
     for (std::size_t i = 0; i < M; ++i) {
       Batch<T> av = Batch<T>::load_unaligned(a + i * k + p);
-      if constexpr (M >= 5) keep_in_register(av);
+      if constexpr (M >= 4) keep_in_register(av);
       for (std::size_t r = 0; r < J; ++r) acc[r][i] = xsimd::fma(av, wv[r], acc[r][i]);
     }
   }
