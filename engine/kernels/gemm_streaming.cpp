@@ -22,7 +22,8 @@ constexpr std::size_t k_column_block = 512;
 // Multiply-adds a thread must have before a second one pays (handing chunks
 // to a worker costs about 7 us; the kernels run at 20-40 multiply-adds per ns).
 constexpr std::size_t k_min_macs_per_thread = std::size_t(1) << 18;
-// Rows of w from which one row of a takes them four at a time (dots).
+// Length of w's rows (k) from which one row of a takes them four at a time
+// (dots) and dots_step prefetches ahead in each row, not the next step's rows.
 constexpr std::size_t k_long_dot = 1024;
 // Elements ahead of the loads that a row longer than k_long_dot prefetches
 // (16 cache lines of floats).
