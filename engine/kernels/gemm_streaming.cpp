@@ -80,6 +80,11 @@ inline void prefetch_line(const void* address) {
 #endif
 }
 
+// How dots_step prefetches w: a template parameter, so that the loop is
+// compiled once per kind without a test per iteration (with the test, GCC 12
+// kept the loop's pointers in vector registers, out of general ones).
+enum class WeightPrefetch { none, next_rows, ahead_in_row };
+
 // c[i, j] (+)= a[i, :] . w[j, :] for i < M, j in [j, j + J): a [M, k], w [n, k].
 // M x J dot products at once, each kept in a batch of partial sums; every
 // element is summed the same way whichever J rows it is computed with.
@@ -90,32 +95,47 @@ inline void prefetch_line(const void* address) {
 // line per line loaded: rows shorter than k_long_dot elements fetch the next
 // step's J rows, one block in memory order; longer rows fetch
 // k_prefetch_ahead elements ahead in their own row.
-template <class T, std::size_t M, std::size_t J>
+template <class T, std::size_t M, std::size_t J, WeightPrefetch prefetch>
 void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j,
                bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
   const std::size_t k_vector = k - k % lanes;
+  const T* rows = w + j * k;
   const T* next_rows = w + std::min(j + J, n - J) * k;  // this step's rows at the end of w
   Batch<T> acc[J][M];
   for (std::size_t r = 0; r < J; ++r)
     for (std::size_t i = 0; i < M; ++i) acc[r][i] = Batch<T>(T(0));
+  const std::size_t p_ahead_end = k > k_prefetch_ahead ? k - k_prefetch_ahead : 0;
   for (std::size_t p = 0; p < k_vector; p += lanes) {
-    if constexpr (prefetches_w<M>()) {
-      if (k < k_long_dot)
-        for (std::size_t r = 0; r < J; ++r) prefetch_line(next_rows + J * p + r * lanes);
-      else if (p + k_prefetch_ahead < k)
-        for (std::size_t r = 0; r < J; ++r) prefetch_line(w + (j + r) * k + p + k_prefetch_ahead);
-    }
+    if constexpr (prefetch == WeightPrefetch::next_rows)
+      for (std::size_t r = 0; r < J; ++r) prefetch_line(next_rows + J * p + r * lanes);
+    if constexpr (prefetch == WeightPrefetch::ahead_in_row)
+      if (p < p_ahead_end)
+        for (std::size_t r = 0; r < J; ++r) prefetch_line(rows + r * k + p + k_prefetch_ahead);
     Batch<T> wv[J];
-    for (std::size_t r = 0; r < J; ++r) wv[r] = Batch<T>::load_unaligned(w + (j + r) * k + p);
+    for (std::size_t r = 0; r < J; ++r) wv[r] = Batch<T>::load_unaligned(rows + r * k + p);
     for (std::size_t i = 0; i < M; ++i) {
       Batch<T> av = Batch<T>::load_unaligned(a + i * k + p);
       if constexpr (M >= 4) keep_in_register(av);
       for (std::size_t r = 0; r < J; ++r) acc[r][i] = xsimd::fma(av, wv[r], acc[r][i]);
     }
   }
+  // Without a tail (k a multiple of the lanes), a loop of its own: with the
+  // tail's loop and the test of accumulate per element beside the
+  // reductions, this end of the step cost 5-10% of [8, 512] . [2048, 512]^T.
+  // The + 0 is the tail path's sum + rest, so that both give +0, not -0,
+  // for a sum of -0s.
+  if (k_vector == k) {
+    if (accumulate)
+      for (std::size_t r = 0; r < J; ++r)
+        for (std::size_t i = 0; i < M; ++i) c[i * n + j + r] += xsimd::hadd(acc[r][i]) + T(0);
+    else
+      for (std::size_t r = 0; r < J; ++r)
+        for (std::size_t i = 0; i < M; ++i) c[i * n + j + r] = xsimd::hadd(acc[r][i]) + T(0);
+    return;
+  }
   for (std::size_t r = 0; r < J; ++r) {
-    const T* row = w + (j + r) * k;
+    const T* row = rows + r * k;
     for (std::size_t i = 0; i < M; ++i) {
       T rest = T(0);
       for (std::size_t p = k_vector; p < k; ++p) rest = std::fma(a[i * k + p], row[p], rest);
@@ -126,9 +146,9 @@ void dots_step(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::
   }
 }
 
-template <class T, std::size_t M>
-void dots(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
-          std::size_t j1, bool accumulate) {
+template <class T, std::size_t M, WeightPrefetch prefetch>
+void dots_with(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
+               std::size_t j1, bool accumulate) {
   constexpr std::size_t rows = dot_rows<M>();
   std::size_t j = j0;
   // One row through long rows of w: 4 rows of w a step, not 16. Measured on
@@ -137,9 +157,20 @@ void dots(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_
   // were fastest.
   if constexpr (M == 1)
     if (k >= k_long_dot)
-      for (; j + 4 <= j1; j += 4) dots_step<T, 1, 4>(a, w, c, n, k, j, accumulate);
-  for (; j + rows <= j1; j += rows) dots_step<T, M, rows>(a, w, c, n, k, j, accumulate);
-  for (; j < j1; ++j) dots_step<T, M, 1>(a, w, c, n, k, j, accumulate);
+      for (; j + 4 <= j1; j += 4) dots_step<T, 1, 4, prefetch>(a, w, c, n, k, j, accumulate);
+  for (; j + rows <= j1; j += rows) dots_step<T, M, rows, prefetch>(a, w, c, n, k, j, accumulate);
+  for (; j < j1; ++j) dots_step<T, M, 1, prefetch>(a, w, c, n, k, j, accumulate);
+}
+
+template <class T, std::size_t M>
+void dots(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
+          std::size_t j1, bool accumulate) {
+  if constexpr (!prefetches_w<M>())
+    dots_with<T, M, WeightPrefetch::none>(a, w, c, n, k, j0, j1, accumulate);
+  else if (k < k_long_dot)
+    dots_with<T, M, WeightPrefetch::next_rows>(a, w, c, n, k, j0, j1, accumulate);
+  else
+    dots_with<T, M, WeightPrefetch::ahead_in_row>(a, w, c, n, k, j0, j1, accumulate);
 }
 
 // c[i, j] (+)= sum_p a[i, p] w[p, j] for i < M, j in [j0, j1): a [M, k], w [k, n].
