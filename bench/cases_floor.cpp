@@ -28,10 +28,17 @@ namespace {
 
 constexpr unsigned k_seed = 99;
 
-std::vector<float> random_buffer(std::size_t n, unsigned seed) {
+// The floors' buffers start on a cache line, as xtensor's do (xsimd's aligned
+// allocator). From a plain std::vector (16 bytes past a line, from glibc),
+// every vector load of the roofline crossed two lines: its four-row loop ran
+// up to 2x slower from L3 than on the same weights aligned (measured on a
+// 2-core AMD EPYC), a floor the kernels it bounds could beat.
+using Buffer = std::vector<float, xsimd::aligned_allocator<float, 64>>;
+
+Buffer random_buffer(std::size_t n, unsigned seed) {
   std::mt19937 engine(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
+  Buffer v(n);
   for (float& x : v) x = dist(engine);
   return v;
 }
@@ -50,8 +57,8 @@ struct FloorState {
   Family family;
   Pass pass;
   int n, d, h;
-  std::vector<float> x, w1, w2, w3, hidden, gate, product, y;          // forward
-  std::vector<float> dy, dproduct, dhidden, dgate, dx, dw1, dw2, dw3;  // backward
+  Buffer x, w1, w2, w3, hidden, gate, product, y;          // forward
+  Buffer dy, dproduct, dhidden, dgate, dx, dw1, dw2, dw3;  // backward
 
   FloorState(Family family_, Pass pass_, FfnShape s)
       : family(family_),
@@ -114,7 +121,7 @@ struct FloorState {
 struct MatmulFloorState {
   Pass pass;
   int batch, m, k, n;
-  std::vector<float> a, b, y, dy, da, db;
+  Buffer a, b, y, dy, da, db;
 
   void run() {
     const std::size_t mk = std::size_t(m) * k, kn = std::size_t(k) * n, mn = std::size_t(m) * n;
@@ -133,7 +140,7 @@ struct MatmulFloorState {
 // cache, here below 16 MB: it would then measure the DRAM round trip that a
 // cache-resident kernel never makes, and the floor would sit above the kernels.)
 struct CopyState {
-  std::vector<float> source, destination;
+  Buffer source, destination;
   void run() {
     using Batch = xsimd::batch<float>;
     const std::size_t n = source.size();
@@ -171,16 +178,28 @@ float stream(const float* a, const float* b, float* out, std::size_t n) {
   return xsimd::hadd(total) + rest;
 }
 
+// Chains of fused multiply-adds the roofline keeps in flight: enough to hide
+// an FMA's latency (4 cycles, 2 a cycle) with room to spare where 32 vector
+// registers allow it. With 8 on AVX-512, 5 to 7 rows ran 5 to 7 chains and
+// 8 rows had no slack: the x W^T kernel beat that floor at 5 rows (measured
+// on a 2-core AMD EPYC).
+#if XSIMD_WITH_AVX512F
+constexpr std::size_t k_roofline_chains = 16;
+#else
+constexpr std::size_t k_roofline_chains = 8;  // 16 vector registers
+#endif
+
 // The multiply-adds of an N-row product on one read of w[0, n): each weight
 // vector, as it streams past, is multiplied into N accumulators (standing for
-// the rows' activations, held in registers). 8 / N vectors are loaded a step,
-// so that 8 chains of fused multiply-adds are in flight whatever N is (enough
-// to hide an FMA's latency on AVX2 and AVX-512 machines). Returns the sum of
-// the accumulators (a result the compiler must compute).
+// the rows' activations, held in registers). Enough vectors are loaded a step
+// for k_roofline_chains chains (at most 8 loads; on AVX2, 8 / N of them, so
+// that the accumulators fit its registers). Returns the sum of the
+// accumulators (a result the compiler must compute).
 template <std::size_t N>
 float stream_multiply_adds(const float* w, std::size_t n) {
   using Batch = xsimd::batch<float>;
-  constexpr std::size_t loads = N >= 8 ? 1 : 8 / N;
+  constexpr std::size_t wanted = k_roofline_chains == 8 ? 8 / N : (k_roofline_chains + N - 1) / N;
+  constexpr std::size_t loads = wanted < 1 ? 1 : wanted > 8 ? 8 : wanted;
   constexpr std::size_t step = loads * Batch::size;
   Batch x[N], acc[loads][N];
   for (std::size_t r = 0; r < N; ++r) {
@@ -212,7 +231,7 @@ float stream_multiply_adds(std::index_sequence<N...>, std::size_t rows, const fl
 
 struct RooflineState {
   std::size_t rows = 1;  // N, 1 to k_roofline_rows
-  std::vector<float> weights;
+  Buffer weights;
   float sink = 0.0f;
   static constexpr std::size_t k_parts = 64;  // weights.size() is a multiple
   float partial[k_parts] = {};                // one sum per part
@@ -234,7 +253,7 @@ struct RowwiseFloorState {
   RowOp op;
   Pass pass;
   std::size_t n = 0;
-  std::vector<float> x, y, dy, dx;
+  Buffer x, y, dy, dx;
   float sink = 0.0f;  // keeps the forward read of cross_entropy
 
   void run() {
