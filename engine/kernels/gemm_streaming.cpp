@@ -37,11 +37,13 @@ constexpr std::size_t k_prefetch_ahead = 256;
 // a 2-core AMD EPYC (Zen 5), [8, 512] . [2048, 512]^T ran at 179 GFLOP/s
 // against 105 with 16; at M = 4 (with the prefetches of dots_step), 0.86-0.94
 // of the time with w evicted from the caches and 0.87-1.0 with w in L3; with
-// M <= 3 neither change was faster.
+// M <= 3 neither change was faster. One row streams its J rows of w at the
+// memory's pace: 8 of them, not 16, took 0.90-0.95 of the time through
+// [2048, 512] with w in L3, 0.93-1.0 evicted (same machine).
 template <std::size_t M>
 constexpr std::size_t dot_rows() {
 #if XSIMD_WITH_AVX512F
-  constexpr std::size_t accumulators = M >= 4 ? 24 : 16;
+  constexpr std::size_t accumulators = M >= 4 ? 24 : M == 1 ? 8 : 16;
 #else
   constexpr std::size_t accumulators = 8;
 #endif
@@ -151,10 +153,9 @@ void dots_with(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::
                std::size_t j1, bool accumulate) {
   constexpr std::size_t rows = dot_rows<M>();
   std::size_t j = j0;
-  // One row through long rows of w: 4 rows of w a step, not 16. Measured on
-  // a 2-core AMD EPYC, [1, 2048] . [512, 2048]^T: 42 us against 58 (16 rows
-  // of 8 KiB streamed at once outrun the prefetchers); at k = 512, 16 rows
-  // were fastest.
+  // One row through long rows of w: 4 rows of w a step. Measured on a 2-core
+  // AMD EPYC, [1, 2048] . [512, 2048]^T: 42 us against 58 with 16 (16 rows
+  // of 8 KiB streamed at once outrun the prefetchers).
   if constexpr (M == 1)
     if (k >= k_long_dot)
       for (; j + 4 <= j1; j += 4) dots_step<T, 1, 4, prefetch>(a, w, c, n, k, j, accumulate);
