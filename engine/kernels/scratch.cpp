@@ -1,6 +1,7 @@
 #include "scratch.hpp"
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 namespace xtgrad::detail {
@@ -13,7 +14,18 @@ T* thread_scratch(ScratchSlot slot, std::size_t size) {
   return buffer.data();
 }
 
+template <class T>
+T* aligned_thread_scratch(ScratchSlot slot, std::size_t size) {
+  constexpr std::size_t line = 64;
+  static_assert(line % sizeof(T) == 0);
+  T* buffer = thread_scratch<T>(slot, size + line / sizeof(T));
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(buffer);
+  return buffer + ((line - address % line) % line) / sizeof(T);
+}
+
 template float* thread_scratch<float>(ScratchSlot, std::size_t);
 template double* thread_scratch<double>(ScratchSlot, std::size_t);
+template float* aligned_thread_scratch<float>(ScratchSlot, std::size_t);
+template double* aligned_thread_scratch<double>(ScratchSlot, std::size_t);
 
 }  // namespace xtgrad::detail

@@ -12,14 +12,20 @@
 namespace xtgrad::detail {
 
 enum class ScratchSlot : std::size_t {
-  fused_activation,  // ops/fused_linear: a block of rows of f(h) or u * f(g)
-  fused_gradient,    // ops/fused_linear: the same block of its gradient
-  gemm_pack,         // kernels/gemm: an operand of a small product, repacked
+  fused_activation,   // ops/fused_linear: a block of rows of f(h) or u * f(g)
+  fused_gradient,     // ops/fused_linear: the same block of its gradient
+  gemm_pack,          // kernels/gemm: an operand of a small product, repacked
+  gemm_x_blocks,      // kernels/gemm_streaming: a few rows of x in blocks of k
+  gemm_partial_sums,  // kernels/gemm_streaming: partial sums carried between blocks
   count
 };
 
 // At least `size` elements of `slot`'s buffer for this thread.
 template <class T>
 T* thread_scratch(ScratchSlot slot, std::size_t size);
+
+// The same, starting on a 64-byte cache line.
+template <class T>
+T* aligned_thread_scratch(ScratchSlot slot, std::size_t size);
 
 }  // namespace xtgrad::detail

@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include <xtensor/xview.hpp>
+
 #include <xtgrad/engine/kernels/gemm.hpp>
 #include <xtgrad/engine/kernels/gemm_streaming.hpp>
 #include <xtgrad/engine/threads.hpp>
@@ -36,6 +38,42 @@ TEST_CASE_TEMPLATE("gemm: a few rows through a weight (x W^T, x W) equal a doubl
   // k and n with vector tails, n past one column block of the x W kernel
   for (std::size_t m : k_counts) check_gemm_all<T>({m, 1030, 37}, seed);
   for (std::size_t m : k_counts) check_gemm_all<T>({m, 300, 129}, seed);
+  // k long enough that six rows and more of x W^T go by blocks of k (their
+  // rows of x over 48 KiB), with a tail, and columns left over after the steps
+  for (std::size_t m : {6, 7, 8}) check_gemm_all<T>({m, 50, 2100}, seed);
+}
+
+// Each element is summed the same way whichever kernel its row count picks
+// (by rows, by strips, by blocks of k): row i of a product of eight rows has
+// the bits of row i alone, and of the first m rows for every m.
+TEST_CASE_TEMPLATE("gemm: a row of a few-row product has the same bits whatever rows come with it",
+                   T, float, double) {
+  std::uint32_t seed = 400;
+  for (const GemmDims d : {GemmDims{8, 50, 2100}, GemmDims{8, 70, 300}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool accumulate : {false, true}) {
+          CAPTURE(d.k);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(accumulate);
+          const xt::xarray<T> a = random_array<T>({d.m, d.k}, seed++);  // row i: x[i, :]
+          const xt::xarray<T> b =
+              tb ? random_array<T>({d.n, d.k}, seed++) : random_array<T>({d.k, d.n}, seed++);
+          const xt::xarray<T> c0 = random_array<T>({d.m, d.n}, seed++);
+          const auto rows = [&](std::size_t first, std::size_t count) {
+            const xt::xarray<T> part = xt::view(a, xt::range(first, first + count), xt::all());
+            const xt::xarray<T> operand = ta ? xt::xarray<T>(xt::transpose(part)) : part;
+            const xt::xarray<T> c_part = xt::view(c0, xt::range(first, first + count), xt::all());
+            return gemm_product<T>(operand, ta, b, tb, c_part, accumulate, {count, d.n, d.k});
+          };
+          const xt::xarray<T> all = rows(0, d.m);
+          for (std::size_t m = 1; m < d.m; ++m) {
+            CAPTURE(m);
+            CHECK(rows(0, m) == xt::view(all, xt::range(0, m), xt::all()));
+            CHECK(rows(m, 1) == xt::view(all, xt::range(m, m + 1), xt::all()));
+          }
+        }
 }
 
 TEST_CASE_TEMPLATE("gemm: a sum of a few outer products (dy^T x) equals a double loop", T, float,
@@ -49,7 +87,8 @@ TEST_CASE("gemm: the few-rows path gives the same bits on one and on two threads
   const int before = get_num_threads();
   std::uint32_t seed = 300;
   // Sizes where two threads split the work (kernels/gemm_streaming.cpp).
-  const GemmDims dims[] = {{1, 3000, 100}, {3, 2000, 64}, {6, 1800, 90}, {8, 1500, 70}};
+  const GemmDims dims[] = {
+      {1, 3000, 100}, {3, 2000, 64}, {6, 1800, 90}, {8, 1500, 70}, {8, 300, 2100}};
   for (const GemmDims& d : dims)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
