@@ -34,6 +34,10 @@ constexpr std::size_t k_prefetch_ahead = 256;
 constexpr std::size_t k_x_whole_bytes = 48 * 1024;
 constexpr std::size_t k_x_block_bytes = 16 * 1024;
 constexpr std::size_t k_line_bytes = 64;
+// Rows ahead that a strip of the x W path prefetches, and the size of w from
+// which it does (past twice a 1 MiB L2: see axpys).
+constexpr std::size_t k_strip_prefetch_rows = 32;
+constexpr std::size_t k_strip_prefetch_bytes = std::size_t(2) << 20;
 
 // Rows of w per step of the x W^T path: J rows share each load of a, and the
 // M x J accumulators are independent chains of multiply-adds, enough of them
@@ -83,6 +87,15 @@ constexpr bool prefetches_w() {
 inline void prefetch_line(const void* address) {
 #if defined(__GNUC__)
   __builtin_prefetch(address, 0, 3);
+#else
+  (void)address;
+#endif
+}
+
+// The same into L2 (prefetcht1 on x86).
+inline void prefetch_line_to_l2(const void* address) {
+#if defined(__GNUC__)
+  __builtin_prefetch(address, 0, 2);
 #else
   (void)address;
 #endif
@@ -366,8 +379,11 @@ constexpr std::size_t strip_vectors() {
 
 // c[i, j + q] (+)= sum_p a[i, p] w[p, j + q] for i < M, q < V lanes: a [M, k],
 // w [k, n]. Each element is c + a0 w0 + a1 w1 + ... as a chain of fused
-// multiply-adds in p order (0 + a0 w0 + ... without accumulate).
-template <class T, std::size_t M, std::size_t V>
+// multiply-adds in p order (0 + a0 w0 + ... without accumulate). With
+// `prefetch`, each row of the strip also asks for the strip's lines
+// k_strip_prefetch_rows rows further down (into L2): the hardware
+// prefetchers follow V lines a row n elements apart too late.
+template <class T, std::size_t M, std::size_t V, bool prefetch>
 void axpys_strip(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j,
                  bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
@@ -375,7 +391,7 @@ void axpys_strip(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std
   for (std::size_t i = 0; i < M; ++i)
     for (std::size_t v = 0; v < V; ++v)
       acc[i][v] = accumulate ? Batch<T>::load_unaligned(c + i * n + j + v * lanes) : Batch<T>(T(0));
-  for (std::size_t p = 0; p < k; ++p) {
+  const auto add_row = [&](std::size_t p) {
     const T* row = w + p * n + j;
     Batch<T> wv[V];
     for (std::size_t v = 0; v < V; ++v) wv[v] = Batch<T>::load_unaligned(row + v * lanes);
@@ -383,22 +399,31 @@ void axpys_strip(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std
       const Batch<T> coefficient(a[i * k + p]);
       for (std::size_t v = 0; v < V; ++v) acc[i][v] = xsimd::fma(coefficient, wv[v], acc[i][v]);
     }
+  };
+  std::size_t p = 0;
+  if constexpr (prefetch) {
+    const T* ahead = w + k_strip_prefetch_rows * n + j;
+    for (; p + k_strip_prefetch_rows < k; ++p, ahead += n) {
+      for (std::size_t v = 0; v < V; ++v) prefetch_line_to_l2(ahead + v * lanes);
+      add_row(p);
+    }
   }
+  for (; p < k; ++p) add_row(p);
   for (std::size_t i = 0; i < M; ++i)
     for (std::size_t v = 0; v < V; ++v) acc[i][v].store_unaligned(c + i * n + j + v * lanes);
 }
 
 // c[i, j] (+)= sum_p a[i, p] w[p, j] for i < M, j in [j0, j1): strips of V
 // vectors, then of one, then single columns, all summed as axpys_strip does.
-template <class T, std::size_t M>
+template <class T, std::size_t M, bool prefetch>
 void axpys_strips(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
                   std::size_t j1, bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
   constexpr std::size_t wide = strip_vectors<M>() * lanes;
   std::size_t j = j0;
   for (; j + wide <= j1; j += wide)
-    axpys_strip<T, M, strip_vectors<M>()>(a, w, c, n, k, j, accumulate);
-  for (; j + lanes <= j1; j += lanes) axpys_strip<T, M, 1>(a, w, c, n, k, j, accumulate);
+    axpys_strip<T, M, strip_vectors<M>(), prefetch>(a, w, c, n, k, j, accumulate);
+  for (; j + lanes <= j1; j += lanes) axpys_strip<T, M, 1, prefetch>(a, w, c, n, k, j, accumulate);
   for (; j < j1; ++j)
     for (std::size_t i = 0; i < M; ++i) {
       T sum = accumulate ? c[i * n + j] : T(0);
@@ -409,12 +434,22 @@ void axpys_strips(const T* a, const T* w, T* c, std::size_t n, std::size_t k, st
 
 // The x W path: by strips from five rows on, where the multiply-adds bound
 // it ([8, 2048] . [2048, 512]: 70 us against 110 by rows), by rows below.
-// Both sum every element in the same order.
+// Both sum every element in the same order. From seven rows on, strips
+// prefetch w when it is larger than k_strip_prefetch_bytes. Measured on a
+// 2-core AMD EPYC (Zen 5), [M, 512] . [512, 2048] and [M, 2048] .
+// [2048, 512], as a fraction of the time without: M = 7 and 8, 0.66-0.92
+// with w in L3 among other weights, 0.61-0.65 evicted, 0.83-0.97 on two
+// threads, but 1.08-1.18 with one 4 MiB w alone in L3, called again and
+// again; M = 5 and 6 gained little (0.88-1.11 in L3) and lost more alone
+// (1.14-1.41); with w in L2 (512 KiB), 1.2-1.6 (hence the size).
 template <class T, std::size_t M>
 void axpys(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
            std::size_t j1, bool accumulate) {
+  if constexpr (M >= 7)
+    if (k * n * sizeof(T) > k_strip_prefetch_bytes)
+      return axpys_strips<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
   if constexpr (M >= 5)
-    axpys_strips<T, M>(a, w, c, n, k, j0, j1, accumulate);
+    axpys_strips<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
   else
     axpys_rows<T, M>(a, w, c, n, k, j0, j1, accumulate);
 }

@@ -41,6 +41,8 @@ TEST_CASE_TEMPLATE("gemm: a few rows through a weight (x W^T, x W) equal a doubl
   // k long enough that six rows and more of x W^T go by blocks of k (their
   // rows of x over 48 KiB), with a tail, and columns left over after the steps
   for (std::size_t m : {6, 7, 8}) check_gemm_all<T>({m, 50, 2100}, seed);
+  // w over 2 MiB, where seven rows and more of x W prefetch it in their strips
+  for (std::size_t m : {7, 8}) check_gemm_all<T>({m, 500, 1100}, seed);
 }
 
 // Each element is summed the same way whichever kernel its row count picks
@@ -49,7 +51,7 @@ TEST_CASE_TEMPLATE("gemm: a few rows through a weight (x W^T, x W) equal a doubl
 TEST_CASE_TEMPLATE("gemm: a row of a few-row product has the same bits whatever rows come with it",
                    T, float, double) {
   std::uint32_t seed = 400;
-  for (const GemmDims d : {GemmDims{8, 50, 2100}, GemmDims{8, 70, 300}})
+  for (const GemmDims d : {GemmDims{8, 50, 2100}, GemmDims{8, 70, 300}, GemmDims{8, 500, 1100}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (bool accumulate : {false, true}) {
