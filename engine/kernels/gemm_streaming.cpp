@@ -35,9 +35,9 @@ constexpr std::size_t k_x_whole_bytes = 48 * 1024;
 constexpr std::size_t k_x_block_bytes = 16 * 1024;
 constexpr std::size_t k_line_bytes = 64;
 // Rows ahead that a strip of the x W path prefetches, and the size of w from
-// which it does (past twice a 1 MiB L2: see axpys).
+// which the x W path prefetches at all (past twice a 1 MiB L2: see axpys).
 constexpr std::size_t k_strip_prefetch_rows = 32;
-constexpr std::size_t k_strip_prefetch_bytes = std::size_t(2) << 20;
+constexpr std::size_t k_prefetch_w_bytes = std::size_t(2) << 20;
 
 // Rows of w per step of the x W^T path: J rows share each load of a, and the
 // M x J accumulators are independent chains of multiply-adds, enough of them
@@ -307,8 +307,9 @@ void blocked_dots(const T* a, const T* packed, const T* w, T* c, std::size_t n, 
 // Four rows of w at a time are added into a block of c (in L1); each element
 // is c + a0 w0 + a1 w1 + ... as a chain of fused multiply-adds in p order.
 // w streams by whole rows, the fastest way for M <= 4 (measured, 2-core AMD
-// EPYC: one row through [2048, 512] in 41 us, 101 us by strips).
-template <class T, std::size_t M>
+// EPYC: one row through [2048, 512] in 41 us, 101 us by strips). With
+// `prefetch`, the loads of each four rows of w ask for the next four's lines.
+template <class T, std::size_t M, bool prefetch>
 void axpys_rows(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
                 std::size_t j1, bool accumulate) {
   constexpr std::size_t lanes = Batch<T>::size;
@@ -326,7 +327,10 @@ void axpys_rows(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std:
       Batch<T> coefficient[M][4];
       for (std::size_t i = 0; i < M; ++i)
         for (std::size_t q = 0; q < 4; ++q) coefficient[i][q] = Batch<T>(a[i * k + p + q]);
+      const T* next = w + std::min(p + 4, k - 4) * n;  // the last four fetch themselves
       for (std::size_t j = jb; j < je_vector; j += lanes) {
+        if constexpr (prefetch)
+          for (std::size_t q = 0; q < 4; ++q) prefetch_line(next + q * n + j);
         const Batch<T> v0 = Batch<T>::load_unaligned(w0 + j), v1 = Batch<T>::load_unaligned(w1 + j),
                        v2 = Batch<T>::load_unaligned(w2 + j), v3 = Batch<T>::load_unaligned(w3 + j);
         for (std::size_t i = 0; i < M; ++i) {
@@ -434,24 +438,33 @@ void axpys_strips(const T* a, const T* w, T* c, std::size_t n, std::size_t k, st
 
 // The x W path: by strips from five rows on, where the multiply-adds bound
 // it ([8, 2048] . [2048, 512]: 70 us against 110 by rows), by rows below.
-// Both sum every element in the same order. From seven rows on, strips
-// prefetch w when it is larger than k_strip_prefetch_bytes. Measured on a
-// 2-core AMD EPYC (Zen 5), [M, 512] . [512, 2048] and [M, 2048] .
-// [2048, 512], as a fraction of the time without: M = 7 and 8, 0.66-0.92
-// with w in L3 among other weights, 0.61-0.65 evicted, 0.83-0.97 on two
-// threads, but 1.08-1.18 with one 4 MiB w alone in L3, called again and
-// again; M = 5 and 6 gained little (0.88-1.11 in L3) and lost more alone
-// (1.14-1.41); with w in L2 (512 KiB), 1.2-1.6 (hence the size).
+// Both sum every element in the same order. Two to four rows, and seven
+// rows on, prefetch w when it is larger than k_prefetch_w_bytes. Measured on
+// a 2-core AMD EPYC (Zen 5), [M, 512] . [512, 2048] and [M, 2048] .
+// [2048, 512], as a fraction of the time without:
+// - strips, M = 7 and 8: 0.66-0.92 with w in L3 among other weights,
+//   0.61-0.65 evicted, 0.83-0.97 on two threads, but 1.08-1.18 with one
+//   4 MiB w alone in L3, called again and again; M = 5 and 6 gained little
+//   (0.88-1.11 in L3) and lost more alone (1.14-1.41);
+// - rows, M = 2 to 4: 0.59-0.90 evicted, 0.92-1.09 in L3 (medians of five
+//   runs 0.95-1.08); one row gained nothing evicted and lost in L3
+//   (1.02-1.11);
+// - either with w in L2 (512 KiB): up to 1.6 (hence the size).
 template <class T, std::size_t M>
 void axpys(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
            std::size_t j1, bool accumulate) {
-  if constexpr (M >= 7)
-    if (k * n * sizeof(T) > k_strip_prefetch_bytes)
-      return axpys_strips<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
-  if constexpr (M >= 5)
+  const bool large = k * n * sizeof(T) > k_prefetch_w_bytes;
+  if constexpr (M >= 7) {
+    if (large) return axpys_strips<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
     axpys_strips<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
-  else
-    axpys_rows<T, M>(a, w, c, n, k, j0, j1, accumulate);
+  } else if constexpr (M >= 5) {
+    axpys_strips<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
+  } else if constexpr (M >= 2) {
+    if (large) return axpys_rows<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
+    axpys_rows<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
+  } else {
+    axpys_rows<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
+  }
 }
 
 template <class T, std::size_t M>

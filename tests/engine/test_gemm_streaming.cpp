@@ -41,8 +41,8 @@ TEST_CASE_TEMPLATE("gemm: a few rows through a weight (x W^T, x W) equal a doubl
   // k long enough that six rows and more of x W^T go by blocks of k (their
   // rows of x over 48 KiB), with a tail, and columns left over after the steps
   for (std::size_t m : {6, 7, 8}) check_gemm_all<T>({m, 50, 2100}, seed);
-  // w over 2 MiB, where seven rows and more of x W prefetch it in their strips
-  for (std::size_t m : {7, 8}) check_gemm_all<T>({m, 500, 1100}, seed);
+  // w over 2 MiB, which two to four rows and seven and more of x W prefetch
+  for (std::size_t m : {1, 2, 4, 7, 8}) check_gemm_all<T>({m, 500, 1100}, seed);
 }
 
 // Each element is summed the same way whichever kernel its row count picks
