@@ -297,8 +297,11 @@ void blocked_dots(const T* a, const T* packed, const T* w, T* c, std::size_t n, 
     const DotsBlock<T> part{packed + b * M * stride, stride, p0, p1, p0 == 0, p1 == k_vector};
     for (std::size_t s = 0; s < steps; ++s) {
       const std::size_t j = j0 + s * rows;
-      // the next step's rows over this block, or the first step's over the next
-      const T* next = s + 1 < steps ? w + (j + rows) * k + p0 : w + j0 * k + p1;
+      // the next step's rows over this block, or the first step's over the
+      // next block, or at the very end this step's own
+      const T* next = s + 1 < steps   ? w + (j + rows) * k + p0
+                      : p1 < k_vector ? w + j0 * k + p1
+                                      : w + j * k + p0;
       dots_step<T, M, rows, WeightPrefetch::next_segment>(part, w, c, n, k, j, next,
                                                           carry + s * rows * M * lanes, accumulate);
     }
