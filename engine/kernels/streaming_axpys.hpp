@@ -160,8 +160,18 @@ void axpys_strips(const T* a, const T* w, T* c, std::size_t n, std::size_t k, st
 
 // The x W path: by strips from five rows on, where the multiply-adds bound
 // it ([8, 2048] . [2048, 512]: 70 us against 110 by rows), by rows below.
-// Both sum every element in the same order. Two to four rows, and seven
-// rows on, prefetch w when it is larger than k_prefetch_w_bytes. Measured on
+// Both sum every element in the same order.
+template <class T, std::size_t M, bool prefetch>
+void axpys_with(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
+                std::size_t j1, bool accumulate) {
+  if constexpr (M >= 5)
+    axpys_strips<T, M, prefetch>(a, w, c, n, k, j0, j1, accumulate);
+  else
+    axpys_rows<T, M, prefetch>(a, w, c, n, k, j0, j1, accumulate);
+}
+
+// Whether x W prefetches w for M rows, when w is larger than
+// k_prefetch_w_bytes: two to four rows, and seven rows on. Measured on
 // a 2-core AMD EPYC (Zen 5), [M, 512] . [512, 2048] and [M, 2048] .
 // [2048, 512], as a fraction of the time without:
 // - strips, M = 7 and 8: 0.66-0.92 with w in L3 among other weights,
@@ -172,21 +182,19 @@ void axpys_strips(const T* a, const T* w, T* c, std::size_t n, std::size_t k, st
 //   runs 0.95-1.08); one row gained nothing evicted and lost in L3
 //   (1.02-1.11);
 // - either with w in L2 (512 KiB): up to 1.6 (hence the size).
+template <std::size_t M>
+constexpr bool axpys_prefetch() {
+  return M >= 7 || (M >= 2 && M <= 4);
+}
+
+// The x W path, prefetching a large w where axpys_prefetch says so.
 template <class T, std::size_t M>
 void axpys(const T* a, const T* w, T* c, std::size_t n, std::size_t k, std::size_t j0,
            std::size_t j1, bool accumulate) {
-  const bool large = k * n * sizeof(T) > k_prefetch_w_bytes;
-  if constexpr (M >= 7) {
-    if (large) return axpys_strips<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
-    axpys_strips<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
-  } else if constexpr (M >= 5) {
-    axpys_strips<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
-  } else if constexpr (M >= 2) {
-    if (large) return axpys_rows<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
-    axpys_rows<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
-  } else {
-    axpys_rows<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
-  }
+  if constexpr (axpys_prefetch<M>())
+    if (k * n * sizeof(T) > k_prefetch_w_bytes)
+      return axpys_with<T, M, true>(a, w, c, n, k, j0, j1, accumulate);
+  axpys_with<T, M, false>(a, w, c, n, k, j0, j1, accumulate);
 }
 
 }  // namespace xtgrad::detail::streaming
