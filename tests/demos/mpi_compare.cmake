@@ -1,8 +1,9 @@
 # What the scripts that run a demo under mpirun against one process share
 # (included by train_toy_mpi.cmake and train_fashion_mpi.cmake).
 
-# Runs the command after TIMEOUT (seconds, so that a hang fails) and sets
-# out_var to its standard output; fails, naming `label`, unless it exits 0.
+# Runs the command given after `timeout`, stopped after `timeout` seconds so
+# that a hang fails, and sets out_var to its standard output; fails, naming
+# `label`, unless it exits 0.
 function(run_or_fail out_var label timeout)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE output
                   ERROR_VARIABLE error TIMEOUT ${timeout})
