@@ -44,6 +44,7 @@ xt::xarray<bool> random_mask(const Dims& shape, std::uint32_t seed) {
 // g [..] summed over the axes along which an operand of shape `dims` was
 // broadcast to g's shape (xtensor's reductions: an independent reference).
 xt::xarray<double> reduce_to(const xt::xarray<double>& g, const Dims& dims) {
+  if (g.size() == 0) return xt::zeros<double>(dims);  // (xtensor's sum reads past an empty array)
   xt::xarray<double> r = g;
   while (r.dimension() > dims.size()) r = xt::eval(xt::sum(r, {std::size_t(0)}));
   for (std::size_t k = 0; k < dims.size(); ++k) {
