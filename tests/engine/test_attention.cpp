@@ -447,3 +447,30 @@ TEST_CASE("attention: no keys give zeros, no queries an empty result") {
   CHECK(k2.grad() == xt::xarray<double>(xt::zeros<double>({2, 6, 4})));
   CHECK(v2.grad() == xt::xarray<double>(xt::zeros<double>({2, 6, 5})));
 }
+
+TEST_CASE("attention: one Var as q, k and v, and gradients that accumulate over backwards") {
+  const xt::xarray<double> x = random_array({2, 3, 9, 6}, 51), dy = random_array({2, 3, 9, 6}, 52);
+  Tape<double> tape;
+  Var<double> xv = tape.leaf(x);
+  Var<double> y = scaled_dot_product_attention(xv, xv, xv, {}, true);
+  tape.backward(y, dy);
+  const xt::xarray<double> once = xv.grad();
+  tape.backward(y, dy);  // a second pass adds the same again
+  Tape<double> ref;
+  Var<double> xr = ref.leaf(x);
+  const xt::xarray<double> bias = causal_bias<double>(9, 9);
+  Var<double> yr = composed_attention(ref, xr, xr, xr, &bias, 1.0 / std::sqrt(6.0), 0.0, {});
+  ref.backward(yr, dy);
+  check_relative(y.value(), yr.value(), 1e-12);
+  check_relative(once, xr.grad(), 1e-12);
+  check_relative(xv.grad(), xt::xarray<double>(2.0 * xr.grad()), 1e-12);
+
+  Tape<double> packed_tape;
+  Var<double> qkv = packed_tape.leaf(random_array({2, 9, 12}, 53));
+  Var<double> z = packed_qkv_attention(qkv, 2, {}, true);
+  const xt::xarray<double> dz = random_array({2, 9, 4}, 54);
+  packed_tape.backward(z, dz);
+  const xt::xarray<double> packed_once = qkv.grad();
+  packed_tape.backward(z, dz);
+  CHECK(bit_equal(qkv.grad(), xt::xarray<double>(2.0 * packed_once)));
+}
