@@ -56,6 +56,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <utility>
 
 #include <xtensor/xarray.hpp>
 
