@@ -71,18 +71,18 @@ inline PrefixRules sequential_to_mlp(std::size_t num_linears) {
 namespace detail {
 
 template <class T>
-void put(TensorDict<T>& out, std::string name, const xt::xarray<T>& value) {
+void put_entry(TensorDict<T>& out, std::string name, const xt::xarray<T>& value) {
   out.insert(std::move(name), value);
 }
 
-inline void put(TensorMap& out, std::string name, const StoredTensor& value) {
+inline void put_entry(TensorMap& out, std::string name, const StoredTensor& value) {
   out.emplace(std::move(name), value);
 }
 
 // Every entry of `dict` under the name `rename` gives it (nullopt: left
 // out), checked for "" and for collisions before the copy is built.
 template <class Dict, class F>
-Dict renamed(const std::string& function, const Dict& dict, F&& rename) {
+Dict renamed_entries(const std::string& function, const Dict& dict, F&& rename) {
   std::vector<std::optional<std::string>> names;
   std::map<std::string, std::string> seen;  // new name -> old name
   for (const auto& [name, value] : dict) {
@@ -100,11 +100,11 @@ Dict renamed(const std::string& function, const Dict& dict, F&& rename) {
   Dict out;
   std::size_t i = 0;
   for (const auto& [name, value] : dict)
-    if (names[i++]) put(out, std::move(*names[i - 1]), value);
+    if (names[i++]) put_entry(out, std::move(*names[i - 1]), value);
   return out;
 }
 
-inline bool starts_with(const std::string& name, const std::string& prefix) {
+inline bool has_prefix(const std::string& name, const std::string& prefix) {
   return name.compare(0, prefix.size(), prefix) == 0;
 }
 
@@ -113,7 +113,7 @@ inline bool starts_with(const std::string& name, const std::string& prefix) {
 template <class Dict>
 Dict strip_prefix(const Dict& dict, const std::string& prefix) {
   bool any = false;
-  for (const auto& entry : dict) any = any || detail::starts_with(entry.first, prefix);
+  for (const auto& entry : dict) any = any || detail::has_prefix(entry.first, prefix);
   if (!any) {
     std::string some;
     std::size_t shown = 0;
@@ -130,16 +130,16 @@ Dict strip_prefix(const Dict& dict, const std::string& prefix) {
                               std::to_string(dict.size()) + " entries" +
                               (some.empty() ? "" : ": " + some) + ")");
   }
-  return detail::renamed("strip_prefix", dict,
-                         [&](const std::string& name) -> std::optional<std::string> {
-                           if (!detail::starts_with(name, prefix)) return std::nullopt;
-                           return name.substr(prefix.size());
-                         });
+  return detail::renamed_entries("strip_prefix", dict,
+                                 [&](const std::string& name) -> std::optional<std::string> {
+                                   if (!detail::has_prefix(name, prefix)) return std::nullopt;
+                                   return name.substr(prefix.size());
+                                 });
 }
 
 template <class Dict>
 Dict add_prefix(const Dict& dict, const std::string& prefix) {
-  return detail::renamed("add_prefix", dict, [&](const std::string& name) {
+  return detail::renamed_entries("add_prefix", dict, [&](const std::string& name) {
     return std::optional<std::string>(prefix + name);
   });
 }
@@ -154,7 +154,7 @@ Dict rename_keys(const Dict& dict, const std::map<std::string, std::string>& nam
                             "renames " + detail::quoted(detail::escaped(from, 200)) +
                                 ", which is not in the dict, expected names the dict has");
   }
-  return detail::renamed("rename_keys", dict, [&](const std::string& name) {
+  return detail::renamed_entries("rename_keys", dict, [&](const std::string& name) {
     const auto it = names.find(name);
     return std::optional<std::string>(it == names.end() ? name : it->second);
   });
@@ -163,16 +163,16 @@ Dict rename_keys(const Dict& dict, const std::map<std::string, std::string>& nam
 template <class Dict>
 Dict rename_keys(const Dict& dict, const std::function<std::string(const std::string&)>& rename) {
   if (!rename) detail::fail_argument("rename_keys", "rename", "is empty, expected a function");
-  return detail::renamed("rename_keys", dict, [&](const std::string& name) {
+  return detail::renamed_entries("rename_keys", dict, [&](const std::string& name) {
     return std::optional<std::string>(rename(name));
   });
 }
 
 template <class Dict>
 Dict rename_prefixes(const Dict& dict, const PrefixRules& rules) {
-  return detail::renamed("rename_prefixes", dict, [&](const std::string& name) {
+  return detail::renamed_entries("rename_prefixes", dict, [&](const std::string& name) {
     for (const auto& [from, to] : rules)
-      if (detail::starts_with(name, from))
+      if (detail::has_prefix(name, from))
         return std::optional<std::string>(to + name.substr(from.size()));
     return std::optional<std::string>(name);
   });

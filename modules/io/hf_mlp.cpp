@@ -105,9 +105,10 @@ std::string bounded_list(const std::vector<std::string>& names) {
   for (const std::string& n : source.names)
     if (n.compare(0, under.size(), under) == 0) inside.push_back(n);
   if (!inside.empty())
-    detail::fail_value(function, "no tensor " + quoted_name(name) + " in " + source.what +
-                                     "; under " + quoted_name(under) + " it has " +
-                                     bounded_list(inside));
+    detail::fail_value(
+        function, "no tensor " + quoted_name(name) + " in " + source.what +
+                      (under.empty() ? "; it has " : "; under " + quoted_name(under) + " it has ") +
+                      bounded_list(inside));
   const std::string suffix = std::string(".") + model.first_key;
   std::vector<std::string> layers;
   for (const std::string& n : source.names)
