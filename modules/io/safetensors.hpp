@@ -33,7 +33,7 @@
 // tensor also costs a few hundred bytes of bookkeeping, whatever its size,
 // hence the limit on their number (real checkpoints have at most a few
 // thousand per file): a header of 100,000 empty tensors (5.8 MB) reads in
-// about 60 MB.
+// about 55 MB.
 //
 // write_safetensors writes float arrays as F32 and double arrays as F64, in
 // the reference writer's order (by dtype, F64 before F32, then by name), the
