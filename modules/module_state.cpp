@@ -41,21 +41,30 @@ std::string dtype_of(const SourceTensor<T>& s) {
          (s.stored->template holds<float>() ? " (float32)" : " (float64)");
 }
 
-// The value as T: a copy, or a conversion (torch's copy_: a float64 to
-// float32 cast rounds to nearest; float32 to float64 is exact).
+// The value as T: a copy, or a conversion (stored_as).
 template <class T>
 xt::xarray<T> value_of(const SourceTensor<T>& s) {
   if (s.value) return *s.value;
-  if (s.stored->template holds<T>()) return s.stored->template get<T>();
+  return stored_as<T>(*s.stored);
+}
+
+}  // namespace
+
+// torch's copy_: a float64 to float32 cast rounds to nearest; float32 to
+// float64 is exact.
+template <class T>
+xt::xarray<T> stored_as(const StoredTensor& stored) {
+  if (stored.holds<T>()) return stored.get<T>();
   using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
-  const xt::xarray<Other>& other = s.stored->template get<Other>();
+  const xt::xarray<Other>& other = stored.get<Other>();
   xt::xarray<T> out = xt::xarray<T>::from_shape(other.shape());
   std::transform(other.data(), other.data() + other.size(), out.data(),
                  [](Other v) { return static_cast<T>(v); });
   return out;
 }
 
-}  // namespace
+template xt::xarray<float> stored_as(const StoredTensor&);
+template xt::xarray<double> stored_as(const StoredTensor&);
 
 template <class T>
 IncompatibleKeys load_sources(const std::string& function, const std::string& type,

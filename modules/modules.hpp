@@ -11,6 +11,7 @@
 #include "gated_ffn.hpp"
 #include "init.hpp"
 #include "io/checkpoint.hpp"
+#include "io/hf_config.hpp"
 #include "io/hf_mlp.hpp"
 #include "io/idx.hpp"
 #include "io/npy.hpp"
@@ -25,4 +26,5 @@
 #include "positionwise_ffn.hpp"
 #include "pre_norm_residual.hpp"
 #include "sequential.hpp"
+#include "state_mapping.hpp"
 #include "tensor_dict.hpp"

@@ -25,6 +25,14 @@ struct SourceTensor {
   const StoredTensor* stored = nullptr;
 };
 
+// The values of `stored` as T, converted as torch's copy_ converts: float32
+// (F32, F16, BF16) into double exactly, float64 into float rounded to nearest.
+template <class T>
+xt::xarray<T> stored_as(const StoredTensor& stored);
+
+extern template xt::xarray<float> stored_as(const StoredTensor&);
+extern template xt::xarray<double> stored_as(const StoredTensor&);
+
 // Whether a stored tensor of the other floating type is converted (as
 // torch's copy_) or refused naming both dtypes.
 enum class DtypeRule { convert, exact };

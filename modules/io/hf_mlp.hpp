@@ -27,11 +27,24 @@
 //     w2.weight = c_proj.weight^T  [d_model, d_ff]   (file: [d_ff, d_model])
 //     w2.bias   = c_proj.bias      [d_model]
 //
-// The activation is the module's own: construct it as above. All or
-// nothing: every name, dtype and shape is checked (std::invalid_argument
-// naming the tensor and both shapes) before any parameter changes. The
-// dtype must be T (F32, F16 or BF16 for float; F64 for double). Gradients
-// are left as they are. The path overloads read only the MLP's tensors.
+// The activation is the module's own: construct it as above. The overloads
+// taking the checkpoint's config.json check it against the config before
+// anything is read (hf_config.hpp): GPT-2's "activation_function" (absent:
+// GPT2Config's default "gelu_new") and LLaMA's "hidden_act" (absent:
+// "silu"), where "gelu_new" and "gelu_pytorch_tanh" are gelu_tanh, "gelu"
+// the exact gelu, "relu" relu, "silu" and "swish" silu. A module built with
+// another activation is refused (a FeedForward with its default exact GELU
+// would give slightly wrong outputs for GPT-2, silently).
+//
+// All or nothing: every name and shape is checked (std::invalid_argument
+// naming the tensor and both shapes) before any parameter changes. A layer
+// that is not there is refused naming the MLP layers the file or state dict
+// has ("no tensor under 'model.layers.7.mlp.' ...; the LLaMA MLP layers it
+// has are 'model.layers.0.mlp', ..., 'model.layers.3.mlp' (4 in all)").
+// dtypes are converted as Module::load_state_dict converts them (torch's
+// copy_): F32, F16 and BF16 into double exactly, F64 into float rounded to
+// nearest. Gradients are left as they are. The path overloads read only the
+// MLP's tensors.
 
 #include <cstddef>
 #include <filesystem>
@@ -39,6 +52,7 @@
 
 #include "../feed_forward.hpp"
 #include "../gated_ffn.hpp"
+#include "hf_config.hpp"
 #include "safetensors.hpp"
 
 namespace xtgrad {
@@ -51,24 +65,44 @@ template <class T>
 void load_llama_mlp(GatedFFN<T>& ffn, const TensorMap& tensors, const std::string& prefix);
 template <class T>
 void load_llama_mlp(GatedFFN<T>& ffn, const std::filesystem::path& file, const std::string& prefix);
+// As above, after checking ffn.activation() against config_json's "hidden_act".
+template <class T>
+void load_llama_mlp(GatedFFN<T>& ffn, const TensorMap& tensors, const std::string& prefix,
+                    const std::filesystem::path& config_json);
+template <class T>
+void load_llama_mlp(GatedFFN<T>& ffn, const std::filesystem::path& file, const std::string& prefix,
+                    const std::filesystem::path& config_json);
 
 template <class T>
 void load_gpt2_mlp(FeedForward<T>& ffn, const TensorMap& tensors, const std::string& prefix);
 template <class T>
 void load_gpt2_mlp(FeedForward<T>& ffn, const std::filesystem::path& file,
                    const std::string& prefix);
+// As above, after checking ffn.activation() against config_json's "activation_function".
+template <class T>
+void load_gpt2_mlp(FeedForward<T>& ffn, const TensorMap& tensors, const std::string& prefix,
+                   const std::filesystem::path& config_json);
+template <class T>
+void load_gpt2_mlp(FeedForward<T>& ffn, const std::filesystem::path& file,
+                   const std::string& prefix, const std::filesystem::path& config_json);
 
-extern template void load_llama_mlp(GatedFFN<float>&, const TensorMap&, const std::string&);
-extern template void load_llama_mlp(GatedFFN<double>&, const TensorMap&, const std::string&);
-extern template void load_llama_mlp(GatedFFN<float>&, const std::filesystem::path&,
-                                    const std::string&);
-extern template void load_llama_mlp(GatedFFN<double>&, const std::filesystem::path&,
-                                    const std::string&);
-extern template void load_gpt2_mlp(FeedForward<float>&, const TensorMap&, const std::string&);
-extern template void load_gpt2_mlp(FeedForward<double>&, const TensorMap&, const std::string&);
-extern template void load_gpt2_mlp(FeedForward<float>&, const std::filesystem::path&,
-                                   const std::string&);
-extern template void load_gpt2_mlp(FeedForward<double>&, const std::filesystem::path&,
-                                   const std::string&);
+#define XTGRAD_HF_MLP_EXTERN(T)                                                              \
+  extern template void load_llama_mlp(GatedFFN<T>&, const TensorMap&, const std::string&);   \
+  extern template void load_llama_mlp(GatedFFN<T>&, const std::filesystem::path&,            \
+                                      const std::string&);                                   \
+  extern template void load_llama_mlp(GatedFFN<T>&, const TensorMap&, const std::string&,    \
+                                      const std::filesystem::path&);                         \
+  extern template void load_llama_mlp(GatedFFN<T>&, const std::filesystem::path&,            \
+                                      const std::string&, const std::filesystem::path&);     \
+  extern template void load_gpt2_mlp(FeedForward<T>&, const TensorMap&, const std::string&); \
+  extern template void load_gpt2_mlp(FeedForward<T>&, const std::filesystem::path&,          \
+                                     const std::string&);                                    \
+  extern template void load_gpt2_mlp(FeedForward<T>&, const TensorMap&, const std::string&,  \
+                                     const std::filesystem::path&);                          \
+  extern template void load_gpt2_mlp(FeedForward<T>&, const std::filesystem::path&,          \
+                                     const std::string&, const std::filesystem::path&);
+XTGRAD_HF_MLP_EXTERN(float)
+XTGRAD_HF_MLP_EXTERN(double)
+#undef XTGRAD_HF_MLP_EXTERN
 
 }  // namespace xtgrad

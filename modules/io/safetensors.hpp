@@ -16,7 +16,10 @@
 // with the limits of the reference reader and some more, each refused with a
 // std::invalid_argument naming the file, the tensor and what was expected:
 // a header over 100,000,000 bytes (the reference's MAX_HEADER_SIZE) or
-// running past the end of the file; a header that is not one JSON object, or
+// running past the end of the file; a header that is not one JSON object
+// followed by nothing but whitespace (space, tab, CR, LF, as serde_json
+// accepts: a NUL byte or any other byte after the object is refused naming
+// its offset), or declares more than 100,000 tensors, or
 // has a duplicate name or key, an unknown key in a tensor entry, a dtype,
 // shape or data_offsets of the wrong kind, more than 64 dimensions, or a
 // "__metadata__" that is not an object of strings; offsets that do not tile
@@ -26,7 +29,11 @@
 // requires); data past the end of the file or bytes after the last tensor.
 // Memory is bounded by the file's size: the header is parsed as a stream
 // straight into entries (no JSON tree), and each tensor is allocated only
-// after the whole header has been checked against the file's size.
+// after the whole header has been checked against the file's size. Each
+// tensor also costs a few hundred bytes of bookkeeping, whatever its size,
+// hence the limit on their number (real checkpoints have at most a few
+// thousand per file): a header of 100,000 empty tensors (5.8 MB) reads in
+// about 55 MB.
 //
 // write_safetensors writes float arrays as F32 and double arrays as F64, in
 // the reference writer's order (by dtype, F64 before F32, then by name), the

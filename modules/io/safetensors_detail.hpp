@@ -16,6 +16,10 @@ namespace xtgrad::detail {
 inline constexpr std::size_t k_safetensors_max_header = 100'000'000;
 // As for .npy (NumPy 2's NPY_MAXDIMS): more dimensions are refused.
 inline constexpr std::size_t k_safetensors_max_dims = 64;
+// More tensors in one file are refused while the header is parsed: each
+// costs a few hundred bytes of entries and arrays, so a header of tiny
+// entries would otherwise cost many times the file's size.
+inline constexpr std::size_t k_safetensors_max_tensors = 100'000;
 inline constexpr char k_safetensors_metadata_key[] = "__metadata__";
 
 // One tensor entry of the header, as declared (not yet checked against the file).

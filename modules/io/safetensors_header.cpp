@@ -9,7 +9,14 @@
 //              "shape": [2, 3],         level 3: unsigned integers
 //              "data_offsets": [0, 24]} level 3: two unsigned integers
 //   }
+//
+// Only whitespace (space, tab, CR, LF: the padding) may follow the object,
+// as serde_json::from_str requires in the reference reader. nlohmann's lexer
+// takes a NUL byte for the end of its input, so the text is parsed only up
+// to its first NUL, and a NUL there is refused as trailing content (after the
+// object) or as a NUL inside it; either way the message gives the offset.
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -37,6 +44,49 @@ enum class Where {
   offsets,       // in a data_offsets array: unsigned integers
   done,          // the top-level object has closed
 };
+
+// "byte 12 of the header (offset 20 in the file)".
+std::string at(std::size_t offset) {
+  return "byte " + std::to_string(offset) + " of the header (offset " + std::to_string(offset + 8) +
+         " in the file)";
+}
+
+// The offset just past the '}' closing the object that opens `text`, which
+// has been parsed as valid JSON up to there: strings are skipped (with their
+// escapes) and brackets counted.
+std::size_t object_end(const std::string& text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return text.size();
+}
+
+// The header's object has closed and something but whitespace follows it.
+[[noreturn]] void fail_trailing(const InputFile& file, const std::string* text) {
+  const std::size_t end = object_end(*text);
+  const std::size_t bad = text->find_first_not_of(" \t\r\n", end);
+  fail_safetensors(file, "header: " + at(bad) + ", after the JSON object that ends at byte " +
+                             std::to_string(end) + ", is " +
+                             ((*text)[bad] == '\0' ? std::string("a NUL byte")
+                                                   : quoted(escaped(text->substr(bad, 1)))) +
+                             ", expected only whitespace (space, tab, CR, LF: the padding) to "
+                             "the end of the header (" +
+                             std::to_string(text->size()) + " bytes)");
+}
 
 class HeaderParser {
  public:
@@ -82,6 +132,12 @@ class HeaderParser {
   }
   bool binary(json::binary_t&) { return value("binary data"); }
   bool start_object(std::size_t) {
+    if (where_ == Where::top && name_ != k_safetensors_metadata_key &&
+        out_.entries.size() == k_safetensors_max_tensors)
+      fail_safetensors(file_, "header declares more than " +
+                                  std::to_string(k_safetensors_max_tensors) +
+                                  " tensors, the limit per file (real checkpoints have a few "
+                                  "thousand at most per file)");
     if (where_ == Where::start) {
       where_ = Where::top;
     } else if (where_ == Where::top && name_ == k_safetensors_metadata_key) {
@@ -98,7 +154,11 @@ class HeaderParser {
   }
   bool key(std::string& k) {
     if (where_ == Where::top) {
-      if (!names_.insert(k).second) fail("duplicate name " + quoted_name(k));
+      // Tensor names are checked for duplicates once the whole header is read
+      // (a set of them would cost as much again as the entries).
+      if (k == k_safetensors_metadata_key && metadata_seen_)
+        fail("duplicate name " + quoted_name(k));
+      metadata_seen_ = metadata_seen_ || k == k_safetensors_metadata_key;
       name_ = k;
       in_top_value_ = true;
       return true;
@@ -140,8 +200,20 @@ class HeaderParser {
     where_ = Where::entry;
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const json::exception& error) {
+  bool parse_error(std::size_t position, const std::string&, const json::exception& error) {
+    if (where_ == Where::done) fail_trailing(file_, text_);
+    // The lexer's end of input at the first NUL, inside the object.
+    if (nul_ != std::string::npos && position > nul_)
+      fail_safetensors(file_, "header: " + at(nul_) +
+                                  " is a NUL byte inside the JSON object, expected JSON (which "
+                                  "has no NUL bytes)");
     fail_safetensors(file_, "header is not valid JSON: " + escaped(error.what(), 300));
+  }
+
+  // The header's bytes, and the offset of its first NUL (npos: none).
+  void set_text(const std::string& text, std::size_t nul) {
+    text_ = &text;
+    nul_ = nul;
   }
 
  private:
@@ -184,11 +256,14 @@ class HeaderParser {
 
   const InputFile& file_;
   SafetensorsHeader& out_;
+  const std::string* text_ = nullptr;
+  std::size_t nul_ = std::string::npos;
   Where where_ = Where::start;
   bool in_top_value_ = false;  // between a top-level name and the end of its value
   std::string name_;           // the current top-level name
   std::string key_;            // the current key inside it
-  std::set<std::string> names_, entry_keys_;
+  bool metadata_seen_ = false;
+  std::set<std::string> entry_keys_;
   std::vector<std::size_t> offsets_;
 };
 
@@ -200,8 +275,22 @@ SafetensorsHeader parse_safetensors_json(const InputFile& file, const std::strin
                                quoted(escaped(text, 16)) + "), expected a JSON object");
   SafetensorsHeader header;
   HeaderParser parser(file, header);
+  const std::size_t nul = text.find('\0');
+  parser.set_text(text, nul);
   // strict: nothing but whitespace may follow the object (the padding).
-  json::sax_parse(text.begin(), text.end(), &parser, json::input_format_t::json, true);
+  const auto end = nul == std::string::npos ? text.end() : text.begin() + nul;
+  json::sax_parse(text.begin(), end, &parser, json::input_format_t::json, true);
+  // The object closed before the NUL, and only whitespace is between them.
+  if (nul != std::string::npos) fail_trailing(file, &text);
+  std::vector<const std::string*> names;
+  names.reserve(header.entries.size());
+  for (const SafetensorsEntry& e : header.entries) names.push_back(&e.name);
+  std::sort(names.begin(), names.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  const auto same =
+      std::adjacent_find(names.begin(), names.end(),
+                         [](const std::string* a, const std::string* b) { return *a == *b; });
+  if (same != names.end()) fail_safetensors(file, "header: duplicate name " + quoted_name(**same));
   return header;
 }
 

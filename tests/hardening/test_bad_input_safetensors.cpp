@@ -48,6 +48,9 @@ std::string info(const std::string& dtype, const std::string& shape, const std::
 TEST_CASE("bad input: safetensors files") {
   TempDir dir("bad-safetensors");
   const std::string eight(8, '\0');
+  const std::string a_header = "{" + entry("a", "F32", "2", 0, 8) + "}";
+  const std::string nul_at = "byte " + std::to_string(a_header.size()) + " of the header (offset " +
+                             std::to_string(a_header.size() + 8) + " in the file)";
   std::string deep = "[";
   for (int i = 0; i < 65; ++i) deep += i ? ",1" : "1";
   deep += "]";
@@ -67,8 +70,31 @@ TEST_CASE("bad input: safetensors files") {
        {"does not start with '{'", "' {}'"}},
       {"a header that is an array", safetensors_file("[1]"), {"does not start with '{'"}},
       {"malformed JSON", safetensors_file("{\"a\":"), {"header is not valid JSON"}},
-      {"JSON followed by more than spaces", safetensors_file("{} x"), {"not valid JSON"}},
-      {"two objects", safetensors_file("{}{}"), {"not valid JSON"}},
+      {"JSON followed by more than spaces",
+       safetensors_file("{} x"),
+       {"header: byte 3 of the header (offset 11 in the file), after the JSON object that ends "
+        "at byte 2, is 'x', expected only whitespace (space, tab, CR, LF"}},
+      {"two objects", safetensors_file("{}{}"), {"byte 2 of the header", "is '{'"}},
+      // nlohmann's lexer ends its input at a NUL: what follows must not be lost.
+      {"a NUL byte hiding a second object",
+       safetensors_file(a_header + std::string(1, '\0') + "{" + entry("b", "F32", "2", 0, 8) + "}",
+                        eight),
+       {"header: " + nul_at + ", after the JSON object that ends at byte " +
+            std::to_string(a_header.size()) + ", is a NUL byte, expected only whitespace",
+        "(" + std::to_string(a_header.size() + 1 + a_header.size()) + " bytes)"}},
+      {"a NUL byte hiding garbage",
+       safetensors_file(std::string("{}\0GARBAGE", 10)),
+       {"header: byte 2 of the header (offset 10 in the file)", "is a NUL byte"}},
+      {"spaces, then a NUL byte",
+       safetensors_file(std::string("{} \t\r\n\0", 7)),
+       {"byte 6 of the header", "that ends at byte 2, is a NUL byte"}},
+      {"a NUL byte inside the object",
+       safetensors_file(std::string("{\"a\":\0}", 7)),
+       {"header: byte 5 of the header (offset 13 in the file) is a NUL byte inside the JSON "
+        "object"}},
+      {"a NUL byte inside a name",
+       safetensors_file(std::string("{\"a\0b\":{}}", 9)),
+       {"byte 3 of the header", "is a NUL byte inside the JSON object"}},
       {"a name that is not UTF-8", safetensors_file("{\"\xff\":{}}"), {"not valid JSON", "\\xff"}},
       {"an entry that is a number",
        with_a("3"),
@@ -228,4 +254,26 @@ TEST_CASE("bad input: safetensors files") {
   CHECK(read_safetensors(dir / "empty.safetensors").tensors.empty());
   write_file(dir / "padded.safetensors", safetensors_file("{\"__metadata__\":{}}      "));
   CHECK(read_safetensors(dir / "padded.safetensors").metadata.empty());
+  // Any JSON whitespace pads, as serde_json accepts it after the object.
+  write_file(dir / "whitespace.safetensors", safetensors_file(a_header + " \t\r\n ", eight));
+  CHECK(read_safetensors(dir / "whitespace.safetensors").tensors.size() == 1);
+}
+
+TEST_CASE("bad input: a safetensors header of more than 100,000 tensors is refused") {
+  TempDir dir("many-safetensors");
+  // Empty tensors: a few bytes of header each and no data.
+  const auto tensors = [](std::size_t n) {
+    std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
+    for (std::size_t i = 0; i < n; ++i)
+      json += "," + entry("t" + std::to_string(i), "F32", "0", 0, 0);
+    return safetensors_file(json + "}");
+  };
+  write_file(dir / "at_limit.safetensors", tensors(100'000));
+  const Safetensors at_limit = read_safetensors(dir / "at_limit.safetensors");
+  CHECK(at_limit.tensors.size() == 100'000);
+  CHECK(at_limit.metadata.at("format") == "pt");
+  write_file(dir / "over_limit.safetensors", tensors(100'001));
+  CHECK_THROWS_WITH_PARTS(read_safetensors(dir / "over_limit.safetensors"), std::invalid_argument,
+                          {"xtgrad::read_safetensors: file", "over_limit.safetensors",
+                           "header declares more than 100000 tensors, the limit per file"});
 }

@@ -129,7 +129,6 @@ TEST_CASE(
     "hf_mlp: a checkpoint that does not fit is refused, naming the tensor, and changes "
     "nothing") {
   const TensorMap llama = read_safetensors(fixture_file<double>("llama")).tensors;
-  const TensorMap llama_f32 = read_safetensors(fixture_file<float>("llama")).tensors;
   const TensorMap gpt2 = read_safetensors(fixture_file<double>("gpt2")).tensors;
   TensorMap with_bias = llama;
   with_bias.emplace("model.layers.1.mlp.gate_proj.bias",
@@ -151,29 +150,33 @@ TEST_CASE(
                           {"load_llama_mlp", "'model.layers.1.mlp.up_proj.weight'",
                            "has shape [12, 8]", "expected [13, 8]", "[out, in]"});
   CHECK_THROWS_WITH_PARTS(load_llama_mlp(gated, llama, llama_mlp_prefix(2)), std::invalid_argument,
-                          {"load_llama_mlp", "no tensor 'model.layers.2.mlp.up_proj.weight'"});
-  CHECK_THROWS_WITH_PARTS(load_llama_mlp(gated, llama, "layers.1.mlp"), std::invalid_argument,
-                          {"no tensor 'layers.1.mlp.up_proj.weight'"});
-  CHECK_THROWS_WITH_PARTS(load_llama_mlp(gated, llama_f32, llama_mlp_prefix(1)),
-                          std::invalid_argument,
-                          {"load_llama_mlp", "has dtype F32", "expected F64"});
+                          {"load_llama_mlp",
+                           "no tensor under 'model.layers.2.mlp.' (looking for "
+                           "'model.layers.2.mlp.up_proj.weight') in the state dict"});
+  CHECK_THROWS_WITH_PARTS(
+      load_llama_mlp(gated, llama, "layers.1.mlp"), std::invalid_argument,
+      {"no tensor under 'layers.1.mlp.'", "'model.layers.0.mlp', 'model.layers.1.mlp' (2 in all)"});
   CHECK_THROWS_WITH_PARTS(
       load_llama_mlp(gated, with_bias, llama_mlp_prefix(1)), std::invalid_argument,
-      {"'model.layers.1.mlp.gate_proj.bias' is in the checkpoint", "no b_gate"});
+      {"'model.layers.1.mlp.gate_proj.bias' is in the state dict", "no b_gate"});
   CHECK_THROWS_WITH_PARTS(load_llama_mlp(biased, llama, llama_mlp_prefix(1)), std::invalid_argument,
                           {"no tensor 'model.layers.1.mlp.down_proj.bias'"});
   CHECK_THROWS_WITH_PARTS(load_gpt2_mlp(narrow, gpt2, gpt2_mlp_prefix(1)), std::invalid_argument,
                           {"load_gpt2_mlp", "'h.1.mlp.c_fc.weight'", "has shape [8, 32]",
                            "expected [8, 24]", "Conv1D's [in, out]"});
   CHECK_THROWS_WITH_PARTS(load_gpt2_mlp(ff, llama, gpt2_mlp_prefix(1)), std::invalid_argument,
-                          {"load_gpt2_mlp", "no tensor 'h.1.mlp.c_fc.weight'"});
+                          {"load_gpt2_mlp", "no tensor under 'h.1.mlp.'",
+                           "no name ending in '.c_fc.weight', so no GPT-2 MLP layer, among its 7 "
+                           "tensors: 'model.layers.0.mlp.down_proj.weight'"});
   CHECK_THROWS_WITH_PARTS(load_gpt2_mlp(ff, fixture("absent.safetensors"), "h.1.mlp"),
                           std::runtime_error, {"read_safetensors", "absent.safetensors"});
   // c_proj.bias is the last tensor checked: the weights before it are not assigned either.
   TensorMap no_bias = gpt2;
   no_bias.erase("h.1.mlp.c_proj.bias");
   CHECK_THROWS_WITH_PARTS(load_gpt2_mlp(ff, no_bias, gpt2_mlp_prefix(1)), std::invalid_argument,
-                          {"no tensor 'h.1.mlp.c_proj.bias'"});
+                          {"no tensor 'h.1.mlp.c_proj.bias' in the state dict; under 'h.1.mlp.' it "
+                           "has 'h.1.mlp.c_fc.bias', 'h.1.mlp.c_fc.weight', "
+                           "'h.1.mlp.c_proj.weight' (3 in all)"});
   for (const auto& [module, state] : before) CHECK(parameters_of(*module) == state);
 }
 
@@ -211,4 +214,68 @@ TEST_CASE(
                           "check_xtgrad_safetensors.py";
   const std::string command = python + " '" + script.string() + "' '" + written.string() + "'";
   CHECK(std::system(command.c_str()) == 0);
+}
+
+TEST_CASE("hf_mlp: a layer that is not there is refused naming the layers that are") {
+  // The path overloads read only the layer's tensors, but name the file's layers.
+  GatedFFN<double> gated = llama_module<double>();
+  const State before = parameters_of(gated);
+  CHECK_THROWS_WITH_PARTS(
+      load_llama_mlp(gated, fixture_file<double>("llama"), llama_mlp_prefix(7)),
+      std::invalid_argument,
+      {"xtgrad::load_llama_mlp: no tensor under 'model.layers.7.mlp.' (looking for "
+       "'model.layers.7.mlp.up_proj.weight') in file '",
+       "llama_mlp_f64.safetensors'; the LLaMA MLP layers it has are 'model.layers.0.mlp', "
+       "'model.layers.1.mlp' (2 in all)"});
+  FeedForward<double> ff = gpt2_module<double>();
+  CHECK_THROWS_WITH_PARTS(load_gpt2_mlp(ff, fixture_file<double>("gpt2"), "transformer.h.0.mlp"),
+                          std::invalid_argument,
+                          {"load_gpt2_mlp", "no tensor under 'transformer.h.0.mlp.'",
+                           "gpt2_mlp_f64.safetensors'; the GPT-2 MLP layers it has are "
+                           "'h.0.mlp', 'h.1.mlp' (2 in all)"});
+  // A missing tensor of a layer that is there: the layer's names, not the layers.
+  CHECK_THROWS_WITH_PARTS(
+      load_llama_mlp(gated, fixture_file<double>("llama"), "model.layers.1"), std::invalid_argument,
+      {"no tensor 'model.layers.1.up_proj.weight' in file '",
+       "under 'model.layers.1.' it has 'model.layers.1.mlp.down_proj.weight', "
+       "'model.layers.1.mlp.gate_proj.weight', 'model.layers.1.mlp.up_proj.weight' (3 in all)"});
+  CHECK(parameters_of(gated) == before);
+  // Many layers: in numeric order, at most six shown.
+  TensorMap deep;
+  for (std::size_t layer = 0; layer < 12; ++layer)
+    deep.emplace(llama_mlp_prefix(layer) + ".up_proj.weight",
+                 StoredTensor(xt::xarray<float>(xt::zeros<float>({1}))));
+  CHECK_THROWS_WITH_PARTS(
+      load_llama_mlp(gated, deep, llama_mlp_prefix(12)), std::invalid_argument,
+      {"the LLaMA MLP layers it has are 'model.layers.0.mlp', 'model.layers.1.mlp', "
+       "'model.layers.2.mlp', 'model.layers.3.mlp', ..., 'model.layers.11.mlp' (12 in all)"});
+}
+
+TEST_CASE("hf_mlp: dtypes convert as Module::load_state_dict converts them") {
+  const xt::xarray<double> up64 =
+      xt::transpose(from_fixture<double>(fx::llama_up_proj_weight, {fx::intermediate, fx::hidden}));
+  // F32 into double: exactly the float values.
+  const TensorMap f32 = read_safetensors(fixture_file<float>("llama")).tensors;
+  const xt::xarray<float>& up32 = f32.at("model.layers.1.mlp.up_proj.weight").get<float>();
+  GatedFFN<double> wide = llama_module<double>();
+  load_llama_mlp(wide, fixture_file<float>("llama"), llama_mlp_prefix(1));
+  CHECK(wide.w_up.value == xt::xarray<double>(xt::transpose(xt::cast<double>(up32))));
+  GatedFFN<double> by_state_dict = llama_module<double>();
+  by_state_dict.w_up.value = xt::zeros<double>(by_state_dict.w_up.value.shape());
+  by_state_dict.load_state_dict(
+      TensorMap{{"w_up", StoredTensor(xt::xarray<float>(xt::transpose(up32)))}}, false);
+  CHECK(wide.w_up.value == by_state_dict.w_up.value);
+  // The double module computes PyTorch's float32 outputs to float32's rounding.
+  const xt::xarray<double> x = fixture_array<double>(fx::x_shape, fx::x);
+  check_close(wide.infer(x), fixture_array<double>(fx::x_shape, fx::llama_y_f32), 2e-6, 2e-6);
+  // F64 into float: each value rounded to the nearest float.
+  GatedFFN<float> narrow = llama_module<float>();
+  load_llama_mlp(narrow, read_safetensors(fixture_file<double>("llama")).tensors,
+                 llama_mlp_prefix(1));
+  for (std::size_t i = 0; i < up64.size(); ++i)
+    CHECK(narrow.w_up.value.flat(i) == static_cast<float>(up64.flat(i)));
+  FeedForward<float> gpt2 = gpt2_module<float>();
+  load_gpt2_mlp(gpt2, fixture_file<double>("gpt2"), gpt2_mlp_prefix(1));
+  check_close(gpt2.infer(fixture_array<float>(fx::x_shape, fx::x)),
+              fixture_array<double>(fx::x_shape, fx::gpt2_y_f64), 2e-6, 2e-6);
 }
