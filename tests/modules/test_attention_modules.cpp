@@ -302,6 +302,25 @@ TEST_CASE("CausalSelfAttention: the KV-cache steps equal the full forward, both 
   }
 }
 
+TEST_CASE("attention modules: checkpoints round trip, and record their options") {
+  const fs::path dir = fs::path(XTGRAD_BINARY_DIR) / "test_attention_modules_scratch";
+  fs::create_directories(dir);
+  MultiheadAttention<double> mha(8, 2, {true, 0.1});
+  mha.in_proj_weight.value += 1.0;
+  mha.save(dir / "mha.safetensors");
+  MultiheadAttention<double> mha_back(8, 2, {true, 0.1});
+  mha_back.load(dir / "mha.safetensors");
+  CHECK(mha_back.in_proj_weight.value == mha.in_proj_weight.value);
+  CausalSelfAttention<double> attn(8, llama_options(4, 2));
+  attn.save(dir / "attn.safetensors");
+  CausalSelfAttention<double> other_heads(8, llama_options(4, 4));
+  CHECK_THROWS_WITH_PARTS(other_heads.load(dir / "attn.safetensors"), std::invalid_argument,
+                          {"Module::load", "n_kv_heads=2", "n_kv_heads=4"});
+  CHECK(attn.config().describe() ==
+        "CausalSelfAttention(n_embd=8, n_heads=4, n_kv_heads=2, layout=llama, rotary=true, "
+        "rope_theta=10000, attn_dropout=0, resid_dropout=0)");
+}
+
 TEST_CASE("KvCache: append, read back and capacity") {
   KvCache<double> cache(1, 2, 2, 3, 4);
   CHECK(cache.length(1) == 0);

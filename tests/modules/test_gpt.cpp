@@ -231,6 +231,37 @@ TEST_CASE("GPT: seeded sampling repeats, other seeds differ, top_k restricts the
   CHECK(model.generate({1, 2}, 0) == std::vector<std::int64_t>{1, 2});
 }
 
+TEST_CASE("GPT: dropout in training only; gradcheck of a block with its dropout masks fixed") {
+  for (const GPTStyle style : {GPTStyle::gpt2, GPTStyle::llama}) {
+    INFO("style " << style_name(style));
+    GPTConfig c = tiny(style);
+    c.dropout = 0.3;
+    GPT<double> model(c);
+    spread(model, 5);
+    Tape<double> tape;
+    const xt::xarray<double> trained = model.forward(tape, tokens({1, 2, 3})).value();
+    const xt::xarray<double> evaluated = model.infer(tokens({1, 2, 3}));
+    CHECK(xt::amax(xt::abs(trained - evaluated))() > 1e-3);
+    model.eval();
+    Tape<double> again;
+    check_close(model.forward(again, tokens({1, 2, 3})).value(), evaluated, 0, 0);
+
+    TransformerBlockOptions o;
+    o.style = style;
+    o.n_heads = 2;
+    o.dropout = 0.25;
+    o.ffn_hidden = 6;
+    Generator g(3);
+    TransformerBlock<double> block(4, o, g);
+    spread(block, 20);
+    check_module_gradients(block, random_array({2, 3, 4}, 5), [&] {
+      block.attn.attn_dropout.set_step(0);
+      block.attn.resid_dropout.set_step(0);
+      block.dropout.set_step(0);
+    });
+  }
+}
+
 TEST_CASE("GPT: save and load round trip, and a checkpoint of another config is refused") {
   GPT<double> model(tiny(GPTStyle::llama));
   spread(model, 9);
