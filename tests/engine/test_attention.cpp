@@ -11,6 +11,7 @@
 #include <xtensor/xbuilder.hpp>
 
 #include <xtgrad/engine/ops/attention.hpp>
+#include <xtgrad/engine/ops/slice.hpp>
 #include <xtgrad/engine/threads.hpp>
 
 #include "support/attention_reference.hpp"
@@ -320,4 +321,108 @@ TEST_CASE_TEMPLATE("attention: dropout keeps exactly the elements dropout keeps"
   CHECK(differ == 0);
   CHECK(kept > dropped.size() / 2);
   CHECK(kept < dropped.size());
+}
+
+TEST_CASE("attention: the same bits on 1 and 2 threads, split key tiles included") {
+  const int before = get_num_threads();
+  // B Hkv = 1 with many key tiles (split over tasks), and B H = 12 (a task per head)
+  for (const Case& c : {k_cases[6], k_cases[13],
+                        Case{"GQA 2 over 1 head, Tk 1500",
+                             {1, 2, 40, 16},
+                             {1, 1, 1500, 16},
+                             {1, 1, 1500, 16},
+                             MaskKind::none,
+                             {},
+                             true,
+                             0.2,
+                             std::nullopt,
+                             true},
+                        Case{"12 heads",
+                             {3, 4, 129, 16},
+                             {3, 4, 100, 16},
+                             {3, 4, 100, 16},
+                             MaskKind::additive,
+                             {3, 1, 129, 100},
+                             true,
+                             0.1}}) {
+    INFO(std::string(c.name));
+    const Inputs in = inputs_of(c, 21);
+    set_num_threads(1);
+    const Outcome<float> one = fused<float>(c, in);
+    set_num_threads(2);
+    const Outcome<float> two = fused<float>(c, in);
+    CHECK(bit_equal(one.y, two.y));
+    CHECK(bit_equal(one.dq, two.dq));
+    CHECK(bit_equal(one.dk, two.dk));
+    CHECK(bit_equal(one.dv, two.dv));
+  }
+  set_num_threads(before);
+}
+
+TEST_CASE("attention: under no-grad the same values, and no gradient") {
+  const Case& c = k_cases[13];
+  const Inputs in = inputs_of(c, 31);
+  const Outcome<float> recorded = fused<float>(c, in);
+  Tape<float> tape;
+  Var<float> q = tape.leaf(xt::xarray<float>(xt::cast<float>(in.q)));
+  Var<float> k = tape.leaf(xt::xarray<float>(xt::cast<float>(in.k)));
+  Var<float> v = tape.leaf(xt::xarray<float>(xt::cast<float>(in.v)));
+  NoGradGuard<float> guard(tape);
+  Var<float> y = scaled_dot_product_attention(q, k, v, {}, c.causal, c.p, c.scale, k_key, c.gqa);
+  CHECK(bit_equal(y.value(), recorded.y));
+  CHECK(!y.requires_grad());
+}
+
+TEST_CASE("packed_qkv_attention: equals split, permute, attention and merge, gradient too") {
+  struct Packed {
+    const char* name;
+    std::vector<std::size_t> shape;
+    std::size_t heads;
+    bool causal;
+    double p;
+    bool mask;
+  };
+  for (const Packed& c :
+       {Packed{"[B, T, 3C], 3 heads of 5", {2, 7, 45}, 3, false, 0.0, false},
+        Packed{"causal, dropout, boolean [B, 1, T, T], T 129", {2, 129, 48}, 2, true, 0.2, true},
+        Packed{"unbatched [T, 3C]", {9, 39}, 1, true, 0.0, false}}) {
+    INFO(std::string(c.name));
+    const xt::xarray<double> x = random_array<double>(c.shape, 41);
+    const std::size_t r = c.shape.size(), t = c.shape[r - 2], width = c.shape[r - 1] / 3;
+    std::vector<std::size_t> mask_shape = {t, t};
+    if (r == 3) mask_shape = {c.shape[0], 1, t, t};
+    const xt::xarray<bool> keep = random_keep(mask_shape, 42);
+    const AttentionMask<double> mask =
+        c.mask ? AttentionMask<double>(keep) : AttentionMask<double>();
+    std::vector<std::size_t> out_shape = c.shape;
+    out_shape.back() = width;
+    const xt::xarray<double> dy = random_array<double>(out_shape, 43);
+
+    Tape<double> tape;
+    Var<double> packed_in = tape.leaf(x);
+    Var<double> packed =
+        packed_qkv_attention(packed_in, c.heads, mask, c.causal, c.p, std::nullopt, k_key);
+    tape.backward(packed, dy);
+
+    Tape<double> ref_tape;
+    Var<double> split_in = ref_tape.leaf(x);
+    const auto dh = static_cast<std::int64_t>(width / c.heads);
+    const auto h = static_cast<std::int64_t>(c.heads), tt = static_cast<std::int64_t>(t);
+    const auto part = [&](std::size_t which) {  // [.., T, C] -> [.., H, T, Dh]
+      const auto lo = static_cast<std::int64_t>(which * width);
+      Var<double> s = slice(split_in, -1, lo, lo + static_cast<std::int64_t>(width));
+      if (r == 3)
+        return permute(reshape(s, {static_cast<std::int64_t>(c.shape[0]), tt, h, dh}),
+                       {0, 2, 1, 3});
+      return permute(reshape(s, {tt, h, dh}), {1, 0, 2});
+    };
+    Var<double> heads_out = scaled_dot_product_attention(part(0), part(1), part(2), mask, c.causal,
+                                                         c.p, std::nullopt, k_key);
+    std::vector<std::int64_t> merged(out_shape.begin(), out_shape.end());
+    Var<double> split = r == 3 ? reshape(permute(heads_out, {0, 2, 1, 3}), merged)
+                               : reshape(permute(heads_out, {1, 0, 2}), merged);
+    ref_tape.backward(split, dy);
+    check_relative(packed.value(), split.value(), 1e-12);
+    check_relative(packed_in.grad(), split_in.grad(), 1e-12);
+  }
 }

@@ -137,6 +137,25 @@ TEST_CASE_TEMPLATE("apply_rotary: an offset continues the positions (a KV cache 
   check_close(far.value(), rotated(xv, 100000, 10000.0), tol, tol);
 }
 
+TEST_CASE_TEMPLATE("apply_rotary: calls with other positions, sizes or theta in between", T, float,
+                   double) {
+  // The tables of the last call are reused when the next call has the same
+  // positions, head size and theta: every change of any of them must show.
+  const xt::xarray<T> xv = random_array<T>({2, 5, 6}, 7);
+  Tape<T> tape;
+  auto x = tape.leaf(xv);
+  const xt::xarray<T> first = apply_rotary(x, 3, 500.0).value();
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  check_close(first, rotated(xv, 3, 500.0), tol, tol);
+  check_close(apply_rotary(x, 4, 500.0).value(), rotated(xv, 4, 500.0), tol, tol);
+  check_close(apply_rotary(x, 3, 400.0).value(), rotated(xv, 3, 400.0), tol, tol);
+  const xt::xarray<T> longer = random_array<T>({7, 6}, 8), wider = random_array<T>({5, 8}, 9);
+  check_close(apply_rotary(tape.leaf(longer), 3, 500.0).value(), rotated(longer, 3, 500.0), tol,
+              tol);
+  check_close(apply_rotary(tape.leaf(wider), 3, 500.0).value(), rotated(wider, 3, 500.0), tol, tol);
+  CHECK(apply_rotary(x, 3, 500.0).value() == first);
+}
+
 TEST_CASE("apply_rotary: gradcheck with leading axes, T = 1 and an offset") {
   for (const Dims& shape : {Dims{3, 4}, Dims{2, 3, 5, 6}, Dims{2, 1, 2}, Dims{1, 2}}) {
     INFO(detail::shape_str(shape));
