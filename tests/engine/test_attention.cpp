@@ -426,3 +426,24 @@ TEST_CASE("packed_qkv_attention: equals split, permute, attention and merge, gra
     check_relative(packed_in.grad(), split_in.grad(), 1e-12);
   }
 }
+
+TEST_CASE("attention: no keys give zeros, no queries an empty result") {
+  Tape<double> tape;
+  Var<double> q = tape.leaf(random_array({2, 3, 4}, 1));
+  Var<double> k = tape.leaf(xt::xarray<double>(xt::zeros<double>({2, 0, 4})));
+  Var<double> v = tape.leaf(xt::xarray<double>(xt::zeros<double>({2, 0, 5})));
+  Var<double> y = scaled_dot_product_attention(q, k, v);
+  CHECK(y.value() == xt::xarray<double>(xt::zeros<double>({2, 3, 5})));
+  tape.backward(y, random_array({2, 3, 5}, 2));
+  CHECK(q.grad() == xt::xarray<double>(xt::zeros<double>({2, 3, 4})));
+  CHECK(k.grad().shape() == k.shape());
+
+  Var<double> none = tape.leaf(xt::xarray<double>(xt::zeros<double>({2, 0, 4})));
+  Var<double> k2 = tape.leaf(random_array({2, 6, 4}, 3)),
+              v2 = tape.leaf(random_array({2, 6, 5}, 4));
+  Var<double> empty = scaled_dot_product_attention(none, k2, v2, {}, true);
+  CHECK(empty.shape() == Shape{2, 0, 5});
+  tape.backward(empty, xt::xarray<double>(xt::zeros<double>({2, 0, 5})));
+  CHECK(k2.grad() == xt::xarray<double>(xt::zeros<double>({2, 6, 4})));
+  CHECK(v2.grad() == xt::xarray<double>(xt::zeros<double>({2, 6, 5})));
+}
