@@ -19,6 +19,7 @@
 #include "../ops/dropout.hpp"
 #include "attention_tiles.hpp"  // first (through simd.hpp): see simd.hpp
 #include "counter_rng.hpp"
+#include "parallel.hpp"
 
 namespace xtgrad::detail::attention {
 
@@ -77,6 +78,16 @@ Tiles choose_tiles(std::size_t qk_dim, std::size_t v_dim) {
   std::size_t cols = (l1 / 2) / std::max<std::size_t>(per_key, 1) / W * W;
   cols = std::clamp(cols, 4 * W, 16 * W);
   return {cols, cols};
+}
+
+// Work a thread must have before a second one pays: handing a chunk to a
+// worker costs about 7 us (parallel.hpp), some 2^19 flops of the tiles.
+inline constexpr std::size_t k_parallel_flops = std::size_t(1) << 19;
+
+// The min_per_thread of parallel_for_rows for tasks of `work` flops (or
+// elements, against k_parallel_light) each.
+inline std::size_t tasks_per_thread(std::size_t threshold, std::size_t work) {
+  return std::max<std::size_t>(1, threshold / std::max<std::size_t>(work, 1));
 }
 
 // Score row i of a tile, in place: s[j] = scale * s[j] (+ additive mask), or
