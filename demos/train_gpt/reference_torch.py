@@ -129,7 +129,7 @@ def main():
     a.add_argument("--n-embd", type=int, default=128)
     a.add_argument("--block-size", type=int, default=64)
     a.add_argument("--dropout", type=float, default=0.0)
-    a.add_argument("--steps", type=int, default=2000)
+    a.add_argument("--steps", type=int, default=1500)
     a.add_argument("--batch-size", type=int, default=32)
     a.add_argument("--lr", type=float, default=3e-3)
     a.add_argument("--min-lr-ratio", type=float, default=0.1)

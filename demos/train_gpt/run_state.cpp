@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/modules/io/state_directory.hpp>
 #include <xtgrad/training/training_state.hpp>
 
@@ -18,6 +19,7 @@ using namespace xtgrad;
 namespace fs = std::filesystem;
 
 constexpr const char* k_vocab_size = "vocab.size";
+constexpr const char* k_dropout_prefix = "dropout_step.";
 // The whole saved state is read for generation: at most this many bytes of arrays.
 constexpr std::size_t k_max_array_bytes = std::size_t{1} << 32;
 
@@ -91,9 +93,9 @@ std::invalid_argument mismatch(const std::string& key, V saved, V now) {
 
 }  // namespace
 
-void save_run(const fs::path& dir, const GPT<float>& model,
-              const optim::Optimizer<float>& optimizer, const optim::LRScheduler<float>& schedule,
-              const RunIdentity& identity, const RunPosition& position) {
+void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<float>& optimizer,
+              const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
+              const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
   extras.integers["history.size"] = as_integer(position.history.size());
@@ -107,6 +109,10 @@ void save_run(const fs::path& dir, const GPT<float>& model,
     extras.reals[history_key(i, "lr")] = r.lr;
     extras.reals[history_key(i, "seconds")] = r.seconds;
   }
+  // Every Dropout module's step (by its name in named_modules): the masks to come.
+  for (auto& [name, module] : model.named_modules())
+    if (const auto* dropout = dynamic_cast<const Dropout<float>*>(module))
+      extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
   save_training_state(dir, model, optimizer, &schedule, extras);
 }
 
@@ -140,6 +146,10 @@ RunPosition resume_run(const fs::path& dir, GPT<float>& model, optim::Optimizer<
       r.seconds = required(saved.reals, history_key(i, "seconds"));
       position.history.push_back(r);
     }
+    for (auto& [name, module] : model.named_modules())
+      if (auto* dropout = dynamic_cast<Dropout<float>*>(module))
+        dropout->set_step(
+            static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name)));
     return position;
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());

@@ -37,7 +37,7 @@ struct RunPosition {
   OpenInterval interval;
 };
 
-void save_run(const std::filesystem::path& dir, const xtgrad::GPT<float>& model,
+void save_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
               const xtgrad::optim::Optimizer<float>& optimizer,
               const xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity,
               const RunPosition& position);

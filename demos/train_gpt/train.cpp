@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
 
 #include "batches.hpp"
@@ -74,6 +75,10 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
   const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
 
+  // Under mpirun this rank's rows start at first_row of the global batch: its
+  // dropout masks (keyed by row) are those one process would draw for them.
+  for (auto& [name, module] : model.named_modules())
+    if (auto* dropout = dynamic_cast<Dropout<float>*>(module)) dropout->set_row_offset(first_row);
   Tape<float> tape;
   demo::GradientAverager<float> gradients(parallel, model, tape);
   model.train();

@@ -30,7 +30,7 @@
 namespace gpt_demo {
 
 struct TrainOptions {
-  std::size_t steps = 2000;
+  std::size_t steps = 1500;
   std::size_t batch_size = 32;
   double lr = 3e-3;
   double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio

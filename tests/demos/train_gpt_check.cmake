@@ -7,7 +7,7 @@
 # optimizer state). --generate from the saved run prints the same text for
 # the same seed, starting with the prompt.
 file(REMOVE_RECURSE ${OUT})
-set(tiny --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --batch-size 8 --steps 60
+set(tiny --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --dropout 0.1 --batch-size 8 --steps 60
     --eval-interval 20 --eval-windows 16 --sample-chars 40 --lr 1e-2 --warmup-steps 5
     --threads 2 --seed 3 --data-dir ${DATA})
 
@@ -134,6 +134,14 @@ foreach(array ${arrays})
     message(FATAL_ERROR "--resume: ${array} differs from the straight run's")
   endif()
 endforeach()
+
+# The dropout modules' steps are saved: 60 steps of the embedding's, the
+# attention's, the residual's and the MLP's dropout.
+file(STRINGS ${OUT}/saved_resumed/scalars.tsv scalars REGEX "dropout_step")
+list(LENGTH scalars n)
+if(n LESS 4 OR NOT scalars MATCHES "dropout_step.drop\t60")
+  message(FATAL_ERROR "saved dropout steps: ${scalars}")
+endif()
 
 # --generate: the same seed gives the same text, which continues the prompt.
 set(generate --generate ${OUT}/saved --prompt "The " --max-new-chars 120 --top-k 20)

@@ -1,11 +1,11 @@
 # train_gpt under mpirun -np 2 against one process with a tiny model (run with
 # -DTRAIN_GPT=<exe> -DMPIEXEC=<mpiexec> -DOUT=<dir> -DDATA=<dir of the fortune
 # files>): each rank builds its half of every batch of windows (the windows are
-# keyed by the global row) and the gradients are averaged, so the run ends where
+# keyed by the global row, and so are the dropout masks) and the gradients are averaged, so the run ends where
 # one process ends, to float rounding; rank 0 alone prints and writes.
 include(${CMAKE_CURRENT_LIST_DIR}/mpi_compare.cmake)
 file(REMOVE_RECURSE ${OUT})
-set(args --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --batch-size 8 --steps 40
+set(args --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --dropout 0.1 --batch-size 8 --steps 40
     --eval-interval 20 --eval-windows 16 --sample-chars 20 --lr 1e-2 --warmup-steps 5
     --threads 1 --seed 5 --data-dir ${DATA})
 run_or_fail(one_output "train_gpt" 60 ${TRAIN_GPT} ${args} --out ${OUT}/one)
