@@ -34,10 +34,9 @@ std::string format(const char* pattern, double a, double b) {
 }
 
 // One sample of generated text after step `step`, printed and appended to `samples`.
-void write_sample(const GPT<float>& model, const Vocabulary& vocab, const TrainOptions& o,
-                  std::size_t step, Progress& progress, std::FILE* samples) {
-  const std::vector<std::int64_t> prompt =
-      vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
+void write_sample(const GPT<float>& model, const Vocabulary& vocab,
+                  const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
+                  Progress& progress, std::FILE* samples) {
   const std::vector<std::int64_t> ids = generate_tokens(
       model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
   const std::string text = encode_utf8(vocab.decode(ids));
@@ -69,6 +68,11 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     throw std::invalid_argument("--resume: the run has " + std::to_string(position.step) +
                                 " steps done, nothing left to train up to step " +
                                 std::to_string(last));
+  // The samples' prompt is checked before training, not at the first evaluation.
+  const std::vector<std::int64_t> prompt =
+      data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
+  if (o.sample_chars > 0 && prompt.empty())
+    throw std::invalid_argument("--prompt is empty, expected at least one character");
   const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows);
   std::vector<Parameter<float>*> params;
   for (Parameter<float>* p : model.parameters())
@@ -121,7 +125,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
                       format(": train loss %.4f  val loss %.4f", r.train_loss, r.val_loss) +
                       format("  lr %.2e  (%.0f s)\n", r.lr, r.seconds));
         if (o.sample_chars > 0 && samples != nullptr)
-          write_sample(model, data.vocab, o, position.step, progress, samples);
+          write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
       }
       model.train();
     }

@@ -76,4 +76,7 @@ require_in("${error}" "--generate '${OUT}/empty'" "--generate of no run")
 refused("a prompt outside the vocabulary" --generate ${OUT}/saved --prompt "x漢")
 require_in("${error}" "U+6F22" "a prompt outside the vocabulary")
 require_in("${error}" "is not in the model's vocabulary" "a prompt outside the vocabulary")
+# Training checks the samples' prompt before its first step.
+refused("a training prompt outside the vocabulary" ${tiny} --prompt "x漢" --out ${OUT}/bad)
+require_in("${error}" "--prompt: character 1, '漢' (U+6F22)" "a training prompt outside the vocabulary")
 file(REMOVE_RECURSE ${OUT})
