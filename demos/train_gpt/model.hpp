@@ -19,7 +19,7 @@ namespace gpt_demo {
 struct ModelOptions {
   std::size_t n_layer = 4;
   std::size_t n_head = 4;
-  std::size_t n_embd = 128;
+  std::size_t n_embd = 96;
   std::size_t block_size = 64;
   double dropout = 0.0;
 };

@@ -126,7 +126,7 @@ def main():
     a = argparse.ArgumentParser()
     a.add_argument("--n-layer", type=int, default=4)
     a.add_argument("--n-head", type=int, default=4)
-    a.add_argument("--n-embd", type=int, default=128)
+    a.add_argument("--n-embd", type=int, default=96)
     a.add_argument("--block-size", type=int, default=64)
     a.add_argument("--dropout", type=float, default=0.0)
     a.add_argument("--steps", type=int, default=1500)
