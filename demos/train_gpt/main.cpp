@@ -1,0 +1,316 @@
+// train_gpt: a character-level GPT (modules/gpt.hpp) trained on the English
+// fortunes of Debian's `fortunes` package (corpus.hpp), with AdamW, warm-up
+// and cosine decay and gradient clipping (train.hpp); the validation loss
+// beside the unigram baseline; --save / --resume continue a run bit for
+// bit; data-parallel under mpirun. Writes summary.json, history.csv,
+// samples.txt and loss.png to --out (report.hpp). --generate DIR instead
+// continues --prompt with the model a run saved (generate.hpp). Exit codes:
+// 0 done, 2 bad options, data or checkpoint, 1 anything else (a file that
+// cannot be written, gnuplot failing).
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "../data_parallel.hpp"
+#include "corpus.hpp"
+#include "generate.hpp"
+#include "model.hpp"
+#include "report.hpp"
+#include "tokenizer.hpp"
+#include "train.hpp"
+
+namespace {
+
+using namespace gpt_demo;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  ModelOptions model;
+  TrainOptions train;
+  GenerateOptions generate;
+  int threads = 2;
+  std::string out = "gpt_out";
+  std::string data_dir = k_default_data_dir;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabulary& vocab,
+                          std::size_t parameters, const TrainResult& r, double unigram,
+                          int processes, double data_seconds, double total_seconds) {
+  const ModelOptions& m = o.model;
+  const TrainOptions& t = o.train;
+  return {{"model",
+           {{"kind", "gpt2"},
+            {"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.n_embd},
+            {"block_size", m.block_size},
+            {"dropout", m.dropout},
+            {"vocab_size", vocab.size()},
+            {"parameters", parameters}}},
+          {"data",
+           {{"dir", o.data_dir},
+            {"files", corpus.files.size()},
+            {"train_records", corpus.train_records},
+            {"validation_records", corpus.validation_records},
+            {"train_chars", corpus.train.size()},
+            {"validation_chars", corpus.validation.size()},
+            {"split", "record i (from 0, files in name order) is held out when i % 10 == 9"}}},
+          {"steps", t.steps},
+          {"step", r.step},
+          {"batch_size", t.batch_size},
+          {"lr", t.lr},
+          {"min_lr_ratio", t.min_lr_ratio},
+          {"warmup_steps", t.warmup_steps},
+          {"weight_decay", t.weight_decay},
+          {"beta2", t.beta2},
+          {"grad_clip", t.grad_clip},
+          {"seed", t.seed},
+          {"threads", o.threads},
+          {"processes", processes},
+          {"final_train_loss", r.final_train_loss},
+          {"final_val_loss", r.final_val_loss},
+          {"unigram_baseline", unigram},
+          {"tokens_per_second", r.tokens_per_second},
+          {"data_seconds", data_seconds},
+          {"train_seconds", r.train_seconds},
+          {"total_seconds", total_seconds}};
+}
+
+int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
+  const Clock::time_point start = Clock::now();
+  xtgrad::set_num_threads(o.threads);
+  const Corpus corpus = load_corpus(o.data_dir);
+  const Vocabulary vocab = Vocabulary::of({&corpus.train, &corpus.validation});
+  const xtgrad::Indices train_ids = vocab.encode_indices(corpus.train, "the training text");
+  const xtgrad::Indices validation_ids =
+      vocab.encode_indices(corpus.validation, "the validation text");
+  const double unigram = unigram_cross_entropy(train_ids, validation_ids, vocab.size());
+  const double data_seconds = seconds_since(start);
+
+  xtgrad::Generator generator(o.train.seed);
+  xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
+  const std::size_t parameters = parameter_count(model);
+  const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
+  std::FILE* const out_stream = quiet ? std::fopen("/dev/null", "w") : stdout;
+  if (out_stream == nullptr) throw std::runtime_error("cannot open /dev/null");
+  const fs::path out(o.out);
+  std::FILE* samples = nullptr;
+  if (!quiet) {
+    std::printf(
+        "train_gpt: %zu fortune files, %zu training records (%zu characters), %zu validation "
+        "records (%zu characters, every 10th record); %zu distinct characters (%.1f s)\n",
+        corpus.files.size(), corpus.train_records, corpus.train.size(), corpus.validation_records,
+        corpus.validation.size(), vocab.size(), data_seconds);
+    std::printf(
+        "train_gpt: GPT of %zu layers, %zu heads, %zu channels, block %zu: %zu parameters\n",
+        o.model.n_layer, o.model.n_head, o.model.n_embd, o.model.block_size, parameters);
+    std::printf(
+        "train_gpt: unigram baseline (training character frequencies on the validation "
+        "text) %.4f nats\n",
+        unigram);
+    if (parallel.active())
+      std::printf("train_gpt: %d processes, %zu windows of each batch of %zu per process\n",
+                  parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
+                  o.train.batch_size);
+    std::fflush(stdout);
+    fs::create_directories(out);
+    // A resumed run appends to the samples of the run it continues.
+    samples =
+        std::fopen((out / "samples.txt").string().c_str(), o.train.resume.empty() ? "w" : "a");
+    if (samples == nullptr)
+      throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
+  }
+  const TrainResult result = train(model, o.model, {vocab, train_ids, validation_ids}, o.train,
+                                   out_stream, samples, parallel);
+  if (quiet) {
+    std::fclose(out_stream);
+    return 0;
+  }
+  if (std::fclose(samples) != 0)
+    throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
+  const double total_seconds = seconds_since(start);
+  write_history_csv(out / "history.csv", result.history);
+  write_summary_json(out / "summary.json",
+                     summary_of(o, corpus, vocab, parameters, result, unigram, parallel.size(),
+                                data_seconds, total_seconds));
+  const PlotResult plotted = plot_losses(out, unigram);
+  std::printf(
+      "validation loss %.4f nats per character (unigram baseline %.4f) after %zu steps; "
+      "%.0f tokens/s, %.1f s in all\n",
+      result.final_val_loss, unigram, result.step, result.tokens_per_second, total_seconds);
+  std::printf("wrote %s: summary.json, history.csv, samples.txt%s\n", out.string().c_str(),
+              plotted == PlotResult::written ? ", loss.png"
+              : plotted == PlotResult::no_gnuplot
+                  ? " (no picture: gnuplot is not installed; apt-get install gnuplot-nox)"
+                  : " (gnuplot failed: no picture; see gnuplot.log)");
+  return plotted == PlotResult::failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  xtgrad::demo::Parallel parallel(argc, argv);  // the MPI job under mpirun, else nothing
+  Options o;
+  CLI::App app{
+      "Train a character-level GPT on the fortunes of Debian's fortunes package, or "
+      "(--generate) continue a prompt with a saved one"};
+  app.add_option("--n-layer", o.model.n_layer, "Transformer blocks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--n-head", o.model.n_head, "attention heads (divides --n-embd)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--n-embd", o.model.n_embd, "channels")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--block-size", o.model.block_size, "context: characters per training window")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 4096));
+  app.add_option("--dropout", o.model.dropout, "dropout of the embeddings, attention and residuals")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--steps", o.train.steps, "optimizer steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000000));
+  app.add_option("--batch-size", o.train.batch_size, "windows per step (all processes together)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--lr", o.train.lr, "peak learning rate of AdamW")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--min-lr-ratio", o.train.min_lr_ratio,
+                 "the cosine decays the learning rate to this fraction of --lr at the last step")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup-steps", o.train.warmup_steps,
+                 "steps of linear warm-up from 0 (at most half the run)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", o.train.weight_decay,
+                 "AdamW's decoupled weight decay, on the matrices and embeddings only")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--beta2", o.train.beta2, "AdamW's beta2 (beta1 is 0.9)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--grad-clip", o.train.grad_clip, "clip the joint 2-norm of the gradients to this")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--eval-interval", o.train.eval_interval,
+                 "evaluate, sample and save every this many steps (and at the last step)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000000));
+  app.add_option("--eval-windows", o.train.eval_windows,
+                 "windows of block-size characters scored by the periodic validation loss (0: "
+                 "all; the final one scores the whole validation text)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sample-chars", o.train.sample_chars,
+                 "characters generated at each evaluation (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--seed", o.train.seed,
+                 "seed of the initialization, the windows and the samples (with --generate: of "
+                 "the draws)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads,
+                 "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per process "
+                 "under mpirun unless given)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--out", o.out, "output directory")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "directory of the fortune files")->capture_default_str();
+  std::string save, resume;
+  app.add_option("--save", save,
+                 "save the run (model, vocabulary, optimizer, schedule, step) to DIR at every "
+                 "evaluation and at the end");
+  app.add_option("--resume", resume,
+                 "continue the run saved in DIR, bit for bit as if it had not stopped (the "
+                 "model and training options must be the same)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--stop-after", o.train.stop_after,
+                 "stop after this step of the --steps run (the schedule still spans --steps); "
+                 "--save then --resume continues it")
+      ->check(CLI::Range(1, 10000000));
+  std::string generate;
+  app.add_option("--generate", generate,
+                 "generate instead of training: continue --prompt with the model saved in DIR")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--prompt", o.generate.prompt,
+                 "text to continue (also of the samples during training); the default is the "
+                 "fortunes' record separator, so a new fortune begins")
+      ->default_str("'%' and a line break");
+  app.add_option("--max-new-chars", o.generate.max_new_chars, "--generate: characters to add")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--temperature", o.generate.temperature,
+                 "sampling temperature (0: greedy), also of the samples during training")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  std::size_t top_k = 0;
+  app.add_option("--top-k", top_k, "--generate: sample among the k most likely (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+    // Training options make no sense with --generate, nor generation's without it.
+    if (!generate.empty())
+      for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out"})
+        if (app.count(name) > 0)
+          throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
+                                                       "--prompt, --max-new-chars, --temperature, "
+                                                       "--top-k, --seed and --threads"));
+    if (generate.empty())
+      for (const char* name : {"--max-new-chars", "--top-k"})
+        if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
+  } catch (const CLI::CallForHelp&) {
+    if (!parallel.quiet()) std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (!parallel.quiet()) std::cerr << "train_gpt: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  o.train.save = save;
+  o.train.resume = resume;
+  o.train.sample_prompt = o.generate.prompt;
+  o.train.sample_temperature = o.generate.temperature;
+  // One OpenBLAS thread per process under mpirun, unless --threads says otherwise.
+  if (parallel.active() && app.count("--threads") == 0) o.threads = 1;
+  try {
+    if (!generate.empty()) {
+      xtgrad::set_num_threads(o.threads);
+      o.generate.checkpoint = generate;
+      o.generate.seed = o.train.seed;
+      if (top_k > 0) o.generate.top_k = top_k;
+      const std::string text = generate_text(o.generate);
+      if (!parallel.quiet()) std::cout << text << (text.empty() || text.back() != '\n' ? "\n" : "");
+      return 0;
+    }
+    return run_training(o, parallel);
+  } catch (const DataError& e) {
+    parallel.fail(std::string("train_gpt: ") + e.what());  // ends the job under mpirun
+    std::cerr << "train_gpt: " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    parallel.fail(std::string("train_gpt: ") + e.what());
+    std::cerr << "train_gpt: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    parallel.fail(std::string("train_gpt: ") + e.what());
+    std::cerr << "train_gpt: " << e.what() << "\n";
+    return 1;
+  }
+}

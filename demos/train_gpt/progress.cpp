@@ -1,0 +1,85 @@
+// The progress bar of progress.hpp.
+
+#include "progress.hpp"
+
+#include <unistd.h>
+
+namespace gpt_demo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t k_bar_width = 24;
+constexpr double k_redraw_seconds = 0.1;
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long>(seconds + 0.5);
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%ld:%02ld", s / 60, s % 60);
+  return buffer;
+}
+
+}  // namespace
+
+Progress::Progress(std::size_t first_step, std::size_t last_step, std::size_t total_steps,
+                   std::FILE* out)
+    : first_(first_step),
+      last_(last_step),
+      total_(total_steps),
+      out_(out),
+      terminal_(::isatty(::fileno(out)) == 1),
+      mark_(Clock::now()),
+      last_draw_(mark_) {}
+
+void Progress::update(std::size_t step, std::size_t tokens, double loss) {
+  const auto now = Clock::now();
+  seconds_ += std::chrono::duration<double>(now - mark_).count();
+  mark_ = now;
+  tokens_ += tokens;
+  loss_sum_ += loss;
+  ++losses_;
+  const std::size_t done = step - first_, steps = last_ - first_;
+  if (terminal_) {
+    if (step == last_ ||
+        std::chrono::duration<double>(now - last_draw_).count() > k_redraw_seconds) {
+      last_draw_ = now;
+      print(step);
+    }
+  } else if (done * 10 >= next_plain_ * steps) {
+    while (done * 10 >= next_plain_ * steps) ++next_plain_;
+    print(step);
+  }
+}
+
+double Progress::tokens_per_second() const {
+  return seconds_ > 0 ? static_cast<double>(tokens_) / seconds_ : 0.0;
+}
+
+void Progress::print(std::size_t step) {
+  const std::size_t done = step - first_;
+  const double eta = done > 0 ? seconds_ * static_cast<double>(last_ - step) / done : 0.0;
+  const std::size_t filled = total_ ? k_bar_width * step / total_ : k_bar_width;
+  std::string bar(filled, '#');
+  bar.resize(k_bar_width, '.');
+  std::fprintf(out_, "%sstep %zu/%zu [%s] loss %.4f  %.0f tok/s  ETA %s%s", terminal_ ? "\r" : "",
+               step, total_, bar.c_str(), losses_ ? loss_sum_ / losses_ : 0.0, tokens_per_second(),
+               clock_text(eta).c_str(), terminal_ ? "   " : "\n");
+  std::fflush(out_);
+  drawn_ = terminal_;
+  loss_sum_ = 0.0;
+  losses_ = 0;
+}
+
+void Progress::line(const std::string& text) {
+  finish();
+  std::fputs(text.c_str(), out_);
+  std::fflush(out_);
+}
+
+void Progress::finish() {
+  if (drawn_) std::fputc('\n', out_);
+  drawn_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace gpt_demo

@@ -1,0 +1,186 @@
+// save_run, resume_run and read_saved_model (run_state.hpp).
+
+#include "run_state.hpp"
+
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include <xtgrad/modules/dropout.hpp>
+#include <xtgrad/modules/io/state_directory.hpp>
+#include <xtgrad/training/training_state.hpp>
+
+namespace gpt_demo {
+
+namespace {
+
+using namespace xtgrad;
+namespace fs = std::filesystem;
+
+constexpr const char* k_vocab_size = "vocab.size";
+constexpr const char* k_dropout_prefix = "dropout_step.";
+// The whole saved state is read for generation: at most this many bytes of arrays.
+constexpr std::size_t k_max_array_bytes = std::size_t{1} << 32;
+
+std::int64_t seed_bits(std::uint64_t seed) {
+  std::int64_t out = 0;
+  std::memcpy(&out, &seed, sizeof out);  // every seed, exactly
+  return out;
+}
+std::int64_t as_integer(std::size_t v) {
+  return static_cast<std::int64_t>(v);
+}
+
+// The model's sizes (also what --generate needs) and the options a resumed
+// run must repeat, as saved extras.
+TrainingExtras identity_extras(const RunIdentity& id) {
+  const ModelOptions& m = id.model;
+  const TrainOptions& o = id.options;
+  TrainingExtras e;
+  e.integers = {{"model.n_layer", as_integer(m.n_layer)},
+                {"model.n_head", as_integer(m.n_head)},
+                {"model.n_embd", as_integer(m.n_embd)},
+                {"model.block_size", as_integer(m.block_size)},
+                {"option.steps", as_integer(o.steps)},
+                {"option.batch_size", as_integer(o.batch_size)},
+                {"option.warmup_steps", as_integer(o.warmup_steps)},
+                {"option.seed", seed_bits(o.seed)},
+                {"option.eval_interval", as_integer(o.eval_interval)},
+                {"option.eval_windows", as_integer(o.eval_windows)},
+                {"data.train_tokens", as_integer(id.train_tokens)},
+                {"data.validation_tokens", as_integer(id.validation_tokens)},
+                {k_vocab_size, as_integer(id.vocab.size())}};
+  const std::vector<char32_t>& points = id.vocab.code_points();
+  for (std::size_t i = 0; i < points.size(); ++i)
+    e.integers["vocab." + std::to_string(i)] = static_cast<std::int64_t>(points[i]);
+  e.reals = {{"model.dropout", m.dropout},
+             {"option.lr", o.lr},
+             {"option.min_lr_ratio", o.min_lr_ratio},
+             {"option.weight_decay", o.weight_decay},
+             {"option.beta2", o.beta2},
+             {"option.grad_clip", o.grad_clip}};
+  return e;
+}
+
+std::string history_key(std::size_t i, const char* field) {
+  return "history." + std::to_string(i) + "." + field;
+}
+
+template <class Map>
+auto required(const Map& map, const std::string& key) {
+  const auto it = map.find(key);
+  if (it == map.end()) throw std::invalid_argument("not a train_gpt run: no '" + key + "'");
+  return it->second;
+}
+
+// "saved with --batch-size 32, this run has 64" for the key "option.batch_size";
+// the model's sizes as "--n-layer"; the data's and the vocabulary as the corpus.
+template <class V>
+std::invalid_argument mismatch(const std::string& key, V saved, V now) {
+  std::ostringstream message;
+  if (key.rfind("data.", 0) == 0 || key.rfind("vocab.", 0) == 0) {
+    message << "saved from another corpus (" << key << " " << saved << ", this corpus " << now
+            << ")";
+    return std::invalid_argument(message.str());
+  }
+  std::string option = key.substr(key.find('.') + 1);
+  for (char& c : option)
+    if (c == '_') c = '-';
+  message << "saved with --" << option << " " << saved << ", this run has " << now;
+  return std::invalid_argument(message.str());
+}
+
+}  // namespace
+
+void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<float>& optimizer,
+              const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
+              const RunPosition& position) {
+  TrainingExtras extras = identity_extras(identity);
+  extras.integers["step"] = as_integer(position.step);
+  extras.integers["history.size"] = as_integer(position.history.size());
+  extras.integers["interval.steps"] = as_integer(position.interval.steps);
+  extras.reals["interval.loss_sum"] = position.interval.loss_sum;
+  for (std::size_t i = 0; i < position.history.size(); ++i) {
+    const HistoryRecord& r = position.history[i];
+    extras.integers[history_key(i, "step")] = as_integer(r.step);
+    extras.reals[history_key(i, "train_loss")] = r.train_loss;
+    extras.reals[history_key(i, "val_loss")] = r.val_loss;
+    extras.reals[history_key(i, "lr")] = r.lr;
+    extras.reals[history_key(i, "seconds")] = r.seconds;
+  }
+  // Every Dropout module's step (by its name in named_modules): the masks to come.
+  for (auto& [name, module] : model.named_modules())
+    if (const auto* dropout = dynamic_cast<const Dropout<float>*>(module))
+      extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
+  save_training_state(dir, model, optimizer, &schedule, extras);
+}
+
+RunPosition resume_run(const fs::path& dir, GPT<float>& model, optim::Optimizer<float>& optimizer,
+                       optim::LRScheduler<float>& schedule, const RunIdentity& identity) {
+  try {
+    // The model, optimizer and schedule are loaded together (all or nothing);
+    // the options are checked right after, before training starts.
+    const TrainingExtras saved = load_training_state(dir, model, optimizer, &schedule);
+    const TrainingExtras now = identity_extras(identity);
+    // The vocabulary's size first: its entries differ whenever it does.
+    if (required(saved.integers, k_vocab_size) != now.integers.at(k_vocab_size))
+      throw mismatch(k_vocab_size, saved.integers.at(k_vocab_size), now.integers.at(k_vocab_size));
+    for (const auto& [key, value] : now.integers)
+      if (required(saved.integers, key) != value)
+        throw mismatch(key, saved.integers.at(key), value);
+    for (const auto& [key, value] : now.reals)
+      if (required(saved.reals, key) != value) throw mismatch(key, saved.reals.at(key), value);
+    RunPosition position;
+    position.step = static_cast<std::size_t>(required(saved.integers, "step"));
+    position.interval.steps = static_cast<std::size_t>(required(saved.integers, "interval.steps"));
+    position.interval.loss_sum = required(saved.reals, "interval.loss_sum");
+    const std::int64_t records = required(saved.integers, "history.size");
+    for (std::int64_t k = 0; k < records; ++k) {
+      const auto i = static_cast<std::size_t>(k);
+      HistoryRecord r;
+      r.step = static_cast<std::size_t>(required(saved.integers, history_key(i, "step")));
+      r.train_loss = required(saved.reals, history_key(i, "train_loss"));
+      r.val_loss = required(saved.reals, history_key(i, "val_loss"));
+      r.lr = required(saved.reals, history_key(i, "lr"));
+      r.seconds = required(saved.reals, history_key(i, "seconds"));
+      position.history.push_back(r);
+    }
+    for (auto& [name, module] : model.named_modules())
+      if (auto* dropout = dynamic_cast<Dropout<float>*>(module))
+        dropout->set_step(
+            static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name)));
+    return position;
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());
+  }
+}
+
+SavedModel read_saved_model(const fs::path& dir) {
+  try {
+    const StateDict<float> state =
+        load_state_directory<float>(dir, k_max_array_bytes, "train_gpt --generate");
+    const auto integer = [&](const std::string& key) {
+      const std::int64_t v = required(state.integers, "extra." + key);
+      if (v < 0) throw std::invalid_argument("'extra." + key + "' is negative");
+      return static_cast<std::size_t>(v);
+    };
+    SavedModel saved;
+    saved.options.n_layer = integer("model.n_layer");
+    saved.options.n_head = integer("model.n_head");
+    saved.options.n_embd = integer("model.n_embd");
+    saved.options.block_size = integer("model.block_size");
+    saved.options.dropout = required(state.reals, std::string("extra.model.dropout"));
+    saved.step = integer("step");
+    const std::size_t size = integer(k_vocab_size);
+    std::vector<char32_t> points;
+    for (std::size_t i = 0; i < size; ++i)
+      points.push_back(static_cast<char32_t>(integer("vocab." + std::to_string(i))));
+    saved.vocab = Vocabulary::from_code_points(std::move(points));
+    return saved;
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("--generate '" + dir.string() + "': " + e.what());
+  }
+}
+
+}  // namespace gpt_demo

@@ -1,0 +1,62 @@
+#pragma once
+// Saving and resuming a train_gpt run: one training-state directory
+// (training/training_state.hpp, written atomically: a failed save leaves the
+// previous one whole) with the model's parameters, AdamW's moments and step
+// counts, the schedule's position and the loop's scalars: the step, the
+// history, the open interval's loss sum, the options that fix the run's
+// numbers, the model's sizes and the character vocabulary (as code points),
+// so that --generate rebuilds the model and its tokenizer from the directory
+// alone. The data position is the step: the windows of a step are a function
+// of (seed, step, row) (batches.hpp). So a run resumed after step k
+// continues bit for bit as the uninterrupted run would have.
+
+#include <cstddef>
+#include <filesystem>
+#include <vector>
+
+#include <xtgrad/modules/gpt.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+#include "model.hpp"
+#include "tokenizer.hpp"
+#include "train.hpp"
+
+namespace gpt_demo {
+
+// What a run must share with the run it resumes (its numbers depend on them).
+struct RunIdentity {
+  const ModelOptions& model;
+  const TrainOptions& options;
+  const Vocabulary& vocab;
+  std::size_t train_tokens, validation_tokens;
+};
+
+struct RunPosition {
+  std::vector<HistoryRecord> history;
+  std::size_t step = 0;
+  OpenInterval interval;
+};
+
+void save_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
+              const xtgrad::optim::Optimizer<float>& optimizer,
+              const xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity,
+              const RunPosition& position);
+
+// Loads the saved state into `model`, `optimizer` and `schedule` (built as
+// for the first run) and returns the position. std::invalid_argument naming
+// the directory when it is not a saved run or was saved with other options
+// or another corpus.
+RunPosition resume_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
+                       xtgrad::optim::Optimizer<float>& optimizer,
+                       xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity);
+
+// The model of a saved run, for generation: its sizes and vocabulary, then
+// its parameters loaded into a GPT built from them.
+struct SavedModel {
+  ModelOptions options;
+  Vocabulary vocab;
+  std::size_t step = 0;
+};
+SavedModel read_saved_model(const std::filesystem::path& dir);
+
+}  // namespace gpt_demo

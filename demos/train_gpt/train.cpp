@@ -1,0 +1,148 @@
+// The training loop of train.hpp.
+
+#include "train.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/dropout.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+#include "batches.hpp"
+#include "corpus.hpp"
+#include "evaluate.hpp"
+#include "progress.hpp"
+#include "run_state.hpp"
+#include "sampling.hpp"
+
+namespace gpt_demo {
+
+namespace {
+
+using namespace xtgrad;
+
+constexpr std::size_t k_eval_batch_rows = 32;
+
+std::string format(const char* pattern, double a, double b) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, pattern, a, b);
+  return buffer;
+}
+
+// One sample of generated text after step `step`, printed and appended to `samples`.
+void write_sample(const GPT<float>& model, const Vocabulary& vocab,
+                  const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
+                  Progress& progress, std::FILE* samples) {
+  const std::vector<std::int64_t> ids = generate_tokens(
+      model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
+  const std::string text = encode_utf8(vocab.decode(ids));
+  const std::string block = "--- sample after step " + std::to_string(step) + " ---\n" + text +
+                            (text.empty() || text.back() != '\n' ? "\n" : "");
+  progress.line(block);
+  if (std::fputs(block.c_str(), samples) < 0 || std::fflush(samples) != 0)
+    throw std::runtime_error("cannot write the samples file");
+}
+
+}  // namespace
+
+TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
+                  const TrainOptions& o, std::FILE* out, std::FILE* samples,
+                  demo::Parallel& parallel) {
+  const auto [first_row, rows] = parallel.slice(o.batch_size, "--batch-size");
+  const std::size_t T = model_options.block_size;
+  const auto total = static_cast<std::int64_t>(o.steps);
+  const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
+  optim::AdamW<float> optimizer(decay_groups(model, o.lr, o.weight_decay, o.beta2));
+  optim::WarmupCosineLR<float> schedule(
+      optimizer, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
+  const RunIdentity identity{model_options, o, data.vocab, data.train.size(),
+                             data.validation.size()};
+  RunPosition position;
+  if (!o.resume.empty()) position = resume_run(o.resume, model, optimizer, schedule, identity);
+  const std::size_t last = o.stop_after == 0 ? o.steps : std::min(o.stop_after, o.steps);
+  if (position.step >= last)
+    throw std::invalid_argument("--resume: the run has " + std::to_string(position.step) +
+                                " steps done, nothing left to train up to step " +
+                                std::to_string(last));
+  // The samples' prompt is checked before training, not at the first evaluation.
+  const std::vector<std::int64_t> prompt =
+      data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
+  if (o.sample_chars > 0 && prompt.empty())
+    throw std::invalid_argument("--prompt is empty, expected at least one character");
+  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows);
+  std::vector<Parameter<float>*> params;
+  for (Parameter<float>* p : model.parameters())
+    if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
+  const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
+
+  // Under mpirun this rank's rows start at first_row of the global batch: its
+  // dropout masks (keyed by row) are those one process would draw for them.
+  for (auto& [name, module] : model.named_modules())
+    if (auto* dropout = dynamic_cast<Dropout<float>*>(module)) dropout->set_row_offset(first_row);
+  Tape<float> tape;
+  demo::GradientAverager<float> gradients(parallel, model, tape);
+  model.train();
+  Progress progress(position.step, last, o.steps, out);
+  for (std::size_t step = position.step; step < last; ++step) {
+    const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
+    tape.clear();
+    const Var<float> logits = model.forward(tape, batch.inputs);
+    const auto V = static_cast<std::int64_t>(data.vocab.size());
+    const Var<float> loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
+    tape.backward(loss);
+    gradients.finish();
+    const double norm = optim::clip_grad_norm(params, o.grad_clip);
+    if (!std::isfinite(norm))
+      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
+                               ": the gradient norm is " + std::to_string(norm) +
+                               "; try a smaller --lr");
+    optimizer.step();
+    optimizer.zero_grad();
+    schedule.step();
+    const double value = parallel.mean(loss.value()());  // the global batch's mean
+    position.interval.loss_sum += value;
+    ++position.interval.steps;
+    position.step = step + 1;
+    progress.update(position.step, o.batch_size * T, value);
+
+    const bool record = position.step % o.eval_interval == 0 || position.step == o.steps;
+    if (record) {
+      model.eval();
+      HistoryRecord r;
+      r.step = position.step;
+      r.train_loss = position.interval.loss_sum / static_cast<double>(position.interval.steps);
+      r.val_loss = evaluator.periodic(model, parallel);
+      r.lr = schedule.last_lr();
+      r.seconds = seconds_before + progress.train_seconds();
+      position.history.push_back(r);
+      position.interval = {};
+      if (!parallel.quiet()) {
+        progress.line("step " + std::to_string(r.step) +
+                      format(": train loss %.4f  val loss %.4f", r.train_loss, r.val_loss) +
+                      format("  lr %.2e  (%.0f s)\n", r.lr, r.seconds));
+        if (o.sample_chars > 0 && samples != nullptr)
+          write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
+      }
+      model.train();
+    }
+    if (!o.save.empty() && !parallel.quiet() && (record || position.step == last))
+      save_run(o.save, model, optimizer, schedule, identity, position);
+    if (record) progress.skip_time();
+  }
+  progress.finish();
+  TrainResult result;
+  result.tokens_per_second = progress.tokens_per_second();
+  result.train_seconds = progress.train_seconds();
+  model.eval();
+  result.final_val_loss = evaluator.full(model, parallel);
+  result.history = std::move(position.history);
+  result.step = position.step;
+  result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
+  return result;
+}
+
+}  // namespace gpt_demo

@@ -1,0 +1,90 @@
+#pragma once
+// The training loop of train_gpt: AdamW (betas 0.9 and --beta2, decoupled
+// weight decay on the matrices and embeddings only, model.hpp) on batches
+// of random windows (batches.hpp), the loss the mean cross-entropy of the
+// next character at every position; the gradients' joint 2-norm clipped to
+// --grad-clip (optim::clip_grad_norm, torch.nn.utils.clip_grad_norm_); the
+// learning rate warmed up linearly from 0 over --warmup-steps, then decayed
+// on a cosine to --min-lr-ratio times the peak at the last step
+// (optim::WarmupCosineLR, stepped after every optimizer step). Every
+// --eval-interval steps and at the last step: the validation loss on a
+// subset (evaluate.hpp), one row of history, a sample of generated text
+// (GPT::generate, the KV cache) printed and appended to samples.txt, and,
+// with --save, the run state (run_state.hpp). After the last step of this
+// call, the validation loss on the whole validation text.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <xtgrad/engine/indices.hpp>
+#include <xtgrad/modules/gpt.hpp>
+
+#include "../data_parallel.hpp"
+#include "model.hpp"
+#include "tokenizer.hpp"
+
+namespace gpt_demo {
+
+struct TrainOptions {
+  std::size_t steps = 1500;
+  std::size_t batch_size = 32;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio
+  std::size_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta2 = 0.99;
+  double grad_clip = 1.0;
+  std::uint64_t seed = 0;
+  std::size_t eval_interval = 250;
+  std::size_t eval_windows = 128;  // windows of the periodic evaluation
+  std::size_t sample_chars = 200;  // generated at each evaluation (0: none)
+  std::string sample_prompt = "%\n";
+  double sample_temperature = 0.8;
+  std::filesystem::path save;    // at every evaluation and at the end, when not empty
+  std::filesystem::path resume;  // a directory written by --save, when not empty
+  std::size_t stop_after = 0;    // stop after this step (0: train all --steps)
+};
+
+struct HistoryRecord {
+  std::size_t step = 0;     // 1-based, the step just done
+  double train_loss = 0.0;  // mean over the steps since the previous record
+  double val_loss = 0.0;    // the periodic evaluation
+  double lr = 0.0;          // after the step
+  double seconds = 0.0;     // training time of the run so far (resumed calls included)
+};
+
+// What a stopped run carries into the next: the steps since the last record.
+struct OpenInterval {
+  double loss_sum = 0.0;
+  std::size_t steps = 0;
+};
+
+struct TrainData {
+  const Vocabulary& vocab;
+  const xtgrad::Indices& train;       // [N] ids
+  const xtgrad::Indices& validation;  // [M] ids
+};
+
+struct TrainResult {
+  std::vector<HistoryRecord> history;  // resumed records included
+  std::size_t step = 0;                // steps done
+  double final_val_loss = 0.0;         // on the whole validation text
+  double final_train_loss = 0.0;       // the last record's
+  double tokens_per_second = 0.0;      // of this call's training steps
+  double train_seconds = 0.0;          // this call's
+};
+
+// Trains `model` from the start or from the state in options.resume up to
+// stop_after (or --steps), printing progress to `out` and the samples to
+// `samples` (null: none; rank 0's). Under mpirun each rank computes its
+// rows of every batch with the gradients averaged over the job; rank 0
+// alone saves.
+TrainResult train(xtgrad::GPT<float>& model, const ModelOptions& model_options,
+                  const TrainData& data, const TrainOptions& options, std::FILE* out,
+                  std::FILE* samples, xtgrad::demo::Parallel& parallel);
+
+}  // namespace gpt_demo
