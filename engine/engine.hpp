@@ -6,6 +6,7 @@
 #include "graph_dot.hpp"
 #include "indices.hpp"
 #include "ops/activations.hpp"
+#include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/dropout.hpp"
 #include "ops/elementwise.hpp"

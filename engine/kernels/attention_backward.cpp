@@ -1,0 +1,210 @@
+#include "softmax_kernels.hpp"  // first (through simd.hpp): see simd.hpp
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention_kernels.hpp"
+#include "parallel.hpp"
+#include "scratch.hpp"
+
+namespace xtgrad::detail::attention {
+
+namespace {
+
+// Tasks per (batch, kv head) wanted before the key tiles of one head are
+// split between tasks. A function of the shape only (not of the thread
+// count), so that dq's partial sums, and so its bits, do not depend on it.
+constexpr std::size_t k_min_tasks = 8;
+
+// What all tasks read: per (batch, head) the packed query rows [Tq, Dh
+// padded] and output-gradient rows [Tq, Dv padded] (B operands of dK and
+// dV), D = rowsum(dO o O) [Tq], and the partial dq sums.
+template <class T>
+struct Shared {
+  T* q_packed = nullptr;
+  T* d_out_packed = nullptr;
+  T* row_dot = nullptr;     // D [B, H, Tq]
+  T* dq_partial = nullptr;  // [splits, B, H, Tq, Dh padded]
+  std::size_t splits = 1;
+};
+
+template <class T>
+void prepare(const Problem<T>& p, const T* q, const T* o, const T* d_out, const Shared<T>& sh) {
+  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+  parallel_for_rows(p.batch * p.heads, 1, [&](std::size_t h0, std::size_t h1) {
+    for (std::size_t head = h0; head < h1; ++head) {
+      const std::size_t b = head / p.heads, h = head % p.heads;
+      pack_rows(q + p.q.at(b, h, 0), p.q.row, p.q_len, p.qk_dim,
+                sh.q_packed + head * p.q_len * dh_padded, dh_padded);
+      pack_rows(d_out + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim,
+                sh.d_out_packed + head * p.q_len * dv_padded, dv_padded);
+      for (std::size_t i = 0; i < p.q_len; ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
+        const T* go = d_out + p.o.at(b, h, i);
+        const T* oo = o + p.o.at(b, h, i);
+        T sum = T(0);
+        for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
+        sh.row_dot[head * p.q_len + i] = sum;
+      }
+    }
+  });
+}
+
+// Scratch of one task: the key tile packed three ways, its dK and dV
+// accumulators, and the P, dropped P and dP / dS tiles of one query tile.
+template <class T>
+struct TaskTiles {
+  T *k, *kt, *vt, *dk, *dv, *s, *pd, *ds;
+  TaskTiles(const Problem<T>& p, const Tiles& t) {
+    const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+    const std::size_t tile = t.rows * t.cols;
+    k = aligned_thread_scratch<T>(
+        ScratchSlot::attention_tiles,
+        t.cols * (2 * dh_padded + 2 * dv_padded) + (p.qk_dim + p.v_dim) * t.cols + 3 * tile);
+    dk = k + t.cols * dh_padded;
+    dv = dk + t.cols * dh_padded;
+    kt = dv + t.cols * dv_padded;
+    vt = kt + p.qk_dim * t.cols;
+    s = vt + p.v_dim * t.cols;
+    pd = s + tile;
+    ds = pd + tile;
+  }
+};
+
+// Query rows [i0, i0 + rows) of head h against key tile [j0, j0 + count).
+template <class T>
+void backward_step(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
+                   const TaskTiles<T>& w, const T* q, const T* d_out, const T* lse,
+                   std::size_t split, std::size_t b, std::size_t h, std::size_t i0,
+                   std::size_t rows, std::size_t j0, std::size_t count) {
+  const std::size_t bc = tiles.cols;
+  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+  const std::size_t head = b * p.heads + h;
+  // s[rows, Bc] = q[rows, Dh] . kt[Dh, Bc]
+  tile_product<T, false>(rows, bc, p.qk_dim, q + p.q.at(b, h, i0), p.q.row, 1, w.kt, bc, w.s, bc);
+  // ds[rows, Bc] = dO[rows, Dv] . vt[Dv, Bc]   (dP, dropped-probability gradient)
+  tile_product<T, false>(rows, bc, p.v_dim, d_out + p.o.at(b, h, i0), p.o.row, 1, w.vt, bc, w.ds,
+                         bc);
+  const T* pd = w.s;  // P itself when there is no dropout
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t i = i0 + r;
+    T* sr = w.s + r * bc;
+    T* dsr = w.ds + r * bc;
+    score_row(p, b, h, i, j0, count, bc, sr);
+    // P[r, :] = exp(s - L[i])  (0 for hidden keys and for rows with L = +inf)
+    exp_minus_scalar<T, true, false>(sr, lse[head * p.q_len + i], T(0), sr, bc);
+    if (p.dropout) {  // pd = P keep / (1 - p);  dP = dP_dropped keep / (1 - p)
+      T* pdr = w.pd + r * bc;
+      std::fill(pdr + count, pdr + bc, T(0));
+      for_dropout_row(p, b, h, i, j0, count, [&](std::size_t j, bool kept) {
+        pdr[j] = kept ? sr[j] * p.keep_scale : T(0);
+        dsr[j] = kept ? dsr[j] * p.keep_scale : T(0);
+      });
+    }
+    // dS[r, :] = scale P (dP - D[i])   (the scale of dQ and dK folded in)
+    const T d_i = sh.row_dot[head * p.q_len + i];
+    for (std::size_t j = 0; j < bc; ++j) dsr[j] = p.scale * sr[j] * (dsr[j] - d_i);
+  }
+  if (p.dropout) pd = w.pd;
+  // dv[count, Dv] += pd^T[count, rows] . dO[rows, Dv]
+  tile_product<T, true>(count, dv_padded, rows, pd, 1, static_cast<std::ptrdiff_t>(bc),
+                        sh.d_out_packed + (head * p.q_len + i0) * dv_padded, dv_padded, w.dv,
+                        dv_padded);
+  // dq[rows, Dh] += dS[rows, count] . k[count, Dh]
+  T* dq_rows = sh.dq_partial + ((split * p.batch * p.heads + head) * p.q_len + i0) * dh_padded;
+  tile_product<T, true>(rows, dh_padded, count, w.ds, bc, 1, w.k, dh_padded, dq_rows, dh_padded);
+  // dk[count, Dh] += dS^T[count, rows] . q[rows, Dh]
+  tile_product<T, true>(count, dh_padded, rows, w.ds, 1, static_cast<std::ptrdiff_t>(bc),
+                        sh.q_packed + (head * p.q_len + i0) * dh_padded, dh_padded, w.dk,
+                        dh_padded);
+}
+
+// One task: key tiles split, split + splits, ... of kv head (b, hk).
+template <class T>
+void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh, const T* q,
+                   const T* k, const T* v, const T* d_out, const T* lse, T* dk, T* dv,
+                   std::size_t b, std::size_t hk, std::size_t split) {
+  const std::size_t br = tiles.rows, bc = tiles.cols, group = p.group();
+  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+  const TaskTiles<T> w(p, tiles);
+  for (std::size_t h = hk * group; h < (hk + 1) * group; ++h) {  // this task's partial dq = 0
+    T* dq_head = sh.dq_partial + ((split * p.batch + b) * p.heads + h) * p.q_len * dh_padded;
+    std::fill(dq_head, dq_head + p.q_len * dh_padded, T(0));
+  }
+  const std::size_t key_tiles = (p.k_len + bc - 1) / bc;
+  for (std::size_t tile = split; tile < key_tiles; tile += sh.splits) {
+    const std::size_t j0 = tile * bc, count = std::min(bc, p.k_len - j0);
+    const T* k_rows = k + p.k.at(b, hk, j0);
+    const T* v_rows = v + p.v.at(b, hk, j0);
+    pack_rows(k_rows, p.k.row, count, p.qk_dim, w.k, dh_padded);  // k [count, Dh]
+    pack_transposed(k_rows, p.k.row, count, p.qk_dim, w.kt, bc);  // k^T [Dh, Bc]
+    pack_transposed(v_rows, p.v.row, count, p.v_dim, w.vt, bc);   // v^T [Dv, Bc]
+    std::fill(w.dk, w.dk + count * dh_padded, T(0));
+    std::fill(w.dv, w.dv + count * dv_padded, T(0));
+    // causal: query rows i < j0 see none of these keys
+    const std::size_t first = p.causal ? j0 / br * br : 0;
+    for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+      for (std::size_t i0 = first; i0 < p.q_len; i0 += br)
+        backward_step(p, tiles, sh, w, q, d_out, lse, split, b, h, i0, std::min(br, p.q_len - i0),
+                      j0, count);
+    for (std::size_t j = 0; j < count; ++j) {  // dk, dv rows of this key tile, written once
+      if (dk != nullptr)
+        std::copy(w.dk + j * dh_padded, w.dk + j * dh_padded + p.qk_dim,
+                  dk + p.k.at(b, hk, j0 + j));
+      if (dv != nullptr)
+        std::copy(w.dv + j * dv_padded, w.dv + j * dv_padded + p.v_dim, dv + p.v.at(b, hk, j0 + j));
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void backward(const Problem<T>& p, const T* q, const T* k, const T* v, const T* o, const T* d_out,
+              const T* lse, T* dq, T* dk, T* dv) {
+  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim);
+  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+  const std::size_t heads = p.batch * p.heads, kv_heads = p.batch * p.kv_heads;
+  const std::size_t key_tiles = (p.k_len + tiles.cols - 1) / tiles.cols;
+  Shared<T> sh;
+  sh.splits =
+      kv_heads >= k_min_tasks
+          ? 1
+          : std::max<std::size_t>(1, std::min(key_tiles, (k_min_tasks + kv_heads - 1) /
+                                                             std::max<std::size_t>(kv_heads, 1)));
+  const std::size_t rows_size = padded<T>(heads * p.q_len + 1);
+  sh.row_dot = aligned_thread_scratch<T>(ScratchSlot::attention_rows,
+                                         rows_size + sh.splits * heads * p.q_len * dh_padded);
+  sh.dq_partial = sh.row_dot + rows_size;
+  sh.q_packed = aligned_thread_scratch<T>(ScratchSlot::attention_packed,
+                                          heads * p.q_len * (dh_padded + dv_padded) + 1);
+  sh.d_out_packed = sh.q_packed + heads * p.q_len * dh_padded;
+  prepare(p, q, o, d_out, sh);
+
+  parallel_for_rows(kv_heads * sh.splits, 1, [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t task = t0; task < t1; ++task) {
+      const std::size_t head = task / sh.splits, split = task % sh.splits;
+      backward_task(p, tiles, sh, q, k, v, d_out, lse, dk, dv, head / p.kv_heads, head % p.kv_heads,
+                    split);
+    }
+  });
+  if (dq == nullptr) return;
+  // dq[b, h, i, :] = sum over splits of the partials, in split order
+  parallel_for_rows(heads * p.q_len, 64, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t row = r0; row < r1; ++row) {
+      const std::size_t head = row / p.q_len, i = row % p.q_len;
+      T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
+      const T* part = sh.dq_partial + row * dh_padded;
+      std::copy(part, part + p.qk_dim, out);
+      for (std::size_t s = 1; s < sh.splits; ++s)
+        for (std::size_t d = 0; d < p.qk_dim; ++d)
+          out[d] += part[s * heads * p.q_len * dh_padded + d];
+    }
+  });
+}
+
+template void backward(const Problem<float>&, const float*, const float*, const float*,
+                       const float*, const float*, const float*, float*, float*, float*);
+template void backward(const Problem<double>&, const double*, const double*, const double*,
+                       const double*, const double*, const double*, double*, double*, double*);
+
+}  // namespace xtgrad::detail::attention

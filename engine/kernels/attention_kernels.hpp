@@ -1,0 +1,40 @@
+#pragma once
+// The fused attention kernels (internal), FlashAttention-2 on the CPU (Dao
+// 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+// Partitioning", Algorithms 1 and 2). ops/attention states the formulas;
+// attention_problem.hpp the layouts. Neither kernel ever holds a [Tq, Tk]
+// score matrix: only tiles of Br x Bc.
+//
+// Forward: per (batch, head, tile of Br queries) task, over the key tiles
+// the queries may see, S = scale Q K^T (+ mask), the online softmax (running
+// row maximum m and sum l, rescaling the output accumulator when m grows),
+// O += P V with P dropped out when dropout is on; then O /= l and the row's
+// log-sum-exp L = m + log l is written (+inf for a row that sees no key, so
+// that backward's P = exp(S - L) is 0 there and so is its output).
+//
+// Backward: per (batch, kv head, block of key tiles) task, for each key tile
+// and each query head of its group and each query tile: P = exp(S - L),
+// dV += P_dropped^T dO, dP = dO V^T (dropped as P), dS = P (dP - D) with
+// D = rowsum(dO o O), dQ += scale dS K, dK += scale dS^T Q. A task owns its
+// key tiles' dK and dV; dQ gets a partial per block of key tiles, summed in a
+// last pass. How many blocks depends only on the shape, so the result is the
+// same at any thread count.
+
+#include <cstddef>
+
+#include "attention_problem.hpp"  // first (through simd.hpp): see simd.hpp
+
+namespace xtgrad::detail::attention {
+
+// o [B, H, Tq, Dv] as placed by p.o; lse [B, H, Tq] contiguous.
+template <class T>
+void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* o, T* lse);
+
+// dq, dk, dv placed as q, k, v and overwritten (each element written once);
+// a null pointer skips that gradient's writes (the work is shared anyway).
+// d_out placed as o.
+template <class T>
+void backward(const Problem<T>& p, const T* q, const T* k, const T* v, const T* o, const T* d_out,
+              const T* lse, T* dq, T* dk, T* dv);
+
+}  // namespace xtgrad::detail::attention

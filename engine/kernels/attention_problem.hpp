@@ -1,0 +1,128 @@
+#pragma once
+// What the fused attention kernels compute on (internal): the sizes, where
+// each head's rows live in memory, the mask seen through broadcast strides,
+// the scale, causality and dropout, the tile sizes, and the passes over one
+// row of a score tile that the forward and backward kernels share.
+//
+// Operands are read through strides so that one kernel serves the
+// [B, H, T, D] tensors of scaled_dot_product_attention and the packed
+// [B, T, 3C] projections of packed_qkv_attention alike: element (b, h, t, d)
+// of an operand is at b * batch + h * head + t * row + d.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "../ops/dropout.hpp"
+#include "attention_tiles.hpp"  // first (through simd.hpp): see simd.hpp
+#include "counter_rng.hpp"
+
+namespace xtgrad::detail::attention {
+
+struct Operand {
+  std::ptrdiff_t batch = 0, head = 0, row = 0;
+  std::ptrdiff_t at(std::size_t b, std::size_t h, std::size_t t) const {
+    return static_cast<std::ptrdiff_t>(b) * batch + static_cast<std::ptrdiff_t>(h) * head +
+           static_cast<std::ptrdiff_t>(t) * row;
+  }
+};
+
+// A mask broadcast to [B, H, Tq, Tk] by strides (0 along a broadcast axis):
+// keep (true = may attend) or additive, or neither.
+template <class T>
+struct MaskView {
+  const bool* keep = nullptr;
+  const T* additive = nullptr;
+  std::ptrdiff_t batch = 0, head = 0, row = 0, col = 0;
+};
+
+template <class T>
+struct Problem {
+  std::size_t batch = 0, heads = 0, kv_heads = 0, q_len = 0, k_len = 0, qk_dim = 0, v_dim = 0;
+  Operand q, k, v, o;  // o also places dO; dq, dk, dv are placed as q, k, v
+  MaskView<T> mask;
+  bool causal = false;
+  T scale = T(1);
+  bool dropout = false;         // dropout_p > 0
+  std::uint32_t threshold = 0;  // keep element when its word >= threshold
+  T keep_scale = T(1);          // 1 / (1 - dropout_p)
+  DropoutKey key;
+
+  std::size_t group() const { return heads / kv_heads; }  // query heads per kv head
+  // The dropout counter of element (b, h, i, j) of the [B, H, Tq, Tk] probabilities.
+  std::uint64_t counter(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
+    return key.first_element + ((static_cast<std::uint64_t>(b) * heads + h) * q_len + i) * k_len +
+           j;
+  }
+};
+
+// Query rows (Br) and key rows (Bc) of a tile. Bc: the packed K^T and V
+// tiles of one key tile fill about half of L1, within 4 and 16 vector widths
+// (4: one full register block of the micro-kernel per row of S); Br the
+// same. Measured at Dh = 64 in float (AVX-512, 48 KiB L1): Br, Bc from 32
+// to 128 are all within the run-to-run noise of each other.
+struct Tiles {
+  std::size_t rows = 0, cols = 0;
+};
+
+template <class T>
+Tiles choose_tiles(std::size_t qk_dim, std::size_t v_dim) {
+  constexpr std::size_t W = k_lanes<T>;
+  const long reported = ::sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  const std::size_t l1 = reported > 0 ? static_cast<std::size_t>(reported) : 32 * 1024;
+  const std::size_t per_key = (padded<T>(qk_dim) + padded<T>(v_dim)) * sizeof(T);
+  std::size_t cols = (l1 / 2) / std::max<std::size_t>(per_key, 1) / W * W;
+  cols = std::clamp(cols, k_vectors * W, 16 * W);
+  return {cols, cols};
+}
+
+// Score row i of a tile, in place: s[j] = scale * s[j] (+ additive mask), or
+// -inf where the boolean mask or causality hides key j0 + j, for j < count;
+// -inf for the padding count <= j < width.
+template <class T>
+void score_row(const Problem<T>& p, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
+               std::size_t count, std::size_t width, T* s) {
+  constexpr T minus_inf = -std::numeric_limits<T>::infinity();
+  const T scale = p.scale;
+  for (std::size_t j = 0; j < count; ++j) s[j] *= scale;
+  const MaskView<T>& m = p.mask;
+  if (m.additive != nullptr || m.keep != nullptr) {
+    const std::ptrdiff_t base =
+        static_cast<std::ptrdiff_t>(b) * m.batch + static_cast<std::ptrdiff_t>(h) * m.head +
+        static_cast<std::ptrdiff_t>(i) * m.row + static_cast<std::ptrdiff_t>(j0) * m.col;
+    if (m.additive != nullptr) {
+      const T* add = m.additive + base;
+      for (std::size_t j = 0; j < count; ++j) s[j] += add[static_cast<std::ptrdiff_t>(j) * m.col];
+    } else {
+      const bool* keep = m.keep + base;
+      for (std::size_t j = 0; j < count; ++j)
+        if (!keep[static_cast<std::ptrdiff_t>(j) * m.col]) s[j] = minus_inf;
+    }
+  }
+  if (p.causal && j0 + count > i + 1)  // keys j0 + j > i are hidden
+    std::fill(s + (i + 1 > j0 ? i + 1 - j0 : 0), s + count, minus_inf);
+  std::fill(s + count, s + width, minus_inf);
+}
+
+// The dropout of one tile row: f(j, kept) for j < count, kept = the mask of
+// element (b, h, i, j0 + j) (dropout_mask.hpp's rule on the same counters).
+template <class T, class F>
+void for_dropout_row(const Problem<T>& p, std::size_t b, std::size_t h, std::size_t i,
+                     std::size_t j0, std::size_t count, F&& f) {
+  const std::uint32_t threshold = p.threshold;
+  uniform_words(p.key.seed, p.key.step, p.counter(b, h, i, j0), count,
+                [&](std::size_t at, const std::uint32_t* words, std::size_t n) {
+                  for (std::size_t j = 0; j < n; ++j) f(at + j, words[j] >= threshold);
+                });
+}
+
+// The keys [0, end) that query rows below i1 may see (causal: keys j <= i1 - 1).
+template <class T>
+std::size_t visible_keys(const Problem<T>& p, std::size_t i1) {
+  return p.causal ? std::min(p.k_len, i1) : p.k_len;
+}
+
+}  // namespace xtgrad::detail::attention
