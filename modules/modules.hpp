@@ -1,22 +1,28 @@
 #pragma once
-// Everything in modules/: Module, Linear, Mlp, Sequential, the FFN family,
-// the norms, Dropout, Embedding, PreNormResidual, the functional API
-// the Batcher, and .npy / safetensors / IDX / checkpoint I/O (modules/io).
+// Everything in modules/: Module, Linear, Conv1D, Mlp, Sequential, the FFN
+// family, the norms, Dropout, Embedding, PreNormResidual, the attention
+// modules, TransformerBlock, GPT and its KvCache, the functional API, the
+// Batcher, and .npy / safetensors / IDX / checkpoint / Hugging Face I/O (modules/io).
 
+#include "attention.hpp"
+#include "conv1d.hpp"
 #include "data/batcher.hpp"
 #include "dropout.hpp"
 #include "embedding.hpp"
 #include "feed_forward.hpp"
 #include "functional.hpp"
 #include "gated_ffn.hpp"
+#include "gpt.hpp"
 #include "init.hpp"
 #include "io/checkpoint.hpp"
+#include "io/hf_gpt2.hpp"
 #include "io/hf_mlp.hpp"
 #include "io/idx.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "io/safetensors_checkpoint.hpp"
 #include "io/state_directory.hpp"
+#include "kv_cache.hpp"
 #include "linear.hpp"
 #include "mlp.hpp"
 #include "module.hpp"
@@ -26,3 +32,4 @@
 #include "pre_norm_residual.hpp"
 #include "sequential.hpp"
 #include "tensor_dict.hpp"
+#include "transformer_block.hpp"

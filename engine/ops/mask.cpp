@@ -1,0 +1,387 @@
+#include "mask.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "../check.hpp"
+#include "../errors.hpp"
+#include "../kernels/broadcast.hpp"
+#include "../kernels/parallel.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+// "(NumPy rules: ...; axis -k has m in 'mask' and n in 'x')": the reason a shape
+// does not broadcast, for the messages below.
+std::string numpy_rule(const std::string& detail) {
+  return " (NumPy rules: aligned from the right, each axis equal or 1; " + detail + ")";
+}
+
+// masked_fill: `mask` must broadcast to x's shape itself (y has x's shape).
+void check_mask_broadcasts_to(const char* op, const Shape& mask, const Shape& x) {
+  const std::string expected =
+      "a shape that broadcasts to the shape " + detail::shape_str(x) + " of argument 'x'";
+  if (mask.size() > x.size())
+    detail::fail_shape(op, "mask", mask,
+                       expected + numpy_rule("'mask' has more axes than 'x'; y has x's shape"));
+  for (std::size_t k = 1; k <= mask.size(); ++k) {
+    const std::size_t m = mask[mask.size() - k], n = x[x.size() - k];
+    if (m != n && m != 1)
+      detail::fail_shape(
+          op, "mask", mask,
+          expected + numpy_rule("axis -" + std::to_string(k) + " has " + std::to_string(m) +
+                                " in 'mask' and " + std::to_string(n) + " in 'x'"));
+  }
+}
+
+// where: the broadcast shape of cond and of a-and-b's broadcast shape `ab`.
+Shape broadcast_with_cond(const char* op, const Shape& cond, const Shape& ab) {
+  const std::size_t rank = std::max(cond.size(), ab.size());
+  Shape out(rank, 1);
+  for (std::size_t k = 1; k <= rank; ++k) {
+    const std::size_t nc = k <= cond.size() ? cond[cond.size() - k] : 1;
+    const std::size_t nab = k <= ab.size() ? ab[ab.size() - k] : 1;
+    if (nc != nab && nc != 1 && nab != 1)
+      detail::fail_shape(
+          op, "cond", cond,
+          "a shape that broadcasts with the shape " + detail::shape_str(ab) +
+              " of arguments 'a' and 'b' broadcast together" +
+              numpy_rule("axis -" + std::to_string(k) + " has " + std::to_string(nc) +
+                         " in 'cond' and " + std::to_string(nab) + " in 'a' and 'b'"));
+    out[rank - k] = nc == 1 ? nab : nc;
+  }
+  return out;
+}
+
+// run(o, m, n, step) once per run of a result of shape `out` (`size`
+// elements): result elements o + j, j < n, pair with mask element m + j * step.
+template <class Run>
+void for_each_mask_run(const Shape& out, std::size_t size, const Shape& mask, Run&& run) {
+  if (mask == out) {
+    if (size != 0) run(std::size_t(0), std::size_t(0), size, true);
+    return;
+  }
+  const detail::BroadcastPlan plan = detail::make_plan(out, {&mask, &mask});
+  detail::for_each_run(
+      plan, size, [&](std::size_t o, std::size_t m, std::size_t, std::size_t n, bool step, bool) {
+        run(o, m, n, step);
+      });
+}
+
+// dst[out] = mask broadcast to `out`.
+void expand_mask(const xt::xarray<bool>& mask, const Shape& out, std::size_t size, bool* dst) {
+  const bool* md = mask.data();
+  for_each_mask_run(out, size, mask.shape(),
+                    [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
+                      if (step)
+                        std::copy(md + m, md + m + n, dst + o);
+                      else
+                        std::fill(dst + o, dst + o + n, md[m]);
+                    });
+}
+
+// d[j] (+)= (m[j * step] == keep) ? g[j] : 0 for j < n: the gradient of a
+// selection, passing dy where the mask equals `keep` and 0 elsewhere.
+template <bool add, class T>
+void select_grad(T* d, const T* g, const bool* m, bool step, bool keep, std::size_t n) {
+  if (step) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const T v = m[j] == keep ? g[j] : T(0);
+      if constexpr (add)
+        d[j] += v;
+      else
+        d[j] = v;
+    }
+  } else if (*m == keep) {
+    if constexpr (add)
+      for (std::size_t j = 0; j < n; ++j) d[j] += g[j];
+    else
+      std::copy(g, g + n, d);
+  } else if constexpr (!add) {
+    std::fill(d, d + n, T(0));
+  }
+}
+
+// The bytes of a mask (0 or 1 each): GCC 12 vectorizes a select on
+// `c[j] != 0` over unsigned char, not the same select over bool.
+const unsigned char* mask_bytes(const bool* m) {
+  return reinterpret_cast<const unsigned char*>(m);
+}
+
+// y[j] = c[j] ? a[j * step_a] : b[j * step_b] for j < n; one loop per step
+// pattern, as detail::binary_run. Both operands are loaded unconditionally, so
+// that the select vectorizes (a blend) instead of branching per element.
+template <class T>
+void select_run(T* y, const bool* cond, const T* a, bool step_a, const T* b, bool step_b,
+                std::size_t n) {
+  const unsigned char* c = mask_bytes(cond);
+  if (step_a && step_b) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const T av = a[j], bv = b[j];
+      y[j] = c[j] != 0 ? av : bv;
+    }
+  } else if (step_a) {
+    const T b0 = *b;
+    for (std::size_t j = 0; j < n; ++j) {
+      const T av = a[j];
+      y[j] = c[j] != 0 ? av : b0;
+    }
+  } else if (step_b) {
+    const T a0 = *a;
+    for (std::size_t j = 0; j < n; ++j) {
+      const T bv = b[j];
+      y[j] = c[j] != 0 ? a0 : bv;
+    }
+  } else {
+    const T a0 = *a, b0 = *b;
+    for (std::size_t j = 0; j < n; ++j) y[j] = c[j] != 0 ? a0 : b0;
+  }
+}
+
+// where's backward for one operand: d[operand] (+)= sum over the operand's
+// repeated axes of (c == keep ? dy : 0), c being cond expanded to dy's shape.
+template <class T>
+void where_operand_backward(const xt::xarray<T>& dy, const bool* c, bool keep, GradSlot<T> d) {
+  const std::size_t n = dy.size();
+  if (d.buffer.shape() == dy.shape()) {  // d[y] (+)= c[y] == keep ? dy[y] : 0, in place
+    if (d.accumulate)
+      select_grad<true>(d.buffer.data(), dy.data(), c, true, keep, n);
+    else
+      select_grad<false>(d.buffer.data(), dy.data(), c, true, keep, n);
+    return;
+  }
+  xt::xarray<T> selected = xt::empty<T>(dy.shape());  // [y]
+  select_grad<false>(selected.data(), dy.data(), c, true, keep, n);
+  detail::sum_to_shape(selected, d);  // d[operand] (+)= sum over repeated axes of selected[y]
+}
+
+// The columns [begin, end) of row i of an [R, C] matrix that tril (upper ==
+// false) or triu (upper == true) keeps; `diagonal` already clamped to [-R, C],
+// so that no sum below overflows (beyond that range the result no longer
+// changes: all or nothing is kept).
+template <bool upper>
+std::pair<std::size_t, std::size_t> kept_columns(std::int64_t i, std::int64_t cols,
+                                                 std::int64_t diagonal) {
+  if constexpr (upper) {  // j - i >= diagonal
+    return {static_cast<std::size_t>(std::clamp<std::int64_t>(i + diagonal, 0, cols)),
+            static_cast<std::size_t>(cols)};
+  } else {  // j - i <= diagonal
+    return {0, static_cast<std::size_t>(std::clamp<std::int64_t>(i + diagonal + 1, 0, cols))};
+  }
+}
+
+std::int64_t clamp_diagonal(std::int64_t diagonal, std::size_t rows, std::size_t cols) {
+  return std::clamp(diagonal, -static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols));
+}
+
+// d[r, :] (+)= the kept columns of s[r, :], 0 elsewhere, for every row r of a
+// stack of [R, C] matrices stored row after row (`rows` rows in all).
+template <bool upper, bool add, class T>
+void triangle_pass(const T* s, T* d, std::size_t rows, std::size_t r_count, std::size_t cols,
+                   std::int64_t diagonal) {
+  const auto c = static_cast<std::int64_t>(cols);
+  detail::parallel_for_rows(
+      rows, std::max<std::size_t>(detail::k_parallel_light / std::max<std::size_t>(cols, 1), 1),
+      [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+          const auto [begin, end] =
+              kept_columns<upper>(static_cast<std::int64_t>(r % r_count), c, diagonal);
+          const T* sr = s + r * cols;
+          T* dr = d + r * cols;
+          if constexpr (add) {
+            for (std::size_t j = begin; j < end; ++j) dr[j] += sr[j];
+          } else {
+            std::fill(dr, dr + begin, T(0));
+            std::copy(sr + begin, sr + end, dr + begin);
+            std::fill(dr + end, dr + cols, T(0));
+          }
+        }
+      });
+}
+
+// triu and tril share their checks, recording and layout.
+template <class T, bool upper>
+Var<T> triangle(const char* op, const Var<T>& x, std::int64_t diagonal) {
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const Shape& shape = x.shape();
+  if (shape.size() < 2)
+    detail::fail_shape(op, "x", shape,
+                       "a tensor of rank >= 2 (the last two axes are the matrices)");
+  const std::size_t r_count = shape[shape.size() - 2], cols = shape[shape.size() - 1];
+  const std::int64_t d = clamp_diagonal(diagonal, r_count, cols);
+
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(shape);
+  const std::size_t rows = cols == 0 ? 0 : xv.size() / cols;
+  // y[.., i, j] = x[.., i, j] where kept, 0 elsewhere
+  triangle_pass<upper, false>(xv.data(), y.data(), rows, r_count, cols, d);
+
+  tape.set_backward(yi, [xi, rows, r_count, cols, d](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    const GradPointer<T> dx = t.grad_pointer(xi);
+    if (dx.accumulate)  // dx[.., i, j] += dy[.., i, j] where kept
+      triangle_pass<upper, true>(dy.data(), dx.data, rows, r_count, cols, d);
+    else  // dx[.., i, j] = dy[.., i, j] where kept, 0 elsewhere
+      triangle_pass<upper, false>(dy.data(), dx.data, rows, r_count, cols, d);
+  });
+  return tape.var(yi);
+}
+
+}  // namespace
+
+template <class T>
+Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) {
+  static constexpr const char* op = "masked_fill";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  check_mask_broadcasts_to(op, mask.shape(), x.shape());
+  if (std::isfinite(value) && std::abs(value) > static_cast<double>(std::numeric_limits<T>::max()))
+    detail::fail_argument(op, "value",
+                          "is " + detail::number_str(value) +
+                              ", which overflows the element type (expected a value in [-" +
+                              detail::number_str(std::numeric_limits<T>::max()) + ", " +
+                              detail::number_str(std::numeric_limits<T>::max()) +
+                              "], +-inf or NaN)");
+  const T fill = static_cast<T>(value);
+
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(xv.shape());
+  const T* xd = xv.data();
+  T* yd = y.data();
+  const bool* md = mask.data();
+  // y[x] = mask[x] ? value : x[x], mask broadcast to x's shape
+  for_each_mask_run(y.shape(), y.size(), mask.shape(),
+                    [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
+                      if (step)
+                        select_run(yd + o, md + m, &fill, false, xd + o, true, n);
+                      else if (md[m])
+                        std::fill(yd + o, yd + o + n, fill);
+                      else
+                        std::copy(xd + o, xd + o + n, yd + o);
+                    });
+
+  // Backward reads the mask from this node's saved buffer (no copy when no
+  // gradient is needed).
+  const Shape mask_shape = mask.shape();
+  if (tape.requires_grad(yi))
+    std::copy(md, md + mask.size(), tape.template save<bool>(yi, mask.size()));
+  tape.set_backward(yi, [xi, yi, mask_shape](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(xi)) return;
+    const GradPointer<T> dx = t.grad_pointer(xi);
+    const bool* saved = t.template saved<bool>(yi);
+    const T* g = dy.data();
+    // dx[x] (+)= mask[x] ? 0 : dy[x]
+    for_each_mask_run(dy.shape(), dy.size(), mask_shape,
+                      [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
+                        if (dx.accumulate)
+                          select_grad<true>(dx.data + o, g + o, saved + m, step, false, n);
+                        else
+                          select_grad<false>(dx.data + o, g + o, saved + m, step, false, n);
+                      });
+  });
+  return tape.var(yi);
+}
+
+template <class T>
+Var<T> where(const xt::xarray<bool>& cond, const Var<T>& a, const Var<T>& b) {
+  static constexpr const char* op = "where";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"a", &a}, {"b", &b}});
+  const Shape ab_shape = detail::broadcast_shapes(op, a.shape(), b.shape());
+  const Shape y_shape = broadcast_with_cond(op, cond.shape(), ab_shape);
+
+  const std::size_t ai = a.index(), bi = b.index();
+  const std::size_t yi = tape.record(op, {ai, bi}, a.requires_grad() || b.requires_grad());
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(y_shape);
+  const std::size_t n = y.size();
+  const xt::xarray<T>& av = tape.value(ai);
+  const xt::xarray<T>& bv = tape.value(bi);
+  // c[y] = cond broadcast to y's shape, kept in this node for backward
+  bool* c = tape.template save<bool>(yi, n);
+  expand_mask(cond, y_shape, n, c);
+  // y[y] = c[y] ? a[y] : b[y], a and b broadcast
+  if (av.shape() == y_shape && bv.shape() == y_shape) {
+    select_run(y.data(), c, av.data(), true, bv.data(), true, n);
+  } else {
+    const detail::BroadcastPlan plan = detail::make_plan(y_shape, {&av.shape(), &bv.shape()});
+    detail::for_each_run(
+        plan, n,
+        [&](std::size_t o, std::size_t oa, std::size_t ob, std::size_t len, bool sa, bool sb) {
+          select_run(y.data() + o, c + o, av.data() + oa, sa, bv.data() + ob, sb, len);
+        });
+  }
+
+  tape.set_backward(yi, [ai, bi, yi](Tape<T>& t, const xt::xarray<T>& dy) {
+    const bool* saved = t.template saved<bool>(yi);
+    // da[a] (+)= sum over a's repeated axes of c[y] ? dy[y] : 0
+    if (t.requires_grad(ai)) where_operand_backward(dy, saved, true, t.grad_slot(ai));
+    // db[b] (+)= sum over b's repeated axes of c[y] ? 0 : dy[y]
+    if (t.requires_grad(bi)) where_operand_backward(dy, saved, false, t.grad_slot(bi));
+  });
+  return tape.var(yi);
+}
+
+template <class T>
+Var<T> triu(const Var<T>& x, std::int64_t diagonal) {
+  return triangle<T, true>("triu", x, diagonal);
+}
+
+template <class T>
+Var<T> tril(const Var<T>& x, std::int64_t diagonal) {
+  return triangle<T, false>("tril", x, diagonal);
+}
+
+xt::xarray<bool> causal_mask(std::size_t rows, std::size_t cols, std::int64_t diagonal) {
+  xt::xarray<bool> mask = xt::empty<bool>(Shape{rows, cols});
+  const std::int64_t d = clamp_diagonal(diagonal, rows, cols);
+  bool* m = mask.data();
+  for (std::size_t i = 0; i < rows; ++i) {  // mask[i, j] = j - i <= diagonal
+    const std::size_t end =
+        kept_columns<false>(static_cast<std::int64_t>(i), static_cast<std::int64_t>(cols), d)
+            .second;
+    std::fill(m + i * cols, m + i * cols + end, true);
+    std::fill(m + i * cols + end, m + (i + 1) * cols, false);
+  }
+  return mask;
+}
+
+xt::xarray<bool> length_mask(const Indices& lengths, std::size_t max_length) {
+  static constexpr const char* op = "length_mask";
+  if (lengths.dimension() != 1)
+    detail::fail_shape(op, "lengths", lengths.shape(), "a 1-d tensor [B] of sequence lengths");
+  const std::int64_t* l = lengths.data();
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    if (l[b] < 0 || static_cast<std::uint64_t>(l[b]) > max_length)
+      detail::fail_argument(op, "lengths",
+                            "holds " + std::to_string(l[b]) + " at position " + std::to_string(b) +
+                                ", expected a length in [0, max_length] = [0, " +
+                                std::to_string(max_length) + "]");
+  xt::xarray<bool> mask = xt::empty<bool>(Shape{lengths.size(), max_length});
+  bool* m = mask.data();
+  for (std::size_t b = 0; b < lengths.size(); ++b) {  // mask[b, t] = t < lengths[b]
+    const auto end = static_cast<std::size_t>(l[b]);
+    std::fill(m + b * max_length, m + b * max_length + end, true);
+    std::fill(m + b * max_length + end, m + (b + 1) * max_length, false);
+  }
+  return mask;
+}
+
+#define XTGRAD_MASK_INSTANTIATE(T)                                              \
+  template Var<T> masked_fill(const Var<T>&, const xt::xarray<bool>&, double);  \
+  template Var<T> where(const xt::xarray<bool>&, const Var<T>&, const Var<T>&); \
+  template Var<T> triu(const Var<T>&, std::int64_t);                            \
+  template Var<T> tril(const Var<T>&, std::int64_t);
+XTGRAD_MASK_INSTANTIATE(float)
+XTGRAD_MASK_INSTANTIATE(double)
+#undef XTGRAD_MASK_INSTANTIATE
+
+}  // namespace xtgrad

@@ -1,0 +1,40 @@
+#pragma once
+// Rotary position embedding (Su et al. 2021, "RoFormer"), in the rotate_half
+// convention of Hugging Face LLaMA (transformers/models/llama/modeling_llama.py:
+// LlamaRotaryEmbedding, rotate_half, apply_rotary_pos_emb): the two halves of
+// the head dimension, not neighbouring pairs, are rotated together.
+//
+//   x, y: [..., T, Dh], rank >= 2, Dh even, h = Dh / 2; the leading axes are a
+//   batch (heads, batch), row t of axis -2 is at position p = position_offset + t.
+//   inv_freq[i] = 1 / theta^(2i / Dh),  angle[p, i] = p * inv_freq[i],  i < h
+//   cos[p] = cat(cos(angle[p]), cos(angle[p])),  sin[p] likewise      [Dh]
+//   rotate_half(x) = cat(-x[..., h:], x[..., :h])
+//   y = x * cos + rotate_half(x) * sin, that is, for i < h:
+//     y[i]     = x[i] cos - x[i + h] sin,   y[i + h] = x[i + h] cos + x[i] sin
+//   dx = dy * cos + rotate_half^T(dy * sin),  rotate_half^T(g) = cat(g[h:], -g[:h]):
+//     dx[i]    = dy[i] cos + dy[i + h] sin, dx[i + h] = dy[i + h] cos - dy[i] sin
+//   (the transpose, that is the inverse, rotation).
+//
+// inv_freq, the angles and their cos and sin are computed in double and then
+// rounded to T; Hugging Face computes them in float32, so float results agree
+// with it within float rounding of the angle (which grows with the position),
+// double results with Hugging Face's formula evaluated in float64.
+//
+// Used on queries and keys [B, H, T, Dh] before attention; with a KV cache,
+// position_offset is the number of positions already cached. One pass over x
+// forward and one over dy backward, over rows in parallel when large; the
+// [T, h] cos and sin tables are kept in the node for backward.
+//
+// Errors (std::invalid_argument naming apply_rotary and the argument): rank
+// < 2, odd Dh, theta not finite or <= 0.
+
+#include <cstddef>
+
+#include "../tape.hpp"
+
+namespace xtgrad {
+
+template <class T>
+Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset = 0, double theta = 10000.0);
+
+}  // namespace xtgrad

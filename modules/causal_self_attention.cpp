@@ -1,0 +1,226 @@
+// CausalSelfAttention (attention.hpp): GPT-2's and LLaMA's decoder attention.
+
+#include <cmath>
+#include <string>
+
+#include "../engine/ops/attention.hpp"
+#include "../engine/ops/mask.hpp"
+#include "../engine/ops/rotary.hpp"
+#include "../engine/ops/shape.hpp"
+#include "../engine/ops/slice.hpp"
+#include "attention.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+constexpr const char* k_owner = "CausalSelfAttention";
+// HF's initializer_range for GPT-2 and LLaMA.
+constexpr double k_init_std = 0.02;
+
+// The options checked, n_kv_heads filled in; returns them.
+CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOptions options) {
+  detail::check_positive_size(k_owner, "n_embd", n_embd);
+  detail::check_positive_size(k_owner, "n_heads", options.n_heads);
+  if (n_embd % options.n_heads != 0)
+    detail::fail_argument(k_owner, "n_heads",
+                          "is " + std::to_string(options.n_heads) +
+                              ", which does not divide n_embd " + std::to_string(n_embd));
+  if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
+  detail::check_positive_size(k_owner, "n_kv_heads", *options.n_kv_heads);
+  if (options.n_heads % *options.n_kv_heads != 0)
+    detail::fail_argument(k_owner, "n_kv_heads",
+                          "is " + std::to_string(*options.n_kv_heads) +
+                              ", which does not divide n_heads " + std::to_string(options.n_heads));
+  if (options.layout != AttentionLayout::gpt2 && options.layout != AttentionLayout::llama)
+    detail::fail_argument(k_owner, "layout", "is not gpt2 or llama");
+  if (options.rotary && (n_embd / options.n_heads) % 2 != 0)
+    detail::fail_argument(k_owner, "rotary",
+                          "needs an even head size, but n_embd / n_heads is " +
+                              std::to_string(n_embd / options.n_heads));
+  if (!(options.rope_theta > 0.0 && std::isfinite(options.rope_theta)))
+    detail::fail_argument(
+        k_owner, "rope_theta",
+        "is " + detail::number_str(options.rope_theta) + ", expected a finite theta > 0");
+  detail::check_probability(k_owner, "attn_dropout", options.attn_dropout);
+  detail::check_probability(k_owner, "resid_dropout", options.resid_dropout);
+  return options;
+}
+
+template <class T>
+Linear<T> projection(std::size_t in, std::size_t out, Generator& generator) {
+  Linear<T> linear(in, out, false, generator);
+  linear.weight.value = detail::normal<T>({out, in}, k_init_std, generator);
+  return linear;
+}
+
+// [B, T, n * Dh] -> [B, n, T, Dh].
+template <class T>
+Var<T> split_heads(const Var<T>& x, std::size_t n) {
+  const auto& s = x.shape();
+  return permute(
+      reshape(x, {std::int64_t(s[0]), std::int64_t(s[1]), std::int64_t(n), std::int64_t(s[2] / n)}),
+      {0, 2, 1, 3});
+}
+
+}  // namespace
+
+// q [B, H, T, Dh], k and v [B, Hkv, T, Dh] (before rotary); or, for the
+// packed path, the fused [B, T, 3C] projection alone.
+template <class T>
+struct CausalSelfAttention<T>::Heads {
+  Var<T> q, k, v;
+  std::optional<Var<T>> packed;
+};
+
+template <class T>
+CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttentionOptions options)
+    : CausalSelfAttention(n_embd, options, detail::lvalue(Generator(k_default_seed))) {}
+
+template <class T>
+CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttentionOptions options,
+                                            Generator& generator)
+    : n_embd_(n_embd), options_(checked(n_embd, options)) {
+  const std::size_t dh = head_dim(), h = n_heads(), hkv = n_kv_heads();
+  if (options_.layout == AttentionLayout::gpt2) {
+    c_attn.emplace((h + 2 * hkv) * dh, n_embd, generator, k_init_std);
+    c_proj.emplace(n_embd, n_embd, generator, k_init_std);
+  } else {
+    q_proj.emplace(projection<T>(n_embd, h * dh, generator));
+    k_proj.emplace(projection<T>(n_embd, hkv * dh, generator));
+    v_proj.emplace(projection<T>(n_embd, hkv * dh, generator));
+    o_proj.emplace(projection<T>(h * dh, n_embd, generator));
+  }
+  attn_dropout = Dropout<T>(options_.attn_dropout, generator);
+  resid_dropout = Dropout<T>(options_.resid_dropout, generator);
+}
+
+template <class T>
+void CausalSelfAttention<T>::check_input(const char* owner, const Var<T>& x) const {
+  const Shape& s = x.shape();
+  if (s.size() != 3 || s[2] != n_embd_)
+    detail::fail_shape(owner, "x", s, "[B, T, " + std::to_string(n_embd_) + "]");
+}
+
+template <class T>
+typename CausalSelfAttention<T>::Heads CausalSelfAttention<T>::project(const Var<T>& x) {
+  const std::size_t h = n_heads(), hkv = n_kv_heads(), dh = head_dim();
+  if (options_.layout == AttentionLayout::llama)
+    return {split_heads(q_proj->forward(x), h), split_heads(k_proj->forward(x), hkv),
+            split_heads(v_proj->forward(x), hkv), std::nullopt};
+  const Var<T> qkv = c_attn->forward(x);  // [B, T, (H + 2 Hkv) Dh]
+  if (!options_.rotary && hkv == h) return {Var<T>(), Var<T>(), Var<T>(), qkv};
+  const auto q_end = std::int64_t(h * dh), k_end = std::int64_t((h + hkv) * dh);
+  const auto v_end = std::int64_t((h + 2 * hkv) * dh);
+  return {split_heads(slice(qkv, 2, 0, q_end), h), split_heads(slice(qkv, 2, q_end, k_end), hkv),
+          split_heads(slice(qkv, 2, k_end, v_end), hkv), std::nullopt};
+}
+
+template <class T>
+Var<T> CausalSelfAttention<T>::output(const Var<T>& y, std::size_t batch, std::size_t t) {
+  // y [B, H, T, Dh] -> [B, T, C] -> output projection.
+  const Var<T> merged = reshape(permute(y, {0, 2, 1, 3}),
+                                {std::int64_t(batch), std::int64_t(t), std::int64_t(n_embd_)});
+  return options_.layout == AttentionLayout::gpt2 ? c_proj->forward(merged)
+                                                  : o_proj->forward(merged);
+}
+
+template <class T>
+Var<T> CausalSelfAttention<T>::forward(const Var<T>& x) {
+  x.tape_for(k_owner, "x");
+  check_input(k_owner, x);
+  const std::size_t b = x.shape()[0], t = x.shape()[1], h = n_heads();
+  const std::optional<DropoutKey> key =
+      attn_dropout.next_key(detail::elements_per_row({b, h, t, t}, t));
+  const double p = key ? attn_dropout.p() : 0.0;
+  const DropoutKey dk = key.value_or(DropoutKey{});
+  Heads heads = project(x);
+  Var<T> out;
+  if (heads.packed) {
+    out = packed_qkv_attention(*heads.packed, h, {}, true, p, std::nullopt, dk);
+    out = options_.layout == AttentionLayout::gpt2 ? c_proj->forward(out) : o_proj->forward(out);
+  } else {
+    if (options_.rotary) {
+      heads.q = apply_rotary(heads.q, 0, options_.rope_theta);
+      heads.k = apply_rotary(heads.k, 0, options_.rope_theta);
+    }
+    out = output(scaled_dot_product_attention(heads.q, heads.k, heads.v, {}, true, p, std::nullopt,
+                                              dk, n_kv_heads() != h),
+                 b, t);
+  }
+  return resid_dropout.forward(out);
+}
+
+template <class T>
+Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer) {
+  Tape<T>& tape = x.tape_for(k_owner, "x");
+  if (tape.grad_enabled())
+    detail::fail_logic(k_owner,
+                       "forward with a KvCache is inference: record on a tape whose "
+                       "recording is off (NoGradGuard)");
+  check_input(k_owner, x);
+  const std::size_t b = x.shape()[0], t = x.shape()[1], h = n_heads();
+  if (cache.batch() != b || cache.n_kv_heads() != n_kv_heads() || cache.head_dim() != head_dim())
+    detail::fail_argument(k_owner, "cache",
+                          "holds batch " + std::to_string(cache.batch()) + ", " +
+                              std::to_string(cache.n_kv_heads()) + " key/value heads of size " +
+                              std::to_string(cache.head_dim()) + ", expected batch " +
+                              std::to_string(b) + ", " + std::to_string(n_kv_heads()) +
+                              " heads of size " + std::to_string(head_dim()));
+  cache.check_append(k_owner, layer, t);
+  const std::size_t past = cache.length(layer);
+  Heads heads = project(x);
+  if (heads.packed) {  // the split the packed path does in place
+    const auto c = std::int64_t(n_embd_);
+    heads.q = split_heads(slice(*heads.packed, 2, 0, c), h);
+    heads.k = split_heads(slice(*heads.packed, 2, c, 2 * c), h);
+    heads.v = split_heads(slice(*heads.packed, 2, 2 * c, 3 * c), h);
+  }
+  if (options_.rotary) {
+    heads.q = apply_rotary(heads.q, past, options_.rope_theta);
+    heads.k = apply_rotary(heads.k, past, options_.rope_theta);
+  }
+  cache.append(layer, heads.k.value(), heads.v.value());
+  const Var<T> keys = tape.leaf(cache.keys(layer), false);
+  const Var<T> values = tape.leaf(cache.values(layer), false);
+  // Row i (position past + i) sees positions 0 .. past + i: tril with diagonal `past`.
+  AttentionMask<T> mask;
+  if (t > 1) mask = AttentionMask<T>(causal_mask(t, past + t, static_cast<std::int64_t>(past)));
+  const Var<T> y = scaled_dot_product_attention(heads.q, keys, values, mask, false, 0.0,
+                                                std::nullopt, DropoutKey{}, n_kv_heads() != h);
+  return output(y, b, t);
+}
+
+template <class T>
+void CausalSelfAttention<T>::collect_parameters(const std::string& prefix,
+                                                typename Module<T>::NamedParameters& out) {
+  if (options_.layout == AttentionLayout::gpt2) {
+    this->add_child(prefix, "c_attn", *c_attn, out);
+    this->add_child(prefix, "c_proj", *c_proj, out);
+  } else {
+    this->add_child(prefix, "q_proj", *q_proj, out);
+    this->add_child(prefix, "k_proj", *k_proj, out);
+    this->add_child(prefix, "v_proj", *v_proj, out);
+    this->add_child(prefix, "o_proj", *o_proj, out);
+  }
+  this->add_child(prefix, "attn_dropout", attn_dropout, out);
+  this->add_child(prefix, "resid_dropout", resid_dropout, out);
+}
+
+template <class T>
+ModuleConfig CausalSelfAttention<T>::config() const {
+  return ModuleConfig("CausalSelfAttention")
+      .add("n_embd", n_embd_)
+      .add("n_heads", n_heads())
+      .add("n_kv_heads", n_kv_heads())
+      .add("layout", options_.layout == AttentionLayout::gpt2 ? "gpt2" : "llama")
+      .add("rotary", options_.rotary)
+      .add("rope_theta", options_.rope_theta)
+      .add("attn_dropout", options_.attn_dropout)
+      .add("resid_dropout", options_.resid_dropout);
+}
+
+template class CausalSelfAttention<float>;
+template class CausalSelfAttention<double>;
+
+}  // namespace xtgrad

@@ -1,0 +1,316 @@
+#include "gpt.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "../engine/ops/elementwise.hpp"
+#include "../engine/ops/linear.hpp"
+#include "../engine/ops/shape.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+constexpr const char* k_owner = "GPT";
+constexpr double k_init_std = 0.02;  // HF's initializer_range
+
+GPTConfig checked(GPTConfig c) {
+  detail::check_positive_size(k_owner, "vocab_size", c.vocab_size);
+  detail::check_positive_size(k_owner, "block_size", c.block_size);
+  detail::check_positive_size(k_owner, "n_layer", c.n_layer);
+  detail::check_positive_size(k_owner, "n_head", c.n_head);
+  detail::check_positive_size(k_owner, "n_embd", c.n_embd);
+  if (c.style != GPTStyle::gpt2 && c.style != GPTStyle::llama)
+    detail::fail_argument(k_owner, "style", "is not gpt2 or llama");
+  if (c.n_embd % c.n_head != 0)
+    detail::fail_argument(k_owner, "n_head",
+                          "is " + std::to_string(c.n_head) + ", which does not divide n_embd " +
+                              std::to_string(c.n_embd));
+  if (c.style == GPTStyle::gpt2 && c.n_kv_head && *c.n_kv_head != c.n_head)
+    detail::fail_argument(k_owner, "n_kv_head",
+                          "is " + std::to_string(*c.n_kv_head) +
+                              ", but the gpt2 style has n_kv_head = n_head (" +
+                              std::to_string(c.n_head) + ")");
+  if (!c.n_kv_head) c.n_kv_head = c.n_head;
+  detail::check_positive_size(k_owner, "n_kv_head", *c.n_kv_head);
+  if (c.n_head % *c.n_kv_head != 0)
+    detail::fail_argument(k_owner, "n_kv_head",
+                          "is " + std::to_string(*c.n_kv_head) + ", which does not divide n_head " +
+                              std::to_string(c.n_head));
+  if (c.ffn_hidden) detail::check_positive_size(k_owner, "ffn_hidden", *c.ffn_hidden);
+  if (!c.ffn_hidden) c.ffn_hidden = default_ffn_hidden(c.style, c.n_embd);
+  detail::check_probability(k_owner, "dropout", c.dropout);
+  if (!(c.eps >= 0.0 && std::isfinite(c.eps)))
+    detail::fail_argument(k_owner, "eps",
+                          "is " + detail::number_str(c.eps) + ", expected a finite eps >= 0");
+  if (c.style == GPTStyle::llama && (c.n_embd / c.n_head) % 2 != 0)
+    detail::fail_argument(k_owner, "n_head",
+                          "gives the head size " + std::to_string(c.n_embd / c.n_head) +
+                              ", but rotary embeddings (llama style) need an even one");
+  if (!(c.rope_theta > 0.0 && std::isfinite(c.rope_theta)))
+    detail::fail_argument(
+        k_owner, "rope_theta",
+        "is " + detail::number_str(c.rope_theta) + ", expected a finite theta > 0");
+  return c;
+}
+
+TransformerBlockOptions block_options(const GPTConfig& c) {
+  TransformerBlockOptions o;
+  o.style = c.style;
+  o.n_heads = c.n_head;
+  o.n_kv_heads = c.n_kv_head;
+  o.ffn_hidden = c.ffn_hidden;
+  o.dropout = c.dropout;
+  o.eps = c.eps;
+  o.rope_theta = c.rope_theta;
+  return o;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The index of the token drawn from one row of logits (see gpt.hpp).
+std::int64_t pick(std::vector<double> z, double temperature, std::optional<std::size_t> top_k,
+                  std::mt19937_64& rng) {
+  if (temperature == 0.0) return std::int64_t(std::max_element(z.begin(), z.end()) - z.begin());
+  for (double& v : z) v /= temperature;
+  if (top_k && *top_k < z.size()) {
+    std::vector<double> sorted = z;
+    std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(*top_k - 1), sorted.end(),
+                     std::greater<double>());
+    const double threshold = sorted[*top_k - 1];
+    for (double& v : z)
+      if (v < threshold) v = -std::numeric_limits<double>::infinity();
+  }
+  const double m = *std::max_element(z.begin(), z.end());
+  double total = 0.0;
+  for (double& v : z) total += (v = std::exp(v - m));
+  const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
+  const double target = u * total;
+  double cumulative = 0.0;
+  std::int64_t last = 0;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    if (z[i] == 0.0) continue;
+    cumulative += z[i];
+    last = std::int64_t(i);
+    if (cumulative > target) return last;
+  }
+  return last;  // rounding left target at the very end
+}
+
+}  // namespace
+
+template <class T>
+GPT<T>::GPT(const GPTConfig& config) : GPT(config, detail::lvalue(Generator(k_default_seed))) {}
+
+template <class T>
+GPT<T>::GPT(const GPTConfig& config, Generator& generator)
+    : config_(checked(config)),
+      wte(config_.vocab_size, config_.n_embd, std::nullopt, generator),
+      drop(config_.dropout, generator),
+      ln_f(config_.style == GPTStyle::gpt2
+               ? std::variant<LayerNorm<T>, RMSNorm<T>>(LayerNorm<T>(config_.n_embd, config_.eps))
+               : std::variant<LayerNorm<T>, RMSNorm<T>>(RMSNorm<T>(config_.n_embd, config_.eps))) {
+  if (config_.style == GPTStyle::gpt2)
+    wpe.emplace(config_.block_size, config_.n_embd, std::nullopt, generator);
+  h.reserve(config_.n_layer);
+  for (std::size_t l = 0; l < config_.n_layer; ++l)
+    h.emplace_back(config_.n_embd, block_options(config_), generator);
+  if (!config_.tie_embeddings)
+    lm_head.emplace(config_.n_embd, config_.vocab_size, false, generator);
+  initialize(generator);
+}
+
+template <class T>
+void GPT<T>::initialize(Generator& generator) {
+  typename Module<T>::NamedParameters list;
+  GPT<T>::collect_parameters("", list);  // qualified: no virtual call from the constructor
+  const double residual_std = k_init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  for (auto& [name, p] : list) {
+    if (name.find("ln_") != std::string::npos) continue;  // norms keep weight 1, bias 0
+    const std::string last = name.substr(name.rfind('.') + 1);
+    if (last == "bias" || last.rfind("b_", 0) == 0) {
+      p->value.fill(T(0));
+      continue;
+    }
+    const bool residual = ends_with(name, "attn.c_proj.weight") ||
+                          ends_with(name, "attn.o_proj.weight") ||
+                          ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down");
+    const std::vector<std::size_t> shape(p->value.shape().begin(), p->value.shape().end());
+    p->value = detail::normal<T>(shape, residual ? residual_std : k_init_std, generator);
+  }
+}
+
+template <class T>
+void GPT<T>::check_tokens(const char* owner, const Indices& tokens, std::size_t past) const {
+  if (tokens.dimension() != 1 && tokens.dimension() != 2)
+    detail::fail_shape(owner, "tokens", tokens.shape(), "[B, T] or [T]");
+  const std::size_t t = tokens.shape().back();
+  if (t == 0 || tokens.size() == 0)
+    detail::fail_shape(owner, "tokens", tokens.shape(), "at least one token per sequence");
+  if (past + t > config_.block_size)
+    detail::fail_argument(owner, "tokens",
+                          "has " + std::to_string(t) + " positions" +
+                              (past ? " after the " + std::to_string(past) + " cached" : "") +
+                              ", more than block_size " + std::to_string(config_.block_size));
+  detail::check_indices(owner, "tokens", tokens, config_.vocab_size);
+}
+
+template <class T>
+Var<T> GPT<T>::forward(Tape<T>& tape, const Indices& tokens) {
+  check_tokens("GPT::forward", tokens, 0);
+  return run(tape, tokens, nullptr);
+}
+
+template <class T>
+Var<T> GPT<T>::forward(Tape<T>& tape, const Indices& tokens, KvCache<T>& cache) {
+  const char* owner = "GPT::forward";
+  if (tape.grad_enabled())
+    detail::fail_logic(owner,
+                       "forward with a KvCache is inference: record on a tape whose "
+                       "recording is off (NoGradGuard)");
+  const std::size_t batch = tokens.dimension() == 2 ? tokens.shape()[0] : 1;
+  const std::size_t head_dim = config_.n_embd / config_.n_head;
+  if (cache.n_layers() != config_.n_layer || cache.batch() != batch ||
+      cache.n_kv_heads() != *config_.n_kv_head || cache.head_dim() != head_dim)
+    detail::fail_argument(
+        owner, "cache",
+        "has " + std::to_string(cache.n_layers()) + " layers, batch " +
+            std::to_string(cache.batch()) + ", " + std::to_string(cache.n_kv_heads()) +
+            " heads of size " + std::to_string(cache.head_dim()) + "; expected " +
+            std::to_string(config_.n_layer) + ", " + std::to_string(batch) + ", " +
+            std::to_string(*config_.n_kv_head) + ", " + std::to_string(head_dim) + " (make_cache)");
+  const std::size_t past = cache.length(0);
+  for (std::size_t l = 1; l < config_.n_layer; ++l)
+    if (cache.length(l) != past)
+      detail::fail_argument(owner, "cache",
+                            "has layers of different lengths (" + std::to_string(past) + " and " +
+                                std::to_string(cache.length(l)) + ")");
+  check_tokens(owner, tokens, past);
+  for (std::size_t l = 0; l < config_.n_layer; ++l)
+    cache.check_append(owner, l, tokens.shape().back());
+  return run(tape, tokens, &cache);
+}
+
+template <class T>
+Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache) {
+  const std::size_t t = tokens.shape().back();
+  const std::size_t past = cache ? cache->length(0) : 0;
+  Var<T> x = wte.forward(tape, tokens);  // [..., T, C]
+  if (wpe) {
+    Indices positions = xt::empty<std::int64_t>(std::vector<std::size_t>{t});
+    for (std::size_t i = 0; i < t; ++i) positions(i) = std::int64_t(past + i);
+    x = add(x, wpe->forward(tape, positions));  // + [T, C]
+  }
+  const bool batched = tokens.dimension() == 2;
+  if (!batched) x = reshape(x, {1, std::int64_t(t), std::int64_t(config_.n_embd)});
+  if (!cache) x = drop.forward(x);
+  for (std::size_t l = 0; l < h.size(); ++l)
+    x = cache ? h[l].forward(x, *cache, l) : h[l].forward(x);
+  x = std::visit([&](auto& n) { return n.forward(x); }, ln_f);
+  Var<T> logits = lm_head ? lm_head->forward(x)
+                          : linear(x, tape.param(wte.weight), std::nullopt, WeightLayout::out_in);
+  if (!batched) logits = reshape(logits, {std::int64_t(t), std::int64_t(config_.vocab_size)});
+  return logits;
+}
+
+template <class T>
+xt::xarray<T> GPT<T>::infer(const Indices& tokens) const {
+  const detail::InferenceScope inference;
+  Tape<T> tape;
+  tape.set_grad_enabled(false);
+  // forward only reads the parameters when recording is off (see Module::infer).
+  const Var<T> y = const_cast<GPT<T>*>(this)->forward(tape, tokens);
+  return std::move(tape.value_mut(y.index()));
+}
+
+template <class T>
+KvCache<T> GPT<T>::make_cache(std::size_t batch) const {
+  return KvCache<T>(batch, config_.n_layer, *config_.n_kv_head, config_.n_embd / config_.n_head,
+                    config_.block_size);
+}
+
+template <class T>
+std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prompt,
+                                           std::size_t max_new_tokens, double temperature,
+                                           std::optional<std::size_t> top_k,
+                                           std::uint64_t seed) const {
+  const char* owner = "GPT::generate";
+  if (prompt.empty())
+    detail::fail_argument(owner, "prompt", "is empty, expected at least one token");
+  if (prompt.size() + max_new_tokens > config_.block_size)
+    detail::fail_argument(
+        owner, "max_new_tokens",
+        "is " + std::to_string(max_new_tokens) + ": with the " + std::to_string(prompt.size()) +
+            " prompt tokens that exceeds block_size " + std::to_string(config_.block_size));
+  if (!(temperature >= 0.0 && std::isfinite(temperature)))
+    detail::fail_argument(
+        owner, "temperature",
+        "is " + detail::number_str(temperature) + ", expected a finite temperature >= 0");
+  if (top_k && *top_k == 0) detail::fail_argument(owner, "top_k", "is 0, expected k >= 1");
+  Indices ids = xt::empty<std::int64_t>(std::vector<std::size_t>{1, prompt.size()});
+  std::copy(prompt.begin(), prompt.end(), ids.begin());
+  detail::check_indices(owner, "prompt", ids, config_.vocab_size);
+
+  std::vector<std::int64_t> out = prompt;
+  if (max_new_tokens == 0) return out;
+  const detail::InferenceScope inference;
+  GPT<T>& self = const_cast<GPT<T>&>(*this);  // only read with recording off
+  Tape<T> tape;
+  tape.set_grad_enabled(false);
+  KvCache<T> cache = make_cache(1);
+  std::mt19937_64 rng(seed);
+  const std::size_t v = config_.vocab_size;
+  Var<T> logits = self.run(tape, ids, &cache);  // [1, P, V]
+  std::size_t row = prompt.size() - 1;
+  for (std::size_t n = 0; n < max_new_tokens; ++n) {
+    const T* last = logits.value().data() + row * v;
+    const std::int64_t next = pick(std::vector<double>(last, last + v), temperature, top_k, rng);
+    out.push_back(next);
+    if (n + 1 == max_new_tokens) break;
+    tape.clear();
+    Indices step = xt::empty<std::int64_t>(std::vector<std::size_t>{1, 1});
+    step(0, 0) = next;
+    logits = self.run(tape, step, &cache);
+    row = 0;
+  }
+  return out;
+}
+
+template <class T>
+void GPT<T>::collect_parameters(const std::string& prefix,
+                                typename Module<T>::NamedParameters& out) {
+  this->add_child(prefix, "wte", wte, out);
+  if (wpe) this->add_child(prefix, "wpe", *wpe, out);
+  this->add_child(prefix, "drop", drop, out);
+  for (std::size_t l = 0; l < h.size(); ++l)
+    this->add_child(prefix, "h." + std::to_string(l), h[l], out);
+  std::visit([&](auto& n) { this->add_child(prefix, "ln_f", n, out); }, ln_f);
+  if (lm_head) this->add_child(prefix, "lm_head", *lm_head, out);
+}
+
+template <class T>
+ModuleConfig GPT<T>::config() const {
+  return ModuleConfig("GPT")
+      .add("vocab_size", config_.vocab_size)
+      .add("block_size", config_.block_size)
+      .add("n_layer", config_.n_layer)
+      .add("n_head", config_.n_head)
+      .add("n_embd", config_.n_embd)
+      .add("n_kv_head", *config_.n_kv_head)
+      .add("ffn_hidden", *config_.ffn_hidden)
+      .add("style", style_name(config_.style))
+      .add("dropout", config_.dropout)
+      .add("tie_embeddings", config_.tie_embeddings)
+      .add("eps", config_.eps)
+      .add("rope_theta", config_.rope_theta);
+}
+
+template class GPT<float>;
+template class GPT<double>;
+
+}  // namespace xtgrad

@@ -1,0 +1,111 @@
+#pragma once
+// GPT<T>(GPTConfig, [generator]): a decoder-only Transformer language model.
+//
+//   gpt2 style (Radford et al. 2019, HF GPT2LMHeadModel; Karpathy's nanoGPT):
+//     x = drop(wte[tokens] + wpe[0 .. T-1]);  x = h_l(x) for l < n_layer;
+//     logits = ln_f(x) W^T,  W = wte.weight (tie_embeddings) or lm_head.weight
+//   llama style (Touvron et al. 2023, HF LlamaForCausalLM): no wpe (rotary
+//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention.
+// Blocks are TransformerBlock (transformer_block.hpp). Parameter names, as
+// HF GPT2Model's where it has them: "wte.weight" [vocab, C], "wpe.weight"
+// [block_size, C] (gpt2), "h.<l>.<block names>", "ln_f.weight" (+ "ln_f.bias"
+// for gpt2), "lm_head.weight" [vocab, C] when not tied (nn.Linear, no bias).
+// io/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
+//
+// Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
+// _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,
+// norms weight 1 (bias 0); the projections that write into the residual
+// stream (attn.c_proj / attn.o_proj, mlp.w2 / mlp.w_down) normal(0, 0.02 /
+// sqrt(2 n_layer)), GPT-2's scaling of residual layers (nanoGPT applies it to
+// the attention and MLP c_proj alike; HF only when loading no checkpoint).
+// Drawn in the order of named_parameters() after the blocks are built.
+//
+// forward(tape, tokens [B, T] or [T]) -> logits [B, T, vocab] (or [T, vocab]);
+// 1 <= T <= block_size, every id in [0, vocab). forward(tape, tokens, cache)
+// runs the rows as the positions cache.length(0) .. (make_cache; no-grad tape),
+// for incremental decoding: its logits equal those rows of the full forward.
+// generate(prompt, n, temperature, top_k, seed): autoregressive sampling
+// under no-grad with a KvCache, eval semantics (no dropout) whatever the
+// mode. Each step takes the last row of logits, divides it by temperature,
+// keeps the top_k largest (ties at the k-th value kept, as torch.topk's
+// threshold in nanoGPT), softmaxes in double and draws by inverse CDF with
+// u = the top 53 bits of a std::mt19937_64 seeded with `seed` / 2^53; the
+// same seed gives the same tokens. temperature 0 is greedy (the first
+// argmax). prompt.size() + n must be <= block_size (no sliding window).
+//
+// Errors (std::invalid_argument, before anything changes): zero sizes,
+// n_head not dividing n_embd, n_kv_head not dividing n_head (or given for
+// gpt2), probabilities and eps out of range; tokens of rank other than 1 or
+// 2, T = 0 or > block_size, ids outside the vocabulary; a cache past its
+// capacity or of another shape; generate with an empty prompt, a negative or
+// non-finite temperature, top_k = 0, or too many tokens for block_size.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "../engine/indices.hpp"
+#include "embedding.hpp"
+#include "transformer_block.hpp"
+
+namespace xtgrad {
+
+struct GPTConfig {
+  std::size_t vocab_size = 0, block_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
+  std::optional<std::size_t> n_kv_head;   // llama style: grouped-query attention
+  std::optional<std::size_t> ffn_hidden;  // default 4 * n_embd (gpt2), LLaMA's rule (llama)
+  GPTStyle style = GPTStyle::gpt2;        // gpt2: learned positions, LayerNorm, gelu_tanh, biases
+  double dropout = 0.0;                   // embedding, attention and residual dropout
+  bool tie_embeddings = true;             // lm_head shares wte
+  double eps = 1e-5;
+  double rope_theta = 10000.0;
+};
+
+template <class T>
+class GPT : public Module<T> {
+  GPTConfig config_;  // n_kv_head and ffn_hidden filled in; first: the members use it
+
+ public:
+  GPT(const GPTConfig& config, Generator& generator);
+  explicit GPT(const GPTConfig& config);
+
+  Var<T> forward(Tape<T>& tape, const Indices& tokens);
+  Var<T> forward(Tape<T>& tape, const Indices& tokens, KvCache<T>& cache);
+  // (A Var input is not a token tensor: these throw std::logic_error.)
+  using Module<T>::forward;
+  xt::xarray<T> infer(const Indices& tokens) const;  // no-grad, nothing kept, eval semantics
+
+  // An empty cache for `batch` sequences of up to block_size positions.
+  KvCache<T> make_cache(std::size_t batch = 1) const;
+
+  std::vector<std::int64_t> generate(const std::vector<std::int64_t>& prompt,
+                                     std::size_t max_new_tokens, double temperature = 1.0,
+                                     std::optional<std::size_t> top_k = std::nullopt,
+                                     std::uint64_t seed = 0) const;
+
+  const GPTConfig& gpt_config() const { return config_; }
+  ModuleConfig config() const override;
+
+  Embedding<T> wte;
+  std::optional<Embedding<T>> wpe;  // gpt2 style
+  Dropout<T> drop;
+  std::vector<TransformerBlock<T>> h;
+  std::variant<LayerNorm<T>, RMSNorm<T>> ln_f;
+  std::optional<Linear<T>> lm_head;  // when !tie_embeddings
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override;
+
+ private:
+  void check_tokens(const char* owner, const Indices& tokens, std::size_t past) const;
+  Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache);
+  void initialize(Generator& generator);
+};
+
+extern template class GPT<float>;
+extern template class GPT<double>;
+
+}  // namespace xtgrad

@@ -1,0 +1,107 @@
+#include "kv_cache.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "../engine/errors.hpp"
+
+namespace xtgrad {
+
+template <class T>
+KvCache<T>::KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_heads,
+                    std::size_t head_dim, std::size_t capacity)
+    : batch_(batch), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
+  detail::check_positive_size("KvCache", "batch", batch);
+  detail::check_positive_size("KvCache", "n_layers", n_layers);
+  detail::check_positive_size("KvCache", "n_kv_heads", n_kv_heads);
+  detail::check_positive_size("KvCache", "head_dim", head_dim);
+  detail::check_positive_size("KvCache", "capacity", capacity);
+  const std::vector<std::size_t> shape = {batch, n_kv_heads, capacity, head_dim};
+  k_.assign(n_layers, xt::zeros<T>(shape));
+  v_.assign(n_layers, xt::zeros<T>(shape));
+  length_.assign(n_layers, 0);
+}
+
+template <class T>
+void KvCache<T>::check_layer(const char* owner, std::size_t layer) const {
+  if (layer >= length_.size())
+    detail::fail_argument(owner, "layer",
+                          "is " + std::to_string(layer) + ", but the KvCache has " +
+                              std::to_string(length_.size()) + " layers");
+}
+
+template <class T>
+void KvCache<T>::check_append(const char* owner, std::size_t layer,
+                              std::size_t new_positions) const {
+  check_layer(owner, layer);
+  if (length_[layer] + new_positions > capacity_)
+    detail::fail_value(owner, "the KvCache holds " + std::to_string(length_[layer]) +
+                                  " positions in layer " + std::to_string(layer) + "; " +
+                                  std::to_string(new_positions) + " more exceed its capacity " +
+                                  std::to_string(capacity_));
+}
+
+template <class T>
+void KvCache<T>::append(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v) {
+  check_layer("KvCache::append", layer);
+  const auto check = [&](const char* name, const xt::xarray<T>& a) {
+    if (a.dimension() != 4 || a.shape()[0] != batch_ || a.shape()[1] != n_kv_heads_ ||
+        a.shape()[3] != head_dim_)
+      detail::fail_shape("KvCache::append", name, a.shape(),
+                         "[" + std::to_string(batch_) + ", " + std::to_string(n_kv_heads_) +
+                             ", T, " + std::to_string(head_dim_) + "]");
+  };
+  check("k", k);
+  check("v", v);
+  if (k.shape() != v.shape())
+    detail::fail_shape("KvCache::append", "v", v.shape(), detail::shape_str(k.shape()) + " (k's)");
+  const std::size_t t_new = k.shape()[2];
+  check_append("KvCache::append", layer, t_new);
+  const std::size_t start = length_[layer];
+  for (std::size_t b = 0; b < batch_; ++b)
+    for (std::size_t h = 0; h < n_kv_heads_; ++h) {
+      const std::size_t src = (b * n_kv_heads_ + h) * t_new * head_dim_;
+      const std::size_t dst = ((b * n_kv_heads_ + h) * capacity_ + start) * head_dim_;
+      std::copy_n(k.data() + src, t_new * head_dim_, k_[layer].data() + dst);
+      std::copy_n(v.data() + src, t_new * head_dim_, v_[layer].data() + dst);
+    }
+  length_[layer] += t_new;
+}
+
+template <class T>
+xt::xarray<T> KvCache<T>::filled(const xt::xarray<T>& store, std::size_t layer) const {
+  const std::size_t n = length_[layer];
+  xt::xarray<T> out = xt::empty<T>(std::vector<std::size_t>{batch_, n_kv_heads_, n, head_dim_});
+  for (std::size_t bh = 0; bh < batch_ * n_kv_heads_; ++bh)
+    std::copy_n(store.data() + bh * capacity_ * head_dim_, n * head_dim_,
+                out.data() + bh * n * head_dim_);
+  return out;
+}
+
+template <class T>
+xt::xarray<T> KvCache<T>::keys(std::size_t layer) const {
+  check_layer("KvCache::keys", layer);
+  return filled(k_[layer], layer);
+}
+
+template <class T>
+xt::xarray<T> KvCache<T>::values(std::size_t layer) const {
+  check_layer("KvCache::values", layer);
+  return filled(v_[layer], layer);
+}
+
+template <class T>
+std::size_t KvCache<T>::length(std::size_t layer) const {
+  check_layer("KvCache::length", layer);
+  return length_[layer];
+}
+
+template <class T>
+void KvCache<T>::clear() {
+  std::fill(length_.begin(), length_.end(), std::size_t(0));
+}
+
+template class KvCache<float>;
+template class KvCache<double>;
+
+}  // namespace xtgrad

@@ -1,0 +1,60 @@
+#pragma once
+// KvCache<T>(batch, n_layers, n_kv_heads, head_dim, capacity): the keys and
+// values of the positions already seen, per attention layer, for
+// autoregressive decoding (Hugging Face's past_key_values). Layer l holds
+//   K_l, V_l [batch, n_kv_heads, capacity, head_dim],
+// of which the first length(l) positions are filled; all memory is allocated
+// at construction. CausalSelfAttention::forward(x, cache, layer) reads
+// length(layer) as the position of x's first row, appends x's keys and
+// values, and attends over positions [0, length(layer)).
+//
+// Appending past capacity, to a layer that does not exist, or keys of the
+// wrong shape throws std::invalid_argument and changes nothing.
+
+#include <cstddef>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+namespace xtgrad {
+
+template <class T>
+class KvCache {
+ public:
+  KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim,
+          std::size_t capacity);
+
+  // Throws (naming `owner`) unless `new_positions` more positions fit in
+  // layer `layer`: the check append makes, for callers that must check before
+  // they change anything else.
+  void check_append(const char* owner, std::size_t layer, std::size_t new_positions) const;
+  // k, v [batch, n_kv_heads, T_new, head_dim] stored at positions
+  // length(layer) .. length(layer) + T_new - 1.
+  void append(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v);
+  // Copies of the filled part: [batch, n_kv_heads, length(layer), head_dim].
+  xt::xarray<T> keys(std::size_t layer) const;
+  xt::xarray<T> values(std::size_t layer) const;
+
+  std::size_t length(std::size_t layer) const;
+  // Every layer back to length 0 (the memory is kept).
+  void clear();
+
+  std::size_t batch() const { return batch_; }
+  std::size_t n_layers() const { return length_.size(); }
+  std::size_t n_kv_heads() const { return n_kv_heads_; }
+  std::size_t head_dim() const { return head_dim_; }
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  void check_layer(const char* owner, std::size_t layer) const;
+  xt::xarray<T> filled(const xt::xarray<T>& store, std::size_t layer) const;
+
+  std::size_t batch_, n_kv_heads_, head_dim_, capacity_;
+  std::vector<xt::xarray<T>> k_, v_;
+  std::vector<std::size_t> length_;
+};
+
+extern template class KvCache<float>;
+extern template class KvCache<double>;
+
+}  // namespace xtgrad

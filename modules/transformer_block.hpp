@@ -1,0 +1,86 @@
+#pragma once
+// TransformerBlock<T>(n_embd C, TransformerBlockOptions, [generator]): one
+// pre-norm decoder layer,
+//   x = x + attn(ln_1(x))
+//   y = x + dropout(mlp(ln_2(x))),          x, y [B, T, C],
+// in one of two styles (GPTStyle):
+//   gpt2  (Radford et al. 2019; HF modeling_gpt2.py GPT2Block): LayerNorm(C, eps),
+//         CausalSelfAttention in the gpt2 layout (c_attn / c_proj Conv1D, biases,
+//         no rotary), mlp = FeedForward(C, ffn_hidden, gelu_tanh) (HF's
+//         "gelu_new"), ffn_hidden default 4 C.
+//   llama (Touvron et al. 2023; HF modeling_llama.py LlamaDecoderLayer):
+//         RMSNorm(C, eps), CausalSelfAttention in the llama layout (q/k/v/o_proj,
+//         no biases) with rotary embeddings (rope_theta) and n_kv_heads
+//         (grouped-query attention), mlp = GatedFFN(C, ffn_hidden, C, silu)
+//         (SwiGLU, no biases); ffn_hidden default LLaMA's rule:
+//         256 * ceil(floor(2 * 4C / 3) / 256) (Meta's llama model.py, multiple_of 256).
+// Children: "ln_1", "attn", "ln_2", "mlp", "dropout" (p = dropout, on the mlp
+// output as HF GPT2MLP's dropout); the attention's attn_dropout and
+// resid_dropout are `dropout` too. Parameter names follow HF GPT-2 for the
+// norms and the attention ("ln_1.weight", "attn.c_attn.weight", ...), the
+// FFN modules' own names for the mlp ("mlp.w1.weight" = HF's mlp.c_fc.weight
+// transposed; io/hf_gpt2.hpp converts).
+//
+// forward(x, cache, layer) is the attention's incremental form (attention.hpp).
+// Errors: as the children's constructors (zero sizes, heads not dividing C,
+// eps, probabilities), and a style outside the enumeration.
+
+#include <cstddef>
+#include <optional>
+#include <variant>
+
+#include "attention.hpp"
+#include "feed_forward.hpp"
+#include "gated_ffn.hpp"
+#include "norm.hpp"
+
+namespace xtgrad {
+
+enum class GPTStyle { gpt2, llama };
+
+struct TransformerBlockOptions {
+  GPTStyle style = GPTStyle::gpt2;
+  std::size_t n_heads = 1;
+  std::optional<std::size_t> n_kv_heads;  // llama: grouped-query attention
+  std::optional<std::size_t> ffn_hidden;  // default: see above
+  double dropout = 0.0;
+  double eps = 1e-5;
+  double rope_theta = 10000.0;
+};
+
+// The default FFN width of a style (see above).
+std::size_t default_ffn_hidden(GPTStyle style, std::size_t n_embd);
+// "gpt2" / "llama".
+const char* style_name(GPTStyle style);
+
+template <class T>
+class TransformerBlock : public Module<T> {
+  std::size_t n_embd_;
+  TransformerBlockOptions options_;  // defaults filled in; first: the members use it
+
+ public:
+  TransformerBlock(std::size_t n_embd, TransformerBlockOptions options);
+  TransformerBlock(std::size_t n_embd, TransformerBlockOptions options, Generator& generator);
+
+  Var<T> forward(const Var<T>& x) override;
+  Var<T> forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer = 0);
+  ModuleConfig config() const override;
+
+  std::size_t n_embd() const { return n_embd_; }
+  const TransformerBlockOptions& options() const { return options_; }
+
+  std::variant<LayerNorm<T>, RMSNorm<T>> ln_1;
+  CausalSelfAttention<T> attn;
+  std::variant<LayerNorm<T>, RMSNorm<T>> ln_2;
+  std::variant<FeedForward<T>, GatedFFN<T>> mlp;
+  Dropout<T> dropout;
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override;
+};
+
+extern template class TransformerBlock<float>;
+extern template class TransformerBlock<double>;
+
+}  // namespace xtgrad
