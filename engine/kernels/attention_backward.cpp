@@ -31,22 +31,25 @@ struct Shared {
 template <class T>
 void prepare(const Problem<T>& p, const T* q, const T* o, const T* d_out, const Shared<T>& sh) {
   const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
-  parallel_for_rows(p.batch * p.heads, 1, [&](std::size_t h0, std::size_t h1) {
-    for (std::size_t head = h0; head < h1; ++head) {
-      const std::size_t b = head / p.heads, h = head % p.heads;
-      pack_rows(q + p.q.at(b, h, 0), p.q.row, p.q_len, p.qk_dim,
-                sh.q_packed + head * p.q_len * dh_padded, dh_padded);
-      pack_rows(d_out + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim,
-                sh.d_out_packed + head * p.q_len * dv_padded, dv_padded);
-      for (std::size_t i = 0; i < p.q_len; ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
-        const T* go = d_out + p.o.at(b, h, i);
-        const T* oo = o + p.o.at(b, h, i);
-        T sum = T(0);
-        for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
-        sh.row_dot[head * p.q_len + i] = sum;
-      }
-    }
-  });
+  const std::size_t elements = 3 * p.q_len * (p.qk_dim + p.v_dim);  // read and written per head
+  parallel_for_rows(p.batch * p.heads, tasks_per_thread(k_parallel_light, elements),
+                    [&](std::size_t h0, std::size_t h1) {
+                      for (std::size_t head = h0; head < h1; ++head) {
+                        const std::size_t b = head / p.heads, h = head % p.heads;
+                        pack_rows(q + p.q.at(b, h, 0), p.q.row, p.q_len, p.qk_dim,
+                                  sh.q_packed + head * p.q_len * dh_padded, dh_padded);
+                        pack_rows(d_out + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim,
+                                  sh.d_out_packed + head * p.q_len * dv_padded, dv_padded);
+                        for (std::size_t i = 0; i < p.q_len;
+                             ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
+                          const T* go = d_out + p.o.at(b, h, i);
+                          const T* oo = o + p.o.at(b, h, i);
+                          T sum = T(0);
+                          for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
+                          sh.row_dot[head * p.q_len + i] = sum;
+                        }
+                      }
+                    });
 }
 
 // Scratch of one task: the key tile packed three ways, its dK and dV
@@ -180,26 +183,31 @@ void backward(const Problem<T>& p, const T* q, const T* k, const T* v, const T* 
   sh.d_out_packed = sh.q_packed + heads * p.q_len * dh_padded;
   prepare(p, q, o, d_out, sh);
 
-  parallel_for_rows(kv_heads * sh.splits, 1, [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t task = t0; task < t1; ++task) {
-      const std::size_t head = task / sh.splits, split = task % sh.splits;
-      backward_task(p, tiles, sh, q, k, v, d_out, lse, dk, dv, head / p.kv_heads, head % p.kv_heads,
-                    split);
-    }
-  });
+  // per task, at most: 5 products of 2 Tq (Tk / splits) D flops for each query head
+  const std::size_t flops =
+      p.group() * p.q_len * (p.k_len / sh.splits + 1) * (6 * p.qk_dim + 4 * p.v_dim);
+  parallel_for_rows(kv_heads * sh.splits, tasks_per_thread(k_parallel_flops, flops),
+                    [&](std::size_t t0, std::size_t t1) {
+                      for (std::size_t task = t0; task < t1; ++task) {
+                        const std::size_t head = task / sh.splits, split = task % sh.splits;
+                        backward_task(p, tiles, sh, q, k, v, d_out, lse, dk, dv, head / p.kv_heads,
+                                      head % p.kv_heads, split);
+                      }
+                    });
   if (dq == nullptr) return;
   // dq[b, h, i, :] = sum over splits of the partials, in split order
-  parallel_for_rows(heads * p.q_len, 64, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t row = r0; row < r1; ++row) {
-      const std::size_t head = row / p.q_len, i = row % p.q_len;
-      T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
-      const T* part = sh.dq_partial + row * dh_padded;
-      std::copy(part, part + p.qk_dim, out);
-      for (std::size_t s = 1; s < sh.splits; ++s)
-        for (std::size_t d = 0; d < p.qk_dim; ++d)
-          out[d] += part[s * heads * p.q_len * dh_padded + d];
-    }
-  });
+  parallel_for_rows(heads * p.q_len, tasks_per_thread(k_parallel_light, p.qk_dim * sh.splits),
+                    [&](std::size_t r0, std::size_t r1) {
+                      for (std::size_t row = r0; row < r1; ++row) {
+                        const std::size_t head = row / p.q_len, i = row % p.q_len;
+                        T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
+                        const T* part = sh.dq_partial + row * dh_padded;
+                        std::copy(part, part + p.qk_dim, out);
+                        for (std::size_t s = 1; s < sh.splits; ++s)
+                          for (std::size_t d = 0; d < p.qk_dim; ++d)
+                            out[d] += part[s * heads * p.q_len * dh_padded + d];
+                      }
+                    });
 }
 
 template void backward(const Problem<float>&, const float*, const float*, const float*,

@@ -29,19 +29,21 @@ void pack_keys(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
                const PackedKeys<T>& packed) {
   const std::size_t bc = tiles.cols, dv_padded = padded<T>(p.v_dim);
   const std::size_t n = p.batch * p.kv_heads * packed.tiles;
-  parallel_for_rows(n, 1, [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t task = t0; task < t1; ++task) {
-      const std::size_t head_index = task / packed.tiles, tile = task % packed.tiles;
-      const std::size_t b = head_index / p.kv_heads, hk = head_index % p.kv_heads;
-      const std::size_t j0 = tile * bc, count = std::min(bc, p.k_len - j0);
-      // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
-      pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim, packed.kt(head_index, tile),
-                      bc);
-      // v[count, Dv padded] = v[j0 : j0 + count, Dv]
-      pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(head_index, tile),
-                dv_padded);
-    }
-  });
+  const std::size_t elements = bc * (p.qk_dim + p.v_dim);  // copied per task
+  parallel_for_rows(
+      n, tasks_per_thread(k_parallel_light, elements), [&](std::size_t t0, std::size_t t1) {
+        for (std::size_t task = t0; task < t1; ++task) {
+          const std::size_t head_index = task / packed.tiles, tile = task % packed.tiles;
+          const std::size_t b = head_index / p.kv_heads, hk = head_index % p.kv_heads;
+          const std::size_t j0 = tile * bc, count = std::min(bc, p.k_len - j0);
+          // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
+          pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim,
+                          packed.kt(head_index, tile), bc);
+          // v[count, Dv padded] = v[j0 : j0 + count, Dv]
+          pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(head_index, tile),
+                    dv_padded);
+        }
+      });
 }
 
 // One task: query rows [i0, i0 + rows) of head (b, h).
@@ -125,12 +127,15 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* o, T* l
 
   const std::size_t q_tiles = (p.q_len + tiles.rows - 1) / tiles.rows;
   const std::size_t n = p.batch * p.heads * q_tiles;
-  parallel_for_rows(n, 1, [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t task = t0; task < t1; ++task) {
-      const std::size_t head = task / q_tiles, tile = task % q_tiles;
-      forward_tile(p, tiles, packed, q, o, lse, head / p.heads, head % p.heads, tile * tiles.rows);
-    }
-  });
+  const std::size_t flops = 2 * tiles.rows * p.k_len * (p.qk_dim + p.v_dim);  // per task, at most
+  parallel_for_rows(n, tasks_per_thread(k_parallel_flops, flops),
+                    [&](std::size_t t0, std::size_t t1) {
+                      for (std::size_t task = t0; task < t1; ++task) {
+                        const std::size_t head = task / q_tiles, tile = task % q_tiles;
+                        forward_tile(p, tiles, packed, q, o, lse, head / p.heads, head % p.heads,
+                                     tile * tiles.rows);
+                      }
+                    });
 }
 
 template void forward(const Problem<float>&, const float*, const float*, const float*, float*,

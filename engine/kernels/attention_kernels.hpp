@@ -12,13 +12,15 @@
 // log-sum-exp L = m + log l is written (+inf for a row that sees no key, so
 // that backward's P = exp(S - L) is 0 there and so is its output).
 //
-// Backward: per (batch, kv head, block of key tiles) task, for each key tile
-// and each query head of its group and each query tile: P = exp(S - L),
+// Backward: per (batch, kv head, share of its key tiles) task, for each key
+// tile and each query head of its group and each query tile: P = exp(S - L),
 // dV += P_dropped^T dO, dP = dO V^T (dropped as P), dS = P (dP - D) with
 // D = rowsum(dO o O), dQ += scale dS K, dK += scale dS^T Q. A task owns its
-// key tiles' dK and dV; dQ gets a partial per block of key tiles, summed in a
-// last pass. How many blocks depends only on the shape, so the result is the
-// same at any thread count.
+// key tiles' dK and dV. When there are fewer than 8 (batch, kv head) pairs,
+// each pair's key tiles are dealt round-robin to up to 8 shares; dQ then gets
+// a partial sum per share, added in share order in a last pass. How many
+// shares depends only on the shape, so the result is the same at any thread
+// count.
 
 #include <cstddef>
 

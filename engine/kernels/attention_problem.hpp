@@ -19,6 +19,7 @@
 #include "../ops/dropout.hpp"
 #include "attention_tiles.hpp"  // first (through simd.hpp): see simd.hpp
 #include "counter_rng.hpp"
+#include "parallel.hpp"
 
 namespace xtgrad::detail::attention {
 
@@ -61,7 +62,7 @@ struct Problem {
 
 // Query rows (Br) and key rows (Bc) of a tile. Bc: the packed K^T and V
 // tiles of one key tile fill about half of L1, within 4 and 16 vector widths
-// (4: one full register block of the micro-kernel per row of S); Br the
+// (4: at least one full register block of the micro-kernel per row of S); Br the
 // same. Measured at Dh = 64 in float (AVX-512, 48 KiB L1): Br, Bc from 32
 // to 128 are all within the run-to-run noise of each other.
 struct Tiles {
@@ -75,8 +76,18 @@ Tiles choose_tiles(std::size_t qk_dim, std::size_t v_dim) {
   const std::size_t l1 = reported > 0 ? static_cast<std::size_t>(reported) : 32 * 1024;
   const std::size_t per_key = (padded<T>(qk_dim) + padded<T>(v_dim)) * sizeof(T);
   std::size_t cols = (l1 / 2) / std::max<std::size_t>(per_key, 1) / W * W;
-  cols = std::clamp(cols, k_vectors * W, 16 * W);
+  cols = std::clamp(cols, 4 * W, 16 * W);
   return {cols, cols};
+}
+
+// Work a thread must have before a second one pays: handing a chunk to a
+// worker costs about 7 us (parallel.hpp), some 2^19 flops of the tiles.
+inline constexpr std::size_t k_parallel_flops = std::size_t(1) << 19;
+
+// The min_per_thread of parallel_for_rows for tasks of `work` flops (or
+// elements, against k_parallel_light) each.
+inline std::size_t tasks_per_thread(std::size_t threshold, std::size_t work) {
+  return std::max<std::size_t>(1, threshold / std::max<std::size_t>(work, 1));
 }
 
 // Score row i of a tile, in place: s[j] = scale * s[j] (+ additive mask), or

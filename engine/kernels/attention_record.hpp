@@ -111,24 +111,46 @@ Var<T> record(const char* op, Tape<T>& tape, Problem<T> p, const Sources& src,
   tape.set_backward(yi, [p, src, mask, yi](Tape<T>& t, const xt::xarray<T>& dy) {
     Problem<T> problem = p;
     point_mask(problem.mask, mask);
-    const bool packed = src.packed;
     const auto value = [&](std::size_t part) {
       return t.value(src.inputs[part]).data() + src.offsets[part];
     };
-    // Each part's gradient goes into its own array of the input's shape
-    // (packed: one array for all three), then into the slots.
-    std::vector<xt::xarray<T>> grads(packed ? 1 : 3);
+    // The kernel overwrites each gradient element once. A part written
+    // straight into its slot must be the first claim of a node that no
+    // other part shares (q = k self-attention gets two claims of one
+    // buffer); the others go through an array of their own, then are added.
+    const std::size_t parts = src.packed ? 1 : 3;
+    xt::xarray<T> own[3];
+    GradPointer<T> direct[3];
     T* d[3] = {nullptr, nullptr, nullptr};
-    for (std::size_t part = 0; part < 3; ++part) {
-      if (!t.requires_grad(src.inputs[part])) continue;
-      xt::xarray<T>& g = grads[packed ? 0 : part];
-      g.resize(t.value(src.inputs[part]).shape());  // (packed: the same shape three times)
-      d[part] = g.data() + src.offsets[part];
+    for (std::size_t part = 0; part < parts; ++part) {
+      const std::size_t node = src.inputs[part];
+      if (!t.requires_grad(node)) continue;
+      bool shared = false;
+      for (std::size_t other = 0; other < parts; ++other)
+        shared = shared || (other != part && src.inputs[other] == node);
+      if (!shared) direct[part] = t.grad_pointer(node);
+      if (direct[part].data == nullptr || direct[part].accumulate) {
+        own[part].resize(t.value(node).shape());
+        d[part] = own[part].data();
+      } else {
+        d[part] = direct[part].data;
+      }
+    }
+    if (src.packed && d[0] != nullptr) {  // k and v: columns [C, 3C) of the same array
+      d[1] = d[0] + src.offsets[1];
+      d[2] = d[0] + src.offsets[2];
     }
     backward(problem, value(0), value(1), value(2), t.value(yi).data(), dy.data(),
              t.template saved<T>(yi), d[0], d[1], d[2]);
-    for (std::size_t part = 0; part < (packed ? 1 : 3); ++part)
-      if (d[part] != nullptr) put_gradient(t.grad_slot(src.inputs[part]), grads[part]);
+    for (std::size_t part = 0; part < parts; ++part) {
+      if (d[part] == nullptr || d[part] == direct[part].data) continue;
+      T* out = direct[part].data;
+      const T* in = own[part].data();
+      if (out != nullptr)  // claimed above: accumulate onto it
+        for (std::size_t e = 0; e < own[part].size(); ++e) out[e] += in[e];
+      else
+        put_gradient(t.grad_slot(src.inputs[part]), own[part]);
+    }
   });
   return tape.var(yi);
 }

@@ -17,9 +17,11 @@
 //   dQ += dS . K   A = dS (scratch),       B = K tile packed [Bc, Dh]
 //   dK += dS^T . Q A = dS transposed,      B = Q tile packed [Br, Dh]
 // Each step of K loads NV vectors of one B row and broadcasts MR elements of
-// A into MR x NV accumulators (4 x 4: 16 of the 16 (AVX2) or 32 (AVX-512)
-// vector registers). A threaded BLAS is not called here: these run inside
-// the thread pool's workers, where OpenBLAS's own threads would serialise.
+// A into MR x NV accumulators: 4 x 4 with AVX-512's 32 vector registers (16
+// accumulators, 4 B vectors, 1 broadcast), 4 x 2 with the 16 of AVX2 and
+// narrower targets (8 + 2 + 1), so that nothing spills. A threaded BLAS is
+// not called here: these run inside the thread pool's workers, where
+// OpenBLAS's own threads would serialise.
 
 #include <algorithm>
 #include <cstddef>
@@ -34,8 +36,10 @@ using Batch = simd_math::Batch<T>;
 template <class T>
 constexpr std::size_t k_lanes = Batch<T>::size;
 
-inline constexpr std::size_t k_rows = 4;     // MR: rows of C per register block
-inline constexpr std::size_t k_vectors = 4;  // NV: vectors of C per register block
+inline constexpr std::size_t k_rows = 4;  // MR: rows of C per register block
+// NV: vectors of C per register block (64-byte vectors: AVX-512, 32 registers)
+template <class T>
+constexpr std::size_t k_vectors = sizeof(Batch<T>) >= 64 ? 4 : 2;
 
 // n rounded up to a multiple of the vector width.
 template <class T>
@@ -108,8 +112,9 @@ void tile_product(std::size_t m, std::size_t n, std::size_t k, const T* a,
                   T* c, std::size_t ldc) {
   constexpr std::size_t W = k_lanes<T>;
   std::size_t j = 0;
-  for (; j + k_vectors * W <= n; j += k_vectors * W)
-    column_strip<T, k_vectors, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j, ldc);
+  for (; j + k_vectors<T> * W <= n; j += k_vectors<T> * W)
+    column_strip<T, k_vectors<T>, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j,
+                                              ldc);
   switch ((n - j) / W) {
     case 3:
       column_strip<T, 3, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j, ldc);

@@ -46,12 +46,17 @@
 // without enable_gqa; a mask that does not broadcast; dropout_p outside
 // [0, 1) or NaN; a scale that is not finite and > 0.
 //
-// Cost: 4 B H Tq Tk Dh-ish flops forward (2 products), 5 products backward,
-// in the kernels' own register-blocked tiles (no BLAS), over the threads of
-// threads.hpp; the result does not depend on the thread count.
+// Cost: forward 2 B H Tq Tk (Dh + Dv) flops (2 products), backward about
+// 2.5 times that (5 products, S recomputed), less with is_causal (key tiles
+// a query tile cannot see are skipped), in the kernels' own register-blocked
+// tiles (no BLAS), over the threads of threads.hpp; the result does not
+// depend on the thread count. Measured at B H = 8, T = 1024, Dh = 64, float,
+// one thread (AVX-512): forward and backward within 1.2 times the time of
+// the same seven products per head through OpenBLAS's SkylakeX sgemm.
 
 #include <cstddef>
 #include <optional>
+#include <utility>
 
 #include <xtensor/xarray.hpp>
 

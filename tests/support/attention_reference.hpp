@@ -5,6 +5,7 @@
 // reference as an additive bias: 0 where a key may be seen, -inf where a
 // boolean mask or causality hides it.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <xtensor/xarray.hpp>
+#include <xtensor/xmath.hpp>
 
 #include <xtgrad/engine/ops/dropout.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
@@ -22,6 +24,9 @@
 #include "test_helpers.hpp"
 
 namespace xtgrad::testing {
+
+// The dropout key of the attention tests (an unaligned first element).
+inline const DropoutKey k_attention_key{0x1234abcd5678ef01ull, 3, 5};
 
 // [..., Hkv, T, D] -> [..., Hkv * group, T, D], kv head g repeated for its
 // query heads g * group .. (g + 1) * group - 1 (expand, then reshape).
@@ -93,6 +98,32 @@ xt::xarray<T> random_additive(const std::vector<std::size_t>& shape, std::uint32
   for (std::size_t e = 0; e < add.size(); ++e)
     if (e % tk != 0 && u.data()[e] < 0.2) add.data()[e] = -std::numeric_limits<T>::infinity();
   return add;
+}
+
+// |actual - expected| <= rtol (|expected| + floor), floor = max(max |expected|,
+// `floor`): relative to the element, with the array's largest magnitude (at
+// least the scale of the inputs' products, which are O(1) here) as the floor
+// near zero, where a gradient that is exactly 0 in exact arithmetic comes out
+// as a rounding residue (T = 1, one-hot probabilities).
+template <class A>
+void check_relative(const xt::xarray<A>& actual, const xt::xarray<double>& expected, double rtol,
+                    double floor = 1.0) {
+  const double top = std::max(floor, expected.size() ? xt::amax(xt::abs(expected))() : 0.0);
+  REQUIRE(actual.shape() == expected.shape());
+  double worst = 0.0;
+  std::size_t at = 0;
+  for (std::size_t e = 0; e < expected.size(); ++e) {
+    const double error = std::abs(static_cast<double>(actual.data()[e]) - expected.data()[e]) /
+                         (std::abs(expected.data()[e]) + top);
+    if (!(error <= worst)) {
+      worst = error;
+      at = e;
+    }
+  }
+  INFO("worst relative error " << worst << " at flat index " << at << ": "
+                               << (expected.size() ? actual.data()[at] : 0) << " vs "
+                               << (expected.size() ? expected.data()[at] : 0));
+  CHECK(worst <= rtol);
 }
 
 }  // namespace xtgrad::testing
