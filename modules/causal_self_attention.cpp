@@ -137,8 +137,8 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x) {
   Heads heads = project(x);
   Var<T> out;
   if (heads.packed) {
-    out = packed_qkv_attention(*heads.packed, h, {}, true, p, std::nullopt, dk);
-    out = options_.layout == AttentionLayout::gpt2 ? c_proj->forward(out) : o_proj->forward(out);
+    // [B, T, 3C] -> [B, T, C], heads merged: only the gpt2 layout takes this path.
+    out = c_proj->forward(packed_qkv_attention(*heads.packed, h, {}, true, p, std::nullopt, dk));
   } else {
     if (options_.rotary) {
       heads.q = apply_rotary(heads.q, 0, options_.rope_theta);

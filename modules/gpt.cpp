@@ -75,7 +75,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 // The index of the token drawn from one row of logits (see gpt.hpp).
 std::int64_t pick(std::vector<double> z, double temperature, std::optional<std::size_t> top_k,
-                  std::mt19937_64& rng) {
+                  Generator& rng) {
   if (temperature == 0.0) return std::int64_t(std::max_element(z.begin(), z.end()) - z.begin());
   for (double& v : z) v /= temperature;
   if (top_k && *top_k < z.size()) {
@@ -263,7 +263,7 @@ std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prom
   Tape<T> tape;
   tape.set_grad_enabled(false);
   KvCache<T> cache = make_cache(1);
-  std::mt19937_64 rng(seed);
+  Generator rng(seed);
   const std::size_t v = config_.vocab_size;
   Var<T> logits = self.run(tape, ids, &cache);  // [1, P, V]
   std::size_t row = prompt.size() - 1;

@@ -29,7 +29,7 @@
 // mode. Each step takes the last row of logits, divides it by temperature,
 // keeps the top_k largest (ties at the k-th value kept, as torch.topk's
 // threshold in nanoGPT), softmaxes in double and draws by inverse CDF with
-// u = the top 53 bits of a std::mt19937_64 seeded with `seed` / 2^53; the
+// u = the top 53 bits of a Generator (init.hpp) seeded with `seed` / 2^53; the
 // same seed gives the same tokens. temperature 0 is greedy (the first
 // argmax). prompt.size() + n must be <= block_size (no sliding window).
 //

@@ -53,6 +53,12 @@ std::variant<FeedForward<T>, GatedFFN<T>> make_mlp(const TransformerBlockOptions
   return GatedFFN<T>(n, *o.ffn_hidden, n, Activation::silu, GatedBias::none(), 0.0, generator);
 }
 
+// x [B, T, C], checked before the norm records anything.
+void check_input(const Shape& x, std::size_t n_embd) {
+  if (x.size() != 3 || x[2] != n_embd)
+    detail::fail_shape(k_owner, "x", x, "[B, T, " + std::to_string(n_embd) + "]");
+}
+
 }  // namespace
 
 std::size_t default_ffn_hidden(GPTStyle style, std::size_t n_embd) {
@@ -83,6 +89,7 @@ TransformerBlock<T>::TransformerBlock(std::size_t n_embd, TransformerBlockOption
 template <class T>
 Var<T> TransformerBlock<T>::forward(const Var<T>& x) {
   x.tape_for(k_owner, "x");
+  check_input(x.shape(), n_embd_);
   const Var<T> h = add(x, attn.forward(std::visit([&](auto& n) { return n.forward(x); }, ln_1)));
   const Var<T> normed = std::visit([&](auto& n) { return n.forward(h); }, ln_2);
   return add(h, dropout.forward(std::visit([&](auto& f) { return f.forward(normed); }, mlp)));
@@ -91,6 +98,7 @@ Var<T> TransformerBlock<T>::forward(const Var<T>& x) {
 template <class T>
 Var<T> TransformerBlock<T>::forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer) {
   x.tape_for(k_owner, "x");
+  check_input(x.shape(), n_embd_);
   const Var<T> h =
       add(x, attn.forward(std::visit([&](auto& n) { return n.forward(x); }, ln_1), cache, layer));
   const Var<T> normed = std::visit([&](auto& n) { return n.forward(h); }, ln_2);

@@ -22,8 +22,10 @@
 // transposed; io/hf_gpt2.hpp converts).
 //
 // forward(x, cache, layer) is the attention's incremental form (attention.hpp).
-// Errors: as the children's constructors (zero sizes, heads not dividing C,
-// eps, probabilities), and a style outside the enumeration.
+// Errors (std::invalid_argument): as the children's constructors (zero sizes,
+// heads not dividing C, eps, probabilities), a style outside the enumeration,
+// n_kv_heads != n_heads in the gpt2 style; forward: an x that is not
+// [B, T, C], before anything is recorded.
 
 #include <cstddef>
 #include <optional>

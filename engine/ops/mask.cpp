@@ -17,8 +17,8 @@ namespace {
 
 // "(NumPy rules: ...; axis -k has m in 'mask' and n in 'x')": the reason a shape
 // does not broadcast, for the messages below.
-std::string numpy_rule(const std::string& detail) {
-  return " (NumPy rules: aligned from the right, each axis equal or 1; " + detail + ")";
+std::string numpy_rule(const std::string& clash) {
+  return " (NumPy rules: aligned from the right, each axis equal or 1; " + clash + ")";
 }
 
 // masked_fill: `mask` must broadcast to x's shape itself (y has x's shape).

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,9 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
 #include <xtgrad/engine/ops/mask.hpp>
+#include <xtgrad/engine/ops/reduce.hpp>
 
+#include "support/bad_input.hpp"
 #include "support/shape_helpers.hpp"
 #include "support/test_helpers.hpp"
 
@@ -25,9 +28,6 @@ using namespace xtgrad;
 using namespace xtgrad::testing;
 
 namespace {
-
-constexpr double k_inf = std::numeric_limits<double>::infinity();
-constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
 
 xt::xarray<bool> mask_of(const Dims& shape, std::initializer_list<double> values) {
   return shaped_as<bool>(shape, values);
@@ -379,72 +379,94 @@ TEST_CASE("length_mask: true for t < lengths[b]") {
 
 // ---------------------------------------------------------------- errors
 
-TEST_CASE("bad input: masked_fill, where, triu, tril, length_mask") {
-  Tape<double> tape;
-  auto x = tape.leaf(xt::xarray<double>(xt::zeros<double>({2, 3})));
-  auto v = tape.leaf(xt::xarray<double>(xt::zeros<double>({3})));
-  auto w = tape.leaf(xt::xarray<double>(xt::zeros<double>({4, 3})));
-  xt::xarray<double> zero_d = xt::empty<double>(Dims{});
-  zero_d() = 0;
-  auto s = tape.leaf(zero_d);
-  const std::size_t before = tape.size();
+TEST_CASE_TEMPLATE("bad input: masked_fill, where, triu, tril, length_mask", T, float, double) {
+  Tape<T> tape, other, cleared;
+  const Var<T> stale = cleared.leaf(xt::xarray<T>{1, 2});
+  cleared.clear();
+  Var<T> x = tape.leaf(random_array<T>({2, 3}, 1));  // [2, 3]
+  Var<T> v = tape.leaf(random_array<T>({3}, 2));     // [3]
+  Var<T> w = tape.leaf(random_array<T>({4, 3}, 3));  // [4, 3]
+  Var<T> s = tape.leaf(xt::xarray<T>(T(0.5)));       // 0-d
+  tape.backward(add(add(sum(x), sum(v)), add(sum(w), s)),
+                xt::xarray<T>(T(1)));  // leaves hold gradients
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {x, v, w, s});
+  std::vector<Row> rows;
+  const auto bad = row_adder(rows);
+  const auto IA = Expect::invalid_argument;
+  const xt::xarray<bool> m22 = random_mask({2, 2}, 1), m313 = random_mask({3, 1, 3}, 2),
+                         m123 = random_mask({1, 2, 3}, 3), m2 = random_mask({2}, 4),
+                         m1 = random_mask({1}, 5), m23 = random_mask({2, 3}, 6),
+                         m41 = random_mask({4, 1}, 7);
 
-  CHECK_THROWS_WITH_PARTS(masked_fill(x, random_mask({2, 2}, 1), 0.0), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'mask'", "[2, 2]", "[2, 3]", "'x'",
-                           "axis -1 has 2 in 'mask' and 3 in 'x'"});
-  CHECK_THROWS_WITH_PARTS(masked_fill(x, random_mask({3, 1, 3}, 2), 0.0), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'mask'", "[3, 1, 3]", "more axes"});
-  CHECK_THROWS_WITH_PARTS(masked_fill(x, random_mask({1, 2, 3}, 3), 0.0), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'mask'", "[1, 2, 3]"});
-  CHECK_THROWS_WITH_PARTS(masked_fill(v, random_mask({2}, 4), 0.0), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'mask'", "[2]", "[3]"});
-  CHECK_THROWS_WITH_PARTS(masked_fill(s, random_mask({1}, 5), 0.0), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'mask'", "[1]", "[]"});
-
-  CHECK_THROWS_WITH_PARTS(xtgrad::where(random_mask({2, 3}, 6), x, w), std::invalid_argument,
-                          {"xtgrad::where", "'a'", "'b'", "[2, 3]", "[4, 3]"});
-  CHECK_THROWS_WITH_PARTS(xtgrad::where(random_mask({4, 1}, 7), x, v), std::invalid_argument,
-                          {"xtgrad::where", "'cond'", "[4, 1]", "[2, 3]",
-                           "axis -2 has 4 in 'cond' and 2 in 'a' and 'b'"});
-  CHECK_THROWS_WITH_PARTS(xtgrad::where(random_mask({2}, 8), v, s), std::invalid_argument,
-                          {"xtgrad::where", "'cond'", "[2]", "[3]"});
-
-  for (const auto& bad : {v, s}) {
-    const std::string shape = detail::shape_str(bad.shape());
-    CHECK_THROWS_WITH_PARTS(tril(bad), std::invalid_argument,
-                            {"xtgrad::tril", "'x'", shape, "rank >= 2"});
-    CHECK_THROWS_WITH_PARTS(triu(bad, 1), std::invalid_argument,
-                            {"xtgrad::triu", "'x'", shape, "rank >= 2"});
+  bad("masked_fill: mask [2, 2] for x [2, 3]", [&] { masked_fill(x, m22, 0.0); }, IA,
+      {"masked_fill", "'mask'", "[2, 2]", "broadcasts to the shape [2, 3] of argument 'x'",
+       "axis -1 has 2 in 'mask' and 3 in 'x'"});
+  bad("masked_fill: mask [3, 1, 3] for x [2, 3]", [&] { masked_fill(x, m313, 0.0); }, IA,
+      {"masked_fill", "'mask'", "[3, 1, 3]", "more axes"});
+  bad("masked_fill: mask [1, 2, 3] would make y larger than x", [&] { masked_fill(x, m123, 0.0); },
+      IA, {"masked_fill", "'mask'", "[1, 2, 3]", "y has x's shape"});
+  bad("masked_fill: mask [2] for x [3]", [&] { masked_fill(v, m2, 0.0); }, IA,
+      {"masked_fill", "'mask'", "[2]", "[3]", "axis -1"});
+  bad("masked_fill: mask [1] for a 0-d x", [&] { masked_fill(s, m1, 0.0); }, IA,
+      {"masked_fill", "'mask'", "[1]", "[]"});
+  if (std::is_same_v<T,
+                     float>) {  // torch: "value cannot be converted to type float without overflow"
+    bad("masked_fill: 1e300 into float", [&] { masked_fill(x, m23, 1e300); }, IA,
+        {"masked_fill", "'value'", "1e+300", "overflows"});
+    bad("masked_fill: -1e39 into float", [&] { masked_fill(x, m23, -1e39); }, IA,
+        {"masked_fill", "'value'", "-1e+39", "overflows"});
   }
-  CHECK(tape.size() == before);  // nothing recorded by a failed call
+  add_handle_rows<T>(
+      rows, "masked_fill", {"x"}, {x},
+      [m23](const std::vector<Var<T>>& a) { masked_fill(a[0], m23, 0.0); }, other, stale);
 
-  Tape<double> other;
-  auto o = other.leaf(xt::xarray<double>(xt::zeros<double>({2, 3})));
-  CHECK_THROWS_WITH_PARTS(xtgrad::where(random_mask({2, 3}, 9), x, o), std::logic_error,
-                          {"xtgrad::where", "'a'", "'b'", "different tapes"});
-  CHECK_THROWS_WITH_PARTS(masked_fill(Var<double>(), random_mask({1}, 1), 0.0), std::logic_error,
-                          {"xtgrad::masked_fill", "'x'"});
-  CHECK_THROWS_WITH_PARTS(tril(Var<double>()), std::logic_error, {"xtgrad::tril", "'x'"});
+  bad("where: a [2, 3] and b [4, 3]", [&] { xtgrad::where(m23, x, w); }, IA,
+      {"where", "'b'", "'a'", "[2, 3]", "[4, 3]", "axis -2"});
+  bad("where: cond [4, 1] against a and b [2, 3]", [&] { xtgrad::where(m41, x, v); }, IA,
+      {"where", "'cond'", "[4, 1]", "[2, 3]", "axis -2 has 4 in 'cond' and 2 in 'a' and 'b'"});
+  bad("where: cond [2] against a [3] and a 0-d b", [&] { xtgrad::where(m2, v, s); }, IA,
+      {"where", "'cond'", "[2]", "[3]"});
+  add_handle_rows<T>(
+      rows, "where", {"a", "b"}, {x, x},
+      [m23](const std::vector<Var<T>>& a) { xtgrad::where(m23, a[0], a[1]); }, other, stale);
 
-  CHECK_THROWS_WITH_PARTS(length_mask(Indices{2, -1}, 3), std::invalid_argument,
-                          {"xtgrad::length_mask", "'lengths'", "-1", "position 1", "[0, 3]"});
-  CHECK_THROWS_WITH_PARTS(length_mask(Indices{2, 4}, 3), std::invalid_argument,
-                          {"xtgrad::length_mask", "'lengths'", "4", "position 1", "[0, 3]"});
-  CHECK_THROWS_WITH_PARTS(length_mask(Indices{{1, 2}}, 3), std::invalid_argument,
-                          {"xtgrad::length_mask", "'lengths'", "[1, 2]", "1-d"});
+  for (const std::string op : {"tril", "triu"}) {
+    const auto f = [op](const Var<T>& a, std::int64_t d) {
+      return op == "tril" ? tril(a, d) : triu(a, d);
+    };
+    bad(op + ": 1-d x", [&, f] { f(v, 0); }, IA, {op, "'x'", "[3]", "rank >= 2"});
+    bad(op + ": 0-d x", [&, f] { f(s, 1); }, IA, {op, "'x'", "[]", "rank >= 2"});
+    add_handle_rows<T>(
+        rows, op, {"x"}, {x}, [f](const std::vector<Var<T>>& a) { f(a[0], 0); }, other, stale);
+  }
+
+  bad("length_mask: a negative length",
+      [] {
+        length_mask(Indices{2, -1}, 3);
+      },
+      IA, {"length_mask", "'lengths'", "holds -1 at position 1", "[0, 3]"});
+  bad("length_mask: a length beyond max_length",
+      [] {
+        length_mask(Indices{2, 4}, 3);
+      },
+      IA, {"length_mask", "'lengths'", "holds 4 at position 1", "[0, 3]"});
+  bad("length_mask: 2-d lengths",
+      [] {
+        length_mask(Indices{{1, 2}}, 3);
+      },
+      IA, {"length_mask", "'lengths'", "[1, 2]", "1-d"});
+  bad("length_mask: 0-d lengths", [] { length_mask(Indices(std::int64_t(2)), 3); }, IA,
+      {"length_mask", "'lengths'", "[]", "1-d"});
+  report("mask", run_rows(rows, snapshot));
 }
 
-TEST_CASE("bad input: masked_fill refuses a finite value beyond float's range, as torch") {
+TEST_CASE("masked_fill: the extremes of float are fine, and any finite value for double") {
   Tape<float> tape;
   auto x = tape.leaf(xt::xarray<float>(xt::zeros<float>({2})));
   const xt::xarray<bool> mask = mask_of({2}, {1, 0});
-  CHECK_THROWS_WITH_PARTS(masked_fill(x, mask, 1e300), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'value'", "1e+300", "overflows"});
-  CHECK_THROWS_WITH_PARTS(masked_fill(x, mask, -1e39), std::invalid_argument,
-                          {"xtgrad::masked_fill", "'value'", "-1e+39"});
-  CHECK(tape.size() == 1);
   const float max = std::numeric_limits<float>::max();
-  CHECK(masked_fill(x, mask, double(max)).value()(0) == max);  // the largest float is fine
+  CHECK(masked_fill(x, mask, double(max)).value()(0) == max);
+  CHECK(masked_fill(x, mask, -double(max)).value()(0) == -max);
   Tape<double> dtape;
   auto xd = dtape.leaf(xt::xarray<double>(xt::zeros<double>({2})));
   CHECK(masked_fill(xd, mask, 1e300).value()(0) == 1e300);

@@ -14,6 +14,7 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/rotary.hpp>
 
+#include "support/bad_input.hpp"
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/rotary_fixtures.hpp"
 #include "support/shape_helpers.hpp"
@@ -214,30 +215,33 @@ TEST_CASE_TEMPLATE("apply_rotary: edge shapes, views, threads and accumulation",
 }
 
 TEST_CASE_TEMPLATE("bad input: apply_rotary", T, float, double) {
-  Tape<T> tape;
-  auto v = tape.leaf(xt::xarray<T>(xt::zeros<T>({4})));
-  xt::xarray<T> zero_d = xt::empty<T>(Dims{});
-  zero_d() = 0;
-  auto s = tape.leaf(zero_d);
-  auto odd = tape.leaf(xt::xarray<T>(xt::zeros<T>({2, 3, 5})));
-  auto good = tape.leaf(xt::xarray<T>(xt::zeros<T>({3, 4})));
-  const std::size_t before = tape.size();
+  Tape<T> tape, other, cleared;
+  const Var<T> stale = cleared.leaf(xt::xarray<T>{1, 2});
+  cleared.clear();
+  Var<T> v = tape.leaf(random_array<T>({4}, 1));
+  Var<T> s = tape.leaf(xt::xarray<T>(T(0.5)));  // 0-d
+  Var<T> odd = tape.leaf(random_array<T>({2, 3, 5}, 2));
+  Var<T> good = tape.leaf(random_array<T>({3, 4}, 3));
+  tape.backward(apply_rotary(good), random_array<T>({3, 4}, 4));  // good holds a gradient
+  const auto snapshot = snapshot_of<T>({&tape, &other}, {v, s, odd, good});
+  std::vector<Row> rows;
+  const auto bad = row_adder(rows);
+  const auto IA = Expect::invalid_argument;
 
-  CHECK_THROWS_WITH_PARTS(apply_rotary(v), std::invalid_argument,
-                          {"xtgrad::apply_rotary", "'x'", "[4]", "rank >= 2"});
-  CHECK_THROWS_WITH_PARTS(apply_rotary(s), std::invalid_argument,
-                          {"xtgrad::apply_rotary", "'x'", "[]", "rank >= 2"});
-  CHECK_THROWS_WITH_PARTS(apply_rotary(odd), std::invalid_argument,
-                          {"xtgrad::apply_rotary", "'x'", "[2, 3, 5]", "Dh even", "Dh = 5"});
+  bad("apply_rotary: 1-d x", [&] { apply_rotary(v); }, IA,
+      {"apply_rotary", "'x'", "[4]", "rank >= 2"});
+  bad("apply_rotary: 0-d x", [&] { apply_rotary(s); }, IA,
+      {"apply_rotary", "'x'", "[]", "rank >= 2"});
+  bad("apply_rotary: odd Dh", [&] { apply_rotary(odd, 2); }, IA,
+      {"apply_rotary", "'x'", "[2, 3, 5]", "Dh even", "Dh = 5"});
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (double theta : {0.0, -1.0, -0.0, inf, -inf, nan}) {
-    INFO("theta ", theta);
-    CHECK_THROWS_WITH_PARTS(
-        apply_rotary(good, 0, theta), std::invalid_argument,
-        {"xtgrad::apply_rotary", "'theta'", detail::number_str(theta), "finite value > 0"});
-  }
-  CHECK(tape.size() == before);  // nothing recorded by a failed call
-  CHECK_THROWS_WITH_PARTS(apply_rotary(Var<T>()), std::logic_error,
-                          {"xtgrad::apply_rotary", "'x'"});
+  for (double theta : {0.0, -0.0, -1.0, inf, -inf, nan})
+    bad("apply_rotary: theta " + detail::number_str(theta),
+        [&, theta] { apply_rotary(good, 0, theta); }, IA,
+        {"apply_rotary", "'theta'", "is " + detail::number_str(theta), "finite value > 0"});
+  add_handle_rows<T>(
+      rows, "apply_rotary", {"x"}, {good},
+      [](const std::vector<Var<T>>& a) { apply_rotary(a[0], 1); }, other, stale);
+  report("rotary", run_rows(rows, snapshot));
 }

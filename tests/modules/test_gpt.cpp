@@ -304,8 +304,32 @@ TEST_CASE("GPT: every bad argument throws before anything changes") {
   bad("eps", [&] { GPT<double>(with([](GPTConfig& c) { c.eps = -1; })); }, Expect::invalid_argument,
       {"GPT", "'eps'"});
 
+  TransformerBlockOptions block_options;
+  block_options.n_heads = 2;
+  TransformerBlock<double> block(8, block_options);
+  bad("block: gpt2 with n_kv_heads",
+      [&] {
+        TransformerBlockOptions o = block_options;
+        o.n_kv_heads = 1;
+        TransformerBlock<double>(8, o);
+      },
+      Expect::invalid_argument, {"TransformerBlock", "'n_kv_heads'", "gpt2 style"});
+  bad("block: zero ffn_hidden",
+      [&] {
+        TransformerBlockOptions o = block_options;
+        o.ffn_hidden = 0;
+        TransformerBlock<double>(8, o);
+      },
+      Expect::invalid_argument, {"TransformerBlock", "'ffn_hidden'", "positive"});
+
   GPT<double> model(tiny(GPTStyle::gpt2));
   Tape<double> tape, off;
+  const Var<double> unbatched = tape.leaf(random_array({3, 8}, 1));
+  const Var<double> narrow = tape.leaf(random_array({1, 3, 6}, 2));
+  bad("block: [T, C] input", [&] { block.forward(unbatched); }, Expect::invalid_argument,
+      {"TransformerBlock", "'x'", "[3, 8]", "[B, T, 8]"});
+  bad("block: wrong width", [&] { block.forward(narrow); }, Expect::invalid_argument,
+      {"TransformerBlock", "'x'", "[1, 3, 6]", "[B, T, 8]"});
   off.set_grad_enabled(false);
   KvCache<double> cache = model.make_cache(1);
   KvCache<double> wrong_batch = model.make_cache(2);
@@ -359,6 +383,7 @@ TEST_CASE("GPT: every bad argument throws before anything changes") {
     State s;
     s.add(tape.size());
     for (const auto& [name, p] : model.named_parameters()) s.add(*p);
+    for (const auto& [name, p] : block.named_parameters()) s.add(*p);
     for (std::size_t l = 0; l < 2; ++l) s.add(cache.length(l));
     return s;
   };
