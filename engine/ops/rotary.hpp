@@ -23,7 +23,9 @@
 // Used on queries and keys [B, H, T, Dh] before attention; with a KV cache,
 // position_offset is the number of positions already cached. One pass over x
 // forward and one over dy backward, over rows in parallel when large; the
-// [T, h] cos and sin tables are kept in the node for backward.
+// [T, h] cos and sin tables are kept in the node for backward, and the last
+// call's tables are reused by the next call on the same thread with the same
+// T, Dh, position_offset and theta (the queries and keys of every layer).
 //
 // Errors (std::invalid_argument naming apply_rotary and the argument): rank
 // < 2, odd Dh, theta not finite or <= 0.

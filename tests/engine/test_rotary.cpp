@@ -13,6 +13,7 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/rotary.hpp>
+#include <xtgrad/engine/threads.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/fixtures/fixture_array.hpp"
@@ -192,6 +193,8 @@ TEST_CASE_TEMPLATE("apply_rotary: edge shapes, views, threads and accumulation",
     CHECK(a.grad() == b.grad());
   }
   SUBCASE("a large [4, 4, 512, 64] input (threads) against the long double rotation") {
+    const int before = get_num_threads();
+    set_num_threads(2);  // two chunks, whatever the machine
     const xt::xarray<T> xv = random_array<T>({4, 4, 512, 64}, 23);
     Tape<T> tape;
     auto x = tape.leaf(xv);
@@ -201,6 +204,15 @@ TEST_CASE_TEMPLATE("apply_rotary: edge shapes, views, threads and accumulation",
     // The inverse rotation: backward of dy = y gives x back.
     tape.backward(y, xt::xarray<T>(y.value()));
     check_close(x.grad(), xv, tol, tol);
+    // The same bits on one thread.
+    set_num_threads(1);
+    Tape<T> serial;
+    auto xs = serial.leaf(xv);
+    auto ys = apply_rotary(xs, 3);
+    serial.backward(ys, xt::xarray<T>(y.value()));
+    set_num_threads(before);
+    CHECK(ys.value() == y.value());
+    CHECK(xs.grad() == x.grad());
   }
   SUBCASE("gradients accumulate over two backwards") {
     Tape<T> tape;
