@@ -200,7 +200,7 @@ TEST_CASE("MultiheadAttention: a per-head [B*H, Tq, Tk] bool mask equals the [Tq
   const xt::xarray<double> x = random_array({2, 3, 8}, 11);
   MhaMasks<double> flat, per_head;
   flat.attn_mask = torch_causal(3);
-  xt::xarray<bool> repeated = xt::empty<bool>({4, 3, 3});
+  xt::xarray<bool> repeated = xt::zeros<bool>(std::vector<std::size_t>{4, 3, 3});
   for (std::size_t bh = 0; bh < 4; ++bh) xt::view(repeated, bh) = torch_causal(3);
   per_head.attn_mask = repeated;
   Tape<double> tape;
