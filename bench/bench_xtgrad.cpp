@@ -23,15 +23,10 @@
 //   memory      peak resident memory of one forward+backward at N = 4096, each
 //               measured in a fresh child process (this program, re-run with
 //               --peak-memory-child) so that earlier cases do not count
-#include <strings.h>
-#include <unistd.h>
 
-#include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,6 +38,7 @@
 
 #include "cases.hpp"
 #include "harness.hpp"
+#include "machine.hpp"
 #include "report.hpp"
 
 namespace xtgrad::bench {
@@ -106,33 +102,6 @@ Family parse_family(const std::string& name) {
     if (name == family_name(f)) return f;
   throw std::invalid_argument("bench_xtgrad: unknown FFN family '" + name +
                               "' (relu, gelu, swiglu)");
-}
-
-// Times the contestants xtgrad, floor and libtorch (an empty Runner is
-// skipped: its columns stay NaN) into a row, in `unit_seconds` units.
-Row time_row(const std::string& section, const std::string& name, const std::string& unit,
-             double unit_seconds, const Runner& xtgrad, const Runner& floor, const Runner& libtorch,
-             const TimingOptions& timing) {
-  std::vector<Contestant> present;
-  for (const Runner* r : {&xtgrad, &floor, &libtorch})
-    if (*r) present.push_back({"", *r});
-  const std::vector<Timing> timings = measure_interleaved(present, timing);
-  std::optional<Timing> t[3];
-  std::size_t k = 0;
-  for (int i = 0; i < 3; ++i)
-    if (*std::array<const Runner*, 3>{&xtgrad, &floor, &libtorch}[i]) t[i] = timings[k++];
-  Row row{section, name, unit};
-  const auto value = [&](int i) { return t[i] ? t[i]->median / unit_seconds : k_nan; };
-  const auto paired = [&](int i, int j) {
-    return t[i] && t[j] ? paired_ratio(*t[i], *t[j]) : k_nan;
-  };
-  row.xtgrad = value(0);
-  row.floor = value(1);
-  row.libtorch = value(2);
-  row.xtgrad_over_floor = paired(0, 1);
-  row.libtorch_over_floor = paired(2, 1);
-  row.xtgrad_over_libtorch = paired(0, 2);
-  return row;
 }
 
 // Every thread count in use: xtgrad's (and with it OpenBLAS's) and LibTorch's.
@@ -275,10 +244,8 @@ int peak_memory_child(const Options& o) {
 
 // Peak minus baseline of one child run, in MiB; NaN when the child failed.
 double child_peak_mib(const Options& o, Family family, std::size_t tokens, const char* impl) {
-  char exe[4096];
-  const ssize_t length = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (length <= 0) return k_nan;
-  exe[length] = '\0';
+  const std::string exe = self_executable();
+  if (exe.empty()) return k_nan;
   std::ostringstream command;
   command << '"' << exe << "\" --threads " << o.threads << " --peak-memory-child "
           << family_name(family) << ':' << tokens << ':' << impl;
@@ -302,60 +269,6 @@ void memory_rows(const Options& o, std::vector<Row>& rows) {
     row.xtgrad_over_libtorch = row.xtgrad / row.libtorch;
     rows.push_back(row);
   }
-}
-
-bool omp_passive() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  return policy && strcasecmp(policy, "PASSIVE") == 0;
-}
-
-std::string omp_wait_policy() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  return policy ? policy : "unset (libgomp's default: spin, then sleep)";
-}
-
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-// The vector extensions /proc/cpuinfo lists among the ones xsimd can use.
-std::string vector_extensions() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line))
-    if (line.rfind("flags", 0) == 0) break;
-  std::istringstream flags(line.substr(line.find(':') + 1));
-  std::string out, flag;
-  while (flags >> flag)
-    for (const char* known : {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
-                              "amx_tile", "amx_bf16", "amx_int8"})
-      if (flag == known) out += (out.empty() ? "" : " ") + flag;
-  return out.empty() ? "none of avx2, avx512, amx" : out;
-}
-
-// A note when OpenBLAS runs kernels without AVX-512 on a CPU that has it.
-// OpenBLAS 0.3.21 does not know AMD's Zen 5 and falls back to its Haswell
-// (AVX2) kernels there; with OPENBLAS_CORETYPE=SkylakeX its AVX-512 sgemm
-// ran FFN training 1.8x faster (2-core EPYC, forward + backward at N = 1024).
-std::string openblas_core_note() {
-  const std::string core = openblas_core();
-  if (vector_extensions().find("avx512f") == std::string::npos) return "";
-  for (const char* avx512 : {"SkylakeX", "Cooperlake", "SapphireRapids"})
-    if (core == avx512) return "";
-  return "OpenBLAS runs its " + core +
-         " kernels (no AVX-512) on this AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX selects its "
-         "AVX-512 ones";
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five, fifteen;
-  in >> one >> five >> fifteen;
-  return one + " " + five + " " + fifteen;
 }
 
 int run(const Options& o) {
@@ -465,20 +378,7 @@ const char* pass_name(Pass pass) {
 int main(int argc, char** argv) {
   using namespace xtgrad::bench;
 #ifdef XTGRAD_BENCH_LIBTORCH
-  // LibTorch's OpenMP workers (libgomp) spin-wait after every parallel region
-  // by default. On a shared or loaded machine the spinning costs them their
-  // scheduler credit, so that a parallel region then waits for a descheduled
-  // worker, and it steals a core from whatever runs next (xtgrad, the GEMM
-  // floor): measured here, LibTorch's activations 3-4x slower and the floor up
-  // to 2x. Passive waiting removes both. libgomp reads the variable when it
-  // is loaded, hence the re-execution; --omp-default keeps libgomp's default.
-  bool omp_default = false;
-  for (int i = 1; i < argc; ++i)
-    omp_default = omp_default || std::string(argv[i]) == "--omp-default";
-  if (!omp_default && std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then measure as we are
-  }
+  reexec_with_passive_omp(argv);  // see machine.hpp; --omp-default keeps libgomp's default
 #endif
   Options o;
   o.command = "bench_xtgrad";

@@ -1,10 +1,14 @@
 # Puts the Markdown table of a bench_xtgrad run (--markdown FILE) into the
 # README, between the lines <!-- bench-results --> and <!-- /bench-results -->:
 #   cmake -DTABLE=bench.md -DREADME=README.md -P bench/readme_update.cmake
+# -DMARKER=bench-attention-results does the same for bench_attention's table.
+if(NOT DEFINED MARKER)
+  set(MARKER bench-results)
+endif()
 file(READ ${TABLE} table)
 file(READ ${README} readme)
-set(open "<!-- bench-results -->\n")
-set(close "<!-- /bench-results -->")
+set(open "<!-- ${MARKER} -->\n")
+set(close "<!-- /${MARKER} -->")
 string(FIND "${readme}" "${open}" begin)
 string(FIND "${readme}" "${close}" end)
 if(begin EQUAL -1 OR end EQUAL -1 OR end LESS begin)

@@ -19,10 +19,10 @@ std::string number(double v, int precision) {
 }
 
 std::string floor_label(const std::string& section) {
-  return section == "ffn" || section == "matmul"           ? "GEMM floor"
-         : section == "activation" || section == "rowwise" ? "copy"
-         : section == "small"                              ? "roofline"
-                                                           : "floor";
+  return section == "ffn" || section == "matmul" || section == "attention" ? "GEMM floor"
+         : section == "activation" || section == "rowwise"                 ? "copy"
+         : section == "small"                                              ? "roofline"
+                                                                           : "floor";
 }
 
 std::string csv_number(double v) {

@@ -1,0 +1,66 @@
+// The xtgrad side of bench_attention's GPT rows: modules/gpt.hpp's GPT<float>
+// (GPT-2 style, no dropout), cross_entropy over the B * T logits, backward,
+// optim::AdamW over every parameter, zero_grad; one tape reused.
+#include <memory>
+#include <optional>
+#include <random>
+
+#include <xtgrad/engine/engine.hpp>
+#include <xtgrad/modules/gpt.hpp>
+#include <xtgrad/optim/optim.hpp>
+
+#include "attention_cases.hpp"
+
+namespace xtgrad::bench {
+
+namespace {
+
+constexpr unsigned k_seed = 1024;
+
+Indices random_tokens(const Shape& shape, std::size_t vocab, unsigned seed) {
+  std::mt19937 engine(seed);
+  std::uniform_int_distribution<std::int64_t> id(0, static_cast<std::int64_t>(vocab) - 1);
+  Indices tokens = Indices::from_shape(shape);
+  for (std::int64_t& t : tokens) t = id(engine);
+  return tokens;
+}
+
+struct GptState {
+  std::unique_ptr<GPT<float>> model;
+  std::optional<optim::AdamW<float>> optimizer;
+  Indices tokens;   // [B, T]
+  Indices targets;  // [B * T]
+  std::int64_t vocab = 0;
+  Tape<float> tape;
+
+  void run() {
+    tape.clear();
+    const Var<float> logits = model->forward(tape, tokens);  // [B, T, vocab]
+    tape.backward(cross_entropy(reshape(logits, {-1, vocab}), targets));
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+};
+
+}  // namespace
+
+Runner xtgrad_gpt_step(const GptShape& shape) {
+  GPTConfig config;
+  config.vocab_size = shape.vocab_size;
+  config.block_size = shape.block_size;
+  config.n_layer = shape.n_layer;
+  config.n_head = shape.n_head;
+  config.n_embd = shape.n_embd;
+  auto state = std::make_shared<GptState>();
+  Generator generator(k_seed);
+  state->model = std::make_unique<GPT<float>>(config, generator);
+  state->model->train(true);
+  state->optimizer.emplace(state->model->parameters(),
+                           optim::AdamWOptions(k_gpt_lr).weight_decay(k_gpt_weight_decay));
+  state->tokens = random_tokens({shape.batch, shape.tokens}, shape.vocab_size, k_seed + 1);
+  state->targets = random_tokens({shape.batch * shape.tokens}, shape.vocab_size, k_seed + 2);
+  state->vocab = static_cast<std::int64_t>(shape.vocab_size);
+  return [state] { state->run(); };
+}
+
+}  // namespace xtgrad::bench
