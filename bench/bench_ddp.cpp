@@ -12,6 +12,14 @@
 //   P after     the same with overlap off (all-reduce after backward ends)
 // and prints each median, the scaling efficiency (t1 / tP) / P (1 is
 // ideal) and the load average. One OpenBLAS thread per rank.
+//
+// With --zero it compares instead, all on P ranks with overlap, data-parallel
+// AdamW (every rank holds the whole optimizer state and steps every
+// parameter) with ZeRO stage 1 and stage 2 (ShardedOptimizer): per
+// configuration the median step time, the median time of the optimizer's
+// step() alone (ZeRO: the shard's update plus the all-gather), the
+// optimizer-state bytes per rank, and the gradient bytes a rank keeps in its
+// Parameters after backward.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -147,6 +155,87 @@ void run(distributed::Communicator& comm, const Config& c) {
               load_before.c_str(), load_average().c_str());
 }
 
+// --zero: data-parallel vs ZeRO stages 1 and 2 (see the top).
+struct ZeroTimes {
+  std::vector<double> step, optimizer;
+};
+
+void run_zero(distributed::Communicator& comm, const Config& c) {
+  const int P = comm.size(), r = comm.rank();
+  if (c.tokens % static_cast<std::size_t>(P) != 0)
+    throw std::invalid_argument("--tokens " + std::to_string(c.tokens) + " is not divisible by " +
+                                std::to_string(P) + " processes");
+  const std::size_t local = c.tokens / static_cast<std::size_t>(P);
+  Generator g(2);
+  const xt::xarray<float> x = xtgrad::detail::standard_normal<float>({c.tokens, c.d}, g);
+  const xt::xarray<float> x_local = xt::view(x, xt::range(r * local, (r + 1) * local));
+  const char* names[] = {"data-parallel AdamW", "ZeRO stage 1", "ZeRO stage 2"};
+  std::unique_ptr<Sequential<float>> nets[3];
+  std::unique_ptr<distributed::GradientSynchronizer<float>> syncs[3];
+  std::unique_ptr<optim::Optimizer<float>> opts[3];
+  Tape<float> tapes[3];
+  for (int k = 0; k < 3; ++k) {
+    nets[k] = make_stack(c);
+    syncs[k] = std::make_unique<distributed::GradientSynchronizer<float>>(comm, *nets[k]);
+    syncs[k]->attach(tapes[k]);
+    if (k == 0)
+      opts[k] = std::make_unique<optim::AdamW<float>>(nets[k]->parameters());
+    else
+      opts[k] = std::make_unique<distributed::ShardedOptimizer<float>>(
+          *syncs[k], optim::AdamWOptions(), distributed::ZeroOptions{k});
+  }
+  ZeroTimes times[3];
+  std::size_t grad_bytes[3] = {0, 0, 0};
+  for (int round = -1; round < c.rounds; ++round) {  // round -1 warms up
+    for (int k = 0; k < 3; ++k) {
+      idle_barrier(comm);
+      const auto start = Clock::now();
+      tapes[k].clear();
+      opts[k]->zero_grad();
+      tapes[k].backward(mean(square((*nets[k])(tapes[k].leaf(x_local, false)))));
+      syncs[k]->finish();
+      grad_bytes[k] = 0;
+      for (const Parameter<float>* p : nets[k]->parameters())
+        grad_bytes[k] += p->grad.size() * sizeof(float);
+      const auto before_step = Clock::now();
+      opts[k]->step();
+      const auto end = Clock::now();
+      const auto total = comm.all_gather(static_cast<std::uint64_t>(
+          std::chrono::duration<double>(end - start).count() * 1e6));
+      const auto optimizer = comm.all_gather(static_cast<std::uint64_t>(
+          std::chrono::duration<double>(end - before_step).count() * 1e6));
+      if (round < 0) continue;
+      times[k].step.push_back(*std::max_element(total.begin(), total.end()) * 1e-6);
+      times[k].optimizer.push_back(*std::max_element(optimizer.begin(), optimizer.end()) * 1e-6);
+    }
+  }
+  std::size_t state[3];
+  for (int k = 0; k < 3; ++k) {
+    std::size_t bytes = 0;
+    if (k == 0)
+      for (const auto& entry : opts[0]->state_dict().arrays) bytes += entry.second.size() * 4;
+    else
+      bytes = dynamic_cast<distributed::ShardedOptimizer<float>&>(*opts[k]).state_bytes();
+    const auto all = comm.all_gather(bytes);
+    state[k] = *std::max_element(all.begin(), all.end());
+  }
+  for (auto& sync : syncs) sync->detach();
+  if (r != 0) return;
+  std::size_t parameters = 0;
+  for (const Parameter<float>* p : nets[0]->parameters()) parameters += p->value.size();
+  std::printf(
+      "zero: %d processes, %zu x PreNormResidual(gated, d %zu, hidden %zu), %zu parameters, "
+      "global batch %zu tokens, AdamW, float, %d rounds (medians; a step as long as its slowest "
+      "rank)\n",
+      P, c.blocks, c.d, c.hidden, parameters, c.tokens, c.rounds);
+  std::printf("%-22s %10s %14s %18s %18s\n", "configuration", "step s", "optimizer s",
+              "opt. state MiB/rank", "grads kept MiB/rank");
+  for (int k = 0; k < 3; ++k)
+    std::printf("%-22s %10.3f %14.4f %18.2f %18.2f\n", names[k], median(times[k].step),
+                median(times[k].optimizer), state[k] / 1048576.0, grad_bytes[k] / 1048576.0);
+  std::printf("load average %s\n", load_average().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +247,8 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", c.hidden, "gated FFN hidden width")->capture_default_str();
   app.add_option("--blocks", c.blocks, "PreNormResidual blocks")->capture_default_str();
   app.add_option("--rounds", c.rounds, "timed rounds (medians)")->capture_default_str();
+  bool zero = false;
+  app.add_flag("--zero", zero, "compare data-parallel with ZeRO stages 1 and 2 instead");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -165,7 +256,10 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   }
   try {
-    run(comm, c);
+    if (zero)
+      run_zero(comm, c);
+    else
+      run(comm, c);
   } catch (const std::exception& e) {
     comm.abort(std::string("bench_ddp: ") + e.what());
   }
