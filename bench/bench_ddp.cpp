@@ -17,7 +17,8 @@
 // AdamW (every rank holds the whole optimizer state and steps every
 // parameter) with ZeRO stage 1 and stage 2 (ShardedOptimizer): per
 // configuration the median step time, the median time of the optimizer's
-// step() alone (ZeRO: the shard's update plus the all-gather), the
+// step() alone, split for ZeRO into the shard's update and the all-gather
+// (ShardedOptimizer::last_step; medians over ranks' maxima), the
 // optimizer-state bytes per rank, and the gradient bytes a rank keeps in its
 // Parameters after backward.
 #include <algorithm>
@@ -157,8 +158,14 @@ void run(distributed::Communicator& comm, const Config& c) {
 
 // --zero: data-parallel vs ZeRO stages 1 and 2 (see the top).
 struct ZeroTimes {
-  std::vector<double> step, optimizer;
+  std::vector<double> step, optimizer, update, gather;
 };
+
+// The largest of the ranks' values (a step is as long as its slowest rank).
+double slowest(const distributed::Communicator& comm, double seconds) {
+  const auto all = comm.all_gather(static_cast<std::uint64_t>(seconds * 1e6));
+  return *std::max_element(all.begin(), all.end()) * 1e-6;
+}
 
 void run_zero(distributed::Communicator& comm, const Config& c) {
   const int P = comm.size(), r = comm.rank();
@@ -200,13 +207,18 @@ void run_zero(distributed::Communicator& comm, const Config& c) {
       const auto before_step = Clock::now();
       opts[k]->step();
       const auto end = Clock::now();
-      const auto total = comm.all_gather(static_cast<std::uint64_t>(
-          std::chrono::duration<double>(end - start).count() * 1e6));
-      const auto optimizer = comm.all_gather(static_cast<std::uint64_t>(
-          std::chrono::duration<double>(end - before_step).count() * 1e6));
+      const double total = slowest(comm, std::chrono::duration<double>(end - start).count());
+      const double optimizer =
+          slowest(comm, std::chrono::duration<double>(end - before_step).count());
+      distributed::ZeroStepStats stats{optimizer, 0.0};
+      if (k > 0) stats = dynamic_cast<distributed::ShardedOptimizer<float>&>(*opts[k]).last_step();
+      const double update = slowest(comm, stats.update_seconds);
+      const double gather = slowest(comm, stats.all_gather_seconds);
       if (round < 0) continue;
-      times[k].step.push_back(*std::max_element(total.begin(), total.end()) * 1e-6);
-      times[k].optimizer.push_back(*std::max_element(optimizer.begin(), optimizer.end()) * 1e-6);
+      times[k].step.push_back(total);
+      times[k].optimizer.push_back(optimizer);
+      times[k].update.push_back(update);
+      times[k].gather.push_back(gather);
     }
   }
   std::size_t state[3];
@@ -228,11 +240,12 @@ void run_zero(distributed::Communicator& comm, const Config& c) {
       "global batch %zu tokens, AdamW, float, %d rounds (medians; a step as long as its slowest "
       "rank)\n",
       P, c.blocks, c.d, c.hidden, parameters, c.tokens, c.rounds);
-  std::printf("%-22s %10s %14s %18s %18s\n", "configuration", "step s", "optimizer s",
-              "opt. state MiB/rank", "grads kept MiB/rank");
+  std::printf("%-20s %8s %12s %9s %11s %20s %20s\n", "configuration", "step s", "optimizer s",
+              "update s", "all-gather s", "opt. state MiB/rank", "grads kept MiB/rank");
   for (int k = 0; k < 3; ++k)
-    std::printf("%-22s %10.3f %14.4f %18.2f %18.2f\n", names[k], median(times[k].step),
-                median(times[k].optimizer), state[k] / 1048576.0, grad_bytes[k] / 1048576.0);
+    std::printf("%-20s %8.3f %12.4f %9.4f %11.4f %20.2f %20.2f\n", names[k], median(times[k].step),
+                median(times[k].optimizer), median(times[k].update), median(times[k].gather),
+                state[k] / 1048576.0, grad_bytes[k] / 1048576.0);
   std::printf("load average %s\n", load_average().c_str());
 }
 

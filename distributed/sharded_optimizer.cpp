@@ -1,6 +1,7 @@
 #include "sharded_optimizer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -123,6 +124,8 @@ void ShardedOptimizer<T>::pull_gradients() {
 
 template <class T>
 void ShardedOptimizer<T>::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   pull_gradients();
   const auto& synced = sync_.parameters();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -137,7 +140,10 @@ void ShardedOptimizer<T>::step() {
   for (std::size_t g = 0; g < this->group_count(); ++g) inner_->set_lr(g, this->lr(g));
   inner_->step();
   for (auto& piece : piece_params_) piece->has_grad = false;  // used; a new backward brings more
+  const auto updated = Clock::now();
   all_gather();
+  stats_.update_seconds = std::chrono::duration<double>(updated - start).count();
+  stats_.all_gather_seconds = std::chrono::duration<double>(Clock::now() - updated).count();
 }
 
 template <class T>

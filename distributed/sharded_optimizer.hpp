@@ -42,6 +42,15 @@
 //      Only the owned pieces' gradients (N/P) live between backward and
 //      step. Do not read Parameter::grad after backward.
 // One backward per step (no accumulation over several backward passes).
+// The constructor switches the synchronizer to reduce-scatter mode for good
+// (GradientSynchronizer::reduce_scatter): one ShardedOptimizer per
+// synchronizer, the synchronizer outliving it.
+//
+// Across machines nothing changes but the launch (mpirun --hostfile, see
+// the README); the sharding is by element count, so ranks should be alike.
+// Cost per step beyond data-parallel training: the pieces' values copied
+// from the Parameters before the update (N/P) and the all-gathered values
+// copied back into them (N), memory-bound passes.
 //
 // Checkpoints: state_dict() is this rank's shard (the wrapped optimizer's
 // state dict over the pieces, plus "zero.world_size", "zero.rank",
@@ -81,6 +90,12 @@ namespace xtgrad::distributed {
 
 struct ZeroOptions {
   int stage = 1;  // 1: optimizer state sharded; 2: gradients too
+};
+
+// What the last step() took on this rank, for benchmarks.
+struct ZeroStepStats {
+  double update_seconds = 0.0;      // the gradients into the pieces, the shard's update
+  double all_gather_seconds = 0.0;  // the all-gather and the copies into the Parameters
 };
 
 namespace detail {
@@ -143,11 +158,12 @@ class ShardedOptimizer : public optim::Optimizer<T> {
   void load_consolidated_state_dict(const StateDict<T>& state);
 
   const ZeroOptions& zero_options() const { return zero_; }
-  // The wrapped optimizer over this rank's pieces, and its pieces.
+  // The wrapped optimizer over this rank's pieces; the elements it steps.
   const optim::Optimizer<T>& shard_optimizer() const { return *inner_; }
   std::size_t shard_elements() const { return layout_.end(rank()) - layout_.begin(rank()); }
   // Bytes of optimizer state on this rank (the arrays of state_dict()).
   std::size_t state_bytes() const;
+  const ZeroStepStats& last_step() const { return stats_; }
 
  private:
   using Factory =
@@ -173,6 +189,7 @@ class ShardedOptimizer : public optim::Optimizer<T> {
   std::unique_ptr<optim::Optimizer<T>> inner_;
   std::uint64_t pulled_round_ = 0;
   std::vector<T> gather_;  // one bucket's values for the all-gather
+  ZeroStepStats stats_;
 };
 
 extern template class ShardedOptimizer<float>;

@@ -44,9 +44,9 @@ TEST_CASE_TEMPLATE("zero: stages 1 and 2 train like one process and like data-pa
     CHECK(n1 == n2);
   }
   CHECK(clipped > k_steps / 2);  // clipping is in play
-  const double e1 = relative_error(*zero1.model, *one.model);
-  const double e2 = relative_error(*zero2.model, *one.model);
-  const double e_ddp = relative_error(*zero1.model, *ddp.model);
+  const double e1 = testing::parameters_relative_error(*zero1.model, *one.model);
+  const double e2 = testing::parameters_relative_error(*zero2.model, *one.model);
+  const double e_ddp = testing::parameters_relative_error(*zero1.model, *ddp.model);
   if (world().rank() == 0)
     MESSAGE(world().size() << " ranks, " << std::string(dtype_name(std::is_same_v<T, float>))
                            << ": stage 1 vs one process " << e1 << ", stage 2 " << e2
@@ -54,7 +54,8 @@ TEST_CASE_TEMPLATE("zero: stages 1 and 2 train like one process and like data-pa
   CHECK(e1 <= bound<T>());
   CHECK(e2 <= bound<T>());
   CHECK(e_ddp <= bound<T>());
-  CHECK(bit_equal(*zero1.model, *zero2.model));  // stage 2 changes memory, not arithmetic
+  CHECK(testing::parameters_bit_equal(*zero1.model,
+                                      *zero2.model));  // stage 2 changes memory, not arithmetic
   CHECK(zero1.sync->buckets().size() > 2);
 
   // The optimizer state is split: each rank holds its share of the elements
@@ -113,7 +114,7 @@ TEST_CASE("zero: SGD with Nesterov momentum and Adam with amsgrad, sharded, equa
       sharded->step();
     }
     sync.detach();
-    CHECK(relative_error<double>(model, one) <= 1e-12);
+    CHECK(testing::parameters_relative_error(model, one) <= 1e-12);
   }
 }
 
@@ -132,7 +133,7 @@ TEST_CASE("zero: resuming from sharded checkpoints equals the uninterrupted run"
     Run<double> resumed(mode, &world());
     load_training_state(dir, *resumed.model, *resumed.opt, resumed.schedule.get());
     resumed.steps(k_steps - 25);
-    CHECK(bit_equal(*resumed.model, *straight.model));
+    CHECK(testing::parameters_bit_equal(*resumed.model, *straight.model));
   }
   std::filesystem::remove_all(dir);
 }
@@ -153,7 +154,7 @@ TEST_CASE("zero: the consolidated state is the one-process optimizer's, and load
     single.opt->load_state_dict(full);
     single.schedule->load_state_dict(sharded.schedule->state_dict());
     single.steps(k_steps - 25);
-    CHECK(relative_error(*single.model, *straight.model) <= 1e-12);
+    CHECK(testing::parameters_relative_error(*single.model, *straight.model) <= 1e-12);
     // Its arrays have the parameters' shapes, as AdamW's own state dict.
     CHECK(full.arrays.at("state.0.exp_avg").shape() ==
           single.model->parameters()[0]->value.shape());
@@ -166,7 +167,7 @@ TEST_CASE("zero: the consolidated state is the one-process optimizer's, and load
   loaded.sharded().load_consolidated_state_dict(reference.opt->state_dict());
   loaded.schedule->load_state_dict(reference.schedule->state_dict());
   loaded.steps(k_steps - 25);
-  CHECK(relative_error(*loaded.model, *straight.model) <= 1e-12);
+  CHECK(testing::parameters_relative_error(*loaded.model, *straight.model) <= 1e-12);
 }
 
 TEST_CASE("zero: bad input is refused on every rank before anything changes") {

@@ -74,7 +74,7 @@ double load(distributed::Communicator& comm, const std::string& dir) {
     run.sharded().load_consolidated_state_dict(part(in, "optimizer"));
   run.schedule->load_state_dict(part(in, "scheduler"));
   run.steps(k_steps - k_first);
-  return relative_error(*run.model, *straight.model);
+  return testing::parameters_relative_error(*run.model, *straight.model);
 }
 
 }  // namespace

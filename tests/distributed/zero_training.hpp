@@ -21,6 +21,7 @@
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 
+#include "support/module_compare.hpp"
 #include "support/test_helpers.hpp"
 
 namespace xtgrad::testing::zero {
@@ -103,31 +104,6 @@ struct Run {
     for (int s = 0; s < n; ++s) step();
   }
 };
-
-// max |a - b| / max |b| over each parameter, the largest over all of them.
-template <class T>
-double relative_error(Module<T>& a, Module<T>& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  double worst = 0.0;
-  for (std::size_t k = 0; k < pa.size(); ++k) {
-    double diff = 0.0, scale = 0.0;
-    for (std::size_t i = 0; i < pb[k]->value.size(); ++i) {
-      diff =
-          std::max(diff, std::abs(double(pa[k]->value.data()[i]) - double(pb[k]->value.data()[i])));
-      scale = std::max(scale, std::abs(double(pb[k]->value.data()[i])));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-300));
-  }
-  return worst;
-}
-
-template <class T>
-bool bit_equal(Module<T>& a, Module<T>& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  for (std::size_t k = 0; k < pa.size(); ++k)
-    if (!std::equal(pa[k]->value.begin(), pa[k]->value.end(), pb[k]->value.begin())) return false;
-  return true;
-}
 
 // Copies b's values into a.
 template <class T>
