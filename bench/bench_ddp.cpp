@@ -17,7 +17,8 @@
 // AdamW (every rank holds the whole optimizer state and steps every
 // parameter) with ZeRO stage 1 and stage 2 (ShardedOptimizer): per
 // configuration the median step time, the median time of the optimizer's
-// step() alone, split for ZeRO into the shard's update and the all-gather
+// step() alone, split for ZeRO into the shard's update (of which the
+// wrapped AdamW's step() on the shard) and the all-gather
 // (ShardedOptimizer::last_step; medians over ranks' maxima), the
 // optimizer-state bytes per rank, and the gradient bytes a rank keeps in its
 // Parameters after backward.
@@ -158,7 +159,7 @@ void run(distributed::Communicator& comm, const Config& c) {
 
 // --zero: data-parallel vs ZeRO stages 1 and 2 (see the top).
 struct ZeroTimes {
-  std::vector<double> step, optimizer, update, gather;
+  std::vector<double> step, optimizer, update, shard, gather;
 };
 
 // The largest of the ranks' values (a step is as long as its slowest rank).
@@ -210,14 +211,16 @@ void run_zero(distributed::Communicator& comm, const Config& c) {
       const double total = slowest(comm, std::chrono::duration<double>(end - start).count());
       const double optimizer =
           slowest(comm, std::chrono::duration<double>(end - before_step).count());
-      distributed::ZeroStepStats stats{optimizer, 0.0};
+      distributed::ZeroStepStats stats{optimizer, optimizer, 0.0};
       if (k > 0) stats = dynamic_cast<distributed::ShardedOptimizer<float>&>(*opts[k]).last_step();
       const double update = slowest(comm, stats.update_seconds);
+      const double shard = slowest(comm, stats.optimizer_seconds);
       const double gather = slowest(comm, stats.all_gather_seconds);
       if (round < 0) continue;
       times[k].step.push_back(total);
       times[k].optimizer.push_back(optimizer);
       times[k].update.push_back(update);
+      times[k].shard.push_back(shard);
       times[k].gather.push_back(gather);
     }
   }
@@ -240,12 +243,13 @@ void run_zero(distributed::Communicator& comm, const Config& c) {
       "global batch %zu tokens, AdamW, float, %d rounds (medians; a step as long as its slowest "
       "rank)\n",
       P, c.blocks, c.d, c.hidden, parameters, c.tokens, c.rounds);
-  std::printf("%-20s %8s %12s %9s %11s %20s %20s\n", "configuration", "step s", "optimizer s",
-              "update s", "all-gather s", "opt. state MiB/rank", "grads kept MiB/rank");
+  std::printf("%-20s %8s %12s %9s %9s %11s %20s %20s\n", "configuration", "step s", "optimizer s",
+              "update s", "AdamW s", "all-gather s", "opt. state MiB/rank", "grads kept MiB/rank");
   for (int k = 0; k < 3; ++k)
-    std::printf("%-20s %8.3f %12.4f %9.4f %11.4f %20.2f %20.2f\n", names[k], median(times[k].step),
-                median(times[k].optimizer), median(times[k].update), median(times[k].gather),
-                state[k] / 1048576.0, grad_bytes[k] / 1048576.0);
+    std::printf("%-20s %8.3f %12.4f %9.4f %9.4f %11.4f %20.2f %20.2f\n", names[k],
+                median(times[k].step), median(times[k].optimizer), median(times[k].update),
+                median(times[k].shard), median(times[k].gather), state[k] / 1048576.0,
+                grad_bytes[k] / 1048576.0);
   std::printf("load average %s\n", load_average().c_str());
 }
 

@@ -117,8 +117,12 @@ void ShardedOptimizer<T>::pull_gradients() {
     Parameter<T>& p = *piece_params_[i];
     p.has_grad = shard[static_cast<std::size_t>(counts[piece.bucket][rank()]) + member] > T(0);
     p.grad.resize({piece.length});
-    for (std::size_t k = 0; k < piece.length; ++k)
-      p.grad.data()[k] = p.has_grad ? shard[piece.at + k] / ranks : T(0);  // the mean over ranks
+    T* g = p.grad.data();
+    const T* sum = shard.data() + piece.at;
+    if (!p.has_grad)
+      std::fill(g, g + piece.length, T(0));
+    else
+      for (std::size_t k = 0; k < piece.length; ++k) g[k] = sum[k] / ranks;  // the mean over ranks
   }
 }
 
@@ -138,7 +142,9 @@ void ShardedOptimizer<T>::step() {
                 piece_params_[i]->value.data());
   }
   for (std::size_t g = 0; g < this->group_count(); ++g) inner_->set_lr(g, this->lr(g));
+  const auto inner_start = Clock::now();
   inner_->step();
+  stats_.optimizer_seconds = std::chrono::duration<double>(Clock::now() - inner_start).count();
   for (auto& piece : piece_params_) piece->has_grad = false;  // used; a new backward brings more
   const auto updated = Clock::now();
   all_gather();

@@ -95,6 +95,7 @@ struct ZeroOptions {
 // What the last step() took on this rank, for benchmarks.
 struct ZeroStepStats {
   double update_seconds = 0.0;      // the gradients into the pieces, the shard's update
+  double optimizer_seconds = 0.0;   // of which the wrapped optimizer's step() on the shard
   double all_gather_seconds = 0.0;  // the all-gather and the copies into the Parameters
 };
 
