@@ -213,4 +213,15 @@ TEST_CASE("zero: bad input is refused on every rank before anything changes") {
   CHECK(run.opt->state_dict().integers == own.integers);
   CHECK_THROWS_WITH_AS(run.sharded().clip_grad_norm(-1.0), doctest::Contains("max_norm"),
                        std::invalid_argument);
+  // A reduce-scatter plan that does not cover the buckets is refused by the synchronizer.
+  const auto& buckets = run.sync->buckets();
+  distributed::ReduceScatterPlan plan{
+      std::vector<std::vector<int>>(buckets.size(), std::vector<int>(P, 0))};
+  CHECK_THROWS_WITH_AS(run.sync->reduce_scatter(plan), doctest::Contains("summing to its"),
+                       std::invalid_argument);
+  plan.counts.pop_back();
+  CHECK_THROWS_WITH_AS(run.sync->reduce_scatter(plan), doctest::Contains("expected"),
+                       std::invalid_argument);
+  run.steps(1);  // still sharded as before
+  CHECK(run.opt->state_dict().integers.at("zero.rank") == r);
 }
