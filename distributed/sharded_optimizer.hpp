@@ -39,8 +39,11 @@
 //   2  gradients sharded too: the synchronizer releases a Parameter's grad
 //      (empty, has_grad false) once copied into its bucket, and a bucket's
 //      buffer once reduced; zero_grad() releases instead of zero-filling.
-//      Only the owned pieces' gradients (N/P) live between backward and
-//      step. Do not read Parameter::grad after backward.
+//      Only the owned pieces' gradients live between backward and step
+//      (twice N/P: the synchronizer's receive buffers and the pieces'
+//      grads). Do not read Parameter::grad after backward. During the
+//      backward a Parameter's full gradient lives from its production to its
+//      bucket's copy, and a bucket's buffer until its reduce-scatter.
 // One backward per step (no accumulation over several backward passes).
 // The constructor switches the synchronizer to reduce-scatter mode for good
 // (GradientSynchronizer::reduce_scatter): one ShardedOptimizer per
