@@ -12,6 +12,16 @@
 //   P after     the same with overlap off (all-reduce after backward ends)
 // and prints each median, the scaling efficiency (t1 / tP) / P (1 is
 // ideal) and the load average. One OpenBLAS thread per rank.
+//
+// With --zero it compares instead, all on P ranks with overlap, data-parallel
+// AdamW (every rank holds the whole optimizer state and steps every
+// parameter) with ZeRO stage 1 and stage 2 (ShardedOptimizer): per
+// configuration the median step time, the median time of the optimizer's
+// step() alone, split for ZeRO into the shard's update (of which the
+// wrapped AdamW's step() on the shard) and the all-gather
+// (ShardedOptimizer::last_step; medians over ranks' maxima), the
+// optimizer-state bytes per rank, and the gradient bytes a rank keeps in its
+// Parameters after backward.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -147,6 +157,102 @@ void run(distributed::Communicator& comm, const Config& c) {
               load_before.c_str(), load_average().c_str());
 }
 
+// --zero: data-parallel vs ZeRO stages 1 and 2 (see the top).
+struct ZeroTimes {
+  std::vector<double> step, optimizer, update, shard, gather;
+};
+
+// The largest of the ranks' values (a step is as long as its slowest rank).
+double slowest(const distributed::Communicator& comm, double seconds) {
+  const auto all = comm.all_gather(static_cast<std::uint64_t>(seconds * 1e6));
+  return *std::max_element(all.begin(), all.end()) * 1e-6;
+}
+
+void run_zero(distributed::Communicator& comm, const Config& c) {
+  const int P = comm.size(), r = comm.rank();
+  if (c.tokens % static_cast<std::size_t>(P) != 0)
+    throw std::invalid_argument("--tokens " + std::to_string(c.tokens) + " is not divisible by " +
+                                std::to_string(P) + " processes");
+  const std::size_t local = c.tokens / static_cast<std::size_t>(P);
+  Generator g(2);
+  const xt::xarray<float> x = xtgrad::detail::standard_normal<float>({c.tokens, c.d}, g);
+  const xt::xarray<float> x_local = xt::view(x, xt::range(r * local, (r + 1) * local));
+  const char* names[] = {"data-parallel AdamW", "ZeRO stage 1", "ZeRO stage 2"};
+  std::unique_ptr<Sequential<float>> nets[3];
+  std::unique_ptr<distributed::GradientSynchronizer<float>> syncs[3];
+  std::unique_ptr<optim::Optimizer<float>> opts[3];
+  Tape<float> tapes[3];
+  for (int k = 0; k < 3; ++k) {
+    nets[k] = make_stack(c);
+    syncs[k] = std::make_unique<distributed::GradientSynchronizer<float>>(comm, *nets[k]);
+    syncs[k]->attach(tapes[k]);
+    if (k == 0)
+      opts[k] = std::make_unique<optim::AdamW<float>>(nets[k]->parameters());
+    else
+      opts[k] = std::make_unique<distributed::ShardedOptimizer<float>>(
+          *syncs[k], optim::AdamWOptions(), distributed::ZeroOptions{k});
+  }
+  ZeroTimes times[3];
+  std::size_t grad_bytes[3] = {0, 0, 0};
+  for (int round = -1; round < c.rounds; ++round) {  // round -1 warms up
+    for (int k = 0; k < 3; ++k) {
+      idle_barrier(comm);
+      const auto start = Clock::now();
+      tapes[k].clear();
+      opts[k]->zero_grad();
+      tapes[k].backward(mean(square((*nets[k])(tapes[k].leaf(x_local, false)))));
+      syncs[k]->finish();
+      grad_bytes[k] = 0;
+      for (const Parameter<float>* p : nets[k]->parameters())
+        grad_bytes[k] += p->grad.size() * sizeof(float);
+      const auto before_step = Clock::now();
+      opts[k]->step();
+      const auto end = Clock::now();
+      const double total = slowest(comm, std::chrono::duration<double>(end - start).count());
+      const double optimizer =
+          slowest(comm, std::chrono::duration<double>(end - before_step).count());
+      distributed::ZeroStepStats stats{optimizer, optimizer, 0.0};
+      if (k > 0) stats = dynamic_cast<distributed::ShardedOptimizer<float>&>(*opts[k]).last_step();
+      const double update = slowest(comm, stats.update_seconds);
+      const double shard = slowest(comm, stats.optimizer_seconds);
+      const double gather = slowest(comm, stats.all_gather_seconds);
+      if (round < 0) continue;
+      times[k].step.push_back(total);
+      times[k].optimizer.push_back(optimizer);
+      times[k].update.push_back(update);
+      times[k].shard.push_back(shard);
+      times[k].gather.push_back(gather);
+    }
+  }
+  std::size_t state[3];
+  for (int k = 0; k < 3; ++k) {
+    std::size_t bytes = 0;
+    if (k == 0)
+      for (const auto& entry : opts[0]->state_dict().arrays) bytes += entry.second.size() * 4;
+    else
+      bytes = dynamic_cast<distributed::ShardedOptimizer<float>&>(*opts[k]).state_bytes();
+    const auto all = comm.all_gather(bytes);
+    state[k] = *std::max_element(all.begin(), all.end());
+  }
+  for (auto& sync : syncs) sync->detach();
+  if (r != 0) return;
+  std::size_t parameters = 0;
+  for (const Parameter<float>* p : nets[0]->parameters()) parameters += p->value.size();
+  std::printf(
+      "zero: %d processes, %zu x PreNormResidual(gated, d %zu, hidden %zu), %zu parameters, "
+      "global batch %zu tokens, AdamW, float, %d rounds (medians; a step as long as its slowest "
+      "rank)\n",
+      P, c.blocks, c.d, c.hidden, parameters, c.tokens, c.rounds);
+  std::printf("%-20s %8s %12s %9s %9s %11s %20s %20s\n", "configuration", "step s", "optimizer s",
+              "update s", "AdamW s", "all-gather s", "opt. state MiB/rank", "grads kept MiB/rank");
+  for (int k = 0; k < 3; ++k)
+    std::printf("%-20s %8.3f %12.4f %9.4f %9.4f %11.4f %20.2f %20.2f\n", names[k],
+                median(times[k].step), median(times[k].optimizer), median(times[k].update),
+                median(times[k].shard), median(times[k].gather), state[k] / 1048576.0,
+                grad_bytes[k] / 1048576.0);
+  std::printf("load average %s\n", load_average().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +264,8 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", c.hidden, "gated FFN hidden width")->capture_default_str();
   app.add_option("--blocks", c.blocks, "PreNormResidual blocks")->capture_default_str();
   app.add_option("--rounds", c.rounds, "timed rounds (medians)")->capture_default_str();
+  bool zero = false;
+  app.add_flag("--zero", zero, "compare data-parallel with ZeRO stages 1 and 2 instead");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -165,7 +273,10 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   }
   try {
-    run(comm, c);
+    if (zero)
+      run_zero(comm, c);
+    else
+      run(comm, c);
   } catch (const std::exception& e) {
     comm.abort(std::string("bench_ddp: ") + e.what());
   }

@@ -5,3 +5,4 @@
 #include "data_parallel.hpp"
 #include "gradient_synchronizer.hpp"
 #include "sampler.hpp"
+#include "sharded_optimizer.hpp"

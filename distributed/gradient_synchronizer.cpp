@@ -34,6 +34,12 @@ struct GradientSynchronizer<T>::Shared {
   std::exception_ptr error;
   std::atomic<std::size_t> nodes_left{0};  // written by node_done, read by the thread
   std::vector<std::size_t> left_at_allreduce;
+  // Reduce-scatter mode (set between rounds): per bucket, the gradient
+  // elements, every rank's count, and this rank's sums plus the counts.
+  bool scatter = false, release = false;
+  std::vector<std::size_t> elements;
+  std::vector<std::vector<int>> counts;
+  std::vector<std::vector<T>> shards;
 };
 
 namespace {
@@ -53,13 +59,32 @@ void communicate(std::shared_ptr<Shared> s) {
     lock.unlock();
     s->left_at_allreduce[k] = s->nodes_left.load(std::memory_order_relaxed);
     std::vector<T>& buffer = s->buffers[k];
-    const int code = MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()),
-                                   detail::mpi_type<T>(), MPI_SUM, s->comm);
+    int code = MPI_SUCCESS;
+    const char* call = "MPI_Allreduce (gradient bucket)";
+    if (!s->scatter) {
+      code = MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()),
+                           detail::mpi_type<T>(), MPI_SUM, s->comm);
+    } else {
+      // This rank's part of the gradients, then every rank the counts.
+      std::vector<T>& shard = s->shards[k];
+      const std::size_t n = s->elements[k], own = shard.size() - (buffer.size() - n);
+      call = "MPI_Reduce_scatter (gradient bucket)";
+      code = MPI_Reduce_scatter(buffer.data(), shard.data(), s->counts[k].data(),
+                                detail::mpi_type<T>(), MPI_SUM, s->comm);
+      if (code == MPI_SUCCESS) {
+        call = "MPI_Allreduce (gradient counts)";
+        code = MPI_Allreduce(MPI_IN_PLACE, buffer.data() + n, static_cast<int>(buffer.size() - n),
+                             detail::mpi_type<T>(), MPI_SUM, s->comm);
+        std::copy(buffer.begin() + static_cast<std::ptrdiff_t>(n), buffer.end(),
+                  shard.begin() + static_cast<std::ptrdiff_t>(own));
+        if (s->release) std::vector<T>().swap(buffer);  // back in make_final next round
+      }
+    }
     lock.lock();
     s->in_mpi = false;
     if (code != MPI_SUCCESS) {
       try {
-        detail::check_mpi(code, "MPI_Allreduce (gradient bucket)");
+        detail::check_mpi(code, call);
       } catch (...) {
         s->error = std::current_exception();
       }
@@ -123,6 +148,9 @@ GradientSynchronizer<T>::GradientSynchronizer(Communicator& comm,
     elements.back() += n;
     bytes += n * sizeof(T);
   }
+  for (const auto& named : parameters) parameters_.push_back(named.second);
+  bucket_elements_ = elements;
+  shared_->elements = elements;
   shared_->buffers.resize(bucket_members_.size());
   for (std::size_t b = 0; b < bucket_members_.size(); ++b) {
     for (std::size_t k = 0; k < bucket_members_[b].size(); ++k)
@@ -264,14 +292,21 @@ void GradientSynchronizer<T>::backward_end(const Tape<T>&) {
 template <class T>
 void GradientSynchronizer<T>::make_final(std::size_t j) {
   const Slot& s = slots_[j];
-  const Parameter<T>& p = *s.parameter;
-  T* out = shared_->buffers[s.bucket].data();
+  Parameter<T>& p = *s.parameter;
+  std::vector<T>& buffer = shared_->buffers[s.bucket];
+  const std::size_t total = bucket_elements_[s.bucket] + bucket_members_[s.bucket].size();
+  if (buffer.size() != total) buffer.resize(total);  // released after the last round
+  T* out = buffer.data();
   const std::size_t n = s.size;
   if (p.has_grad && p.grad.size() == n)
     std::copy(p.grad.data(), p.grad.data() + n, out + s.offset);
   else
     std::fill(out + s.offset, out + s.offset + n, T(0));
   out[s.flag] = p.has_grad ? T(1) : T(0);
+  if (shared_->release) {  // ZeRO stage 2: the bucket holds it now
+    p.grad = xt::xarray<T>::from_shape({0});
+    p.has_grad = false;
+  }
   if (--pending_[s.bucket] == 0 && options_.overlap) hand_over(s.bucket);
 }
 
@@ -304,6 +339,8 @@ void GradientSynchronizer<T>::finish() {
   if (error) std::rethrow_exception(error);  // the round stays in flight: the job must end
   round_active_ = false;
   comm_.end_step_in_flight();
+  ++rounds_;
+  if (shared_->scatter) return;  // the sums stay in shard(bucket)
   const T ranks = static_cast<T>(comm_.size());
   for (Slot& s : slots_) {
     Parameter<T>& p = *s.parameter;
@@ -314,6 +351,46 @@ void GradientSynchronizer<T>::finish() {
       g[i] = in[s.offset + i] / ranks;  // the mean over ranks
     p.has_grad = in[s.flag] > T(0);
   }
+}
+
+template <class T>
+void GradientSynchronizer<T>::reduce_scatter(ReduceScatterPlan plan) {
+  const std::string function = k_name + std::string("::reduce_scatter");
+  if (round_active_)
+    xtgrad::detail::fail_logic(function, "a round is in flight; finish() it first");
+  const auto ranks = static_cast<std::size_t>(comm_.size());
+  if (plan.counts.size() != bucket_members_.size())
+    xtgrad::detail::fail_argument(function, "plan",
+                                  "has counts for " + std::to_string(plan.counts.size()) +
+                                      " buckets, expected " +
+                                      std::to_string(bucket_members_.size()));
+  for (std::size_t b = 0; b < plan.counts.size(); ++b) {
+    std::size_t sum = 0;
+    for (const int c : plan.counts[b]) sum += c < 0 ? bucket_elements_[b] + 1 : std::size_t(c);
+    if (plan.counts[b].size() != ranks || sum != bucket_elements_[b])
+      xtgrad::detail::fail_argument(function, "plan",
+                                    "bucket " + std::to_string(b) + " needs " +
+                                        std::to_string(ranks) + " counts >= 0 summing to its " +
+                                        std::to_string(bucket_elements_[b]) + " elements");
+  }
+  shared_->shards.resize(bucket_members_.size());
+  for (std::size_t b = 0; b < plan.counts.size(); ++b)
+    shared_->shards[b].assign(
+        static_cast<std::size_t>(plan.counts[b][static_cast<std::size_t>(comm_.rank())]) +
+            bucket_members_[b].size(),
+        T(0));
+  shared_->counts = std::move(plan.counts);
+  shared_->release = plan.release_gradients;
+  shared_->scatter = true;
+}
+
+template <class T>
+const std::vector<T>& GradientSynchronizer<T>::shard(std::size_t bucket) const {
+  if (!shared_->scatter || bucket >= shared_->shards.size())
+    throw std::out_of_range(std::string("xtgrad::") + k_name +
+                            "::shard: not in reduce-scatter mode, or no bucket " +
+                            std::to_string(bucket));
+  return shared_->shards[bucket];
 }
 
 template class GradientSynchronizer<float>;

@@ -45,6 +45,16 @@
 // global mean, the same as one process on the whole batch, up to the
 // rounding of the sum's order.
 //
+// Reduce-scatter mode (ZeRO, sharded_optimizer.hpp): after
+// reduce_scatter(plan) each bucket goes through one MPI_Reduce_scatter over
+// its gradients (rank r receiving the plan's counts[bucket][r] contiguous
+// elements, in rank order) and one MPI_Allreduce of its per-parameter
+// counts, instead of the one all-reduce: the same bytes on the wire. finish()
+// then leaves the Parameters alone and the sums in shard(bucket): this
+// rank's elements, then the bucket's counts. With plan.release_gradients a
+// Parameter's grad is released (empty, has_grad false) once copied into its
+// bucket, and a bucket's buffer once reduced (ZeRO stage 2).
+//
 // One round per backward: a backward that reaches this synchronizer's
 // Parameters while a round is in flight (no finish() since the last one) is
 // refused with std::logic_error before anything is written. A backward that
@@ -54,6 +64,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -85,6 +96,12 @@ struct SynchronizerOptions {
     overlap = on;
     return *this;
   }
+};
+
+// Which elements of each bucket every rank receives (reduce-scatter mode).
+struct ReduceScatterPlan {
+  std::vector<std::vector<int>> counts;  // [bucket][rank]; sums to the bucket's gradient elements
+  bool release_gradients = false;        // ZeRO stage 2
 };
 
 // What the last round did, for tests and benchmarks.
@@ -122,6 +139,20 @@ class GradientSynchronizer : private BackwardObserver<T> {
   void finish();
   bool in_flight() const { return round_active_; }
 
+  // Switches to reduce-scatter mode (see above); local, no MPI call. Throws
+  // std::logic_error while a round is in flight, std::invalid_argument for a
+  // plan that does not match the buckets and ranks.
+  void reduce_scatter(ReduceScatterPlan plan);
+  // Reduce-scatter mode, after finish(): bucket k's sums over ranks (not yet
+  // averaged) of this rank's counts[k][rank] elements, then one count per
+  // member of the bucket (how many ranks produced its gradient).
+  const std::vector<T>& shard(std::size_t bucket) const;
+  // Rounds finished so far (finish() calls that waited for a round).
+  std::uint64_t rounds() const { return rounds_; }
+  Communicator& communicator() const { return comm_; }
+  // The constructor's parameters, in its order.
+  const std::vector<Parameter<T>*>& parameters() const { return parameters_; }
+
   // Bucket k's parameter indices (into the constructor's list).
   const std::vector<std::vector<std::size_t>>& buckets() const { return bucket_members_; }
   const RoundStats& last_round() const { return stats_; }
@@ -145,6 +176,9 @@ class GradientSynchronizer : private BackwardObserver<T> {
   Communicator& comm_;
   SynchronizerOptions options_;
   std::vector<Slot> slots_;
+  std::vector<Parameter<T>*> parameters_;
+  std::vector<std::size_t> bucket_elements_;  // gradient elements per bucket
+  std::uint64_t rounds_ = 0;
   std::unordered_map<const Parameter<T>*, std::size_t> index_of_;
   std::vector<std::vector<std::size_t>> bucket_members_;
   std::shared_ptr<Shared> shared_;

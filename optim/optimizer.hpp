@@ -69,8 +69,10 @@ class Optimizer {
   // One update of every parameter that has a gradient.
   virtual void step() = 0;
 
-  // Forget every parameter's gradient (Parameter::zero_grad).
-  void zero_grad();
+  // Forget every parameter's gradient (Parameter::zero_grad). Virtual so
+  // that a wrapper keeping gradients elsewhere (distributed::ShardedOptimizer)
+  // can release them instead.
+  virtual void zero_grad();
 
   // The learning rate of a group (the first by default). std::out_of_range
   // for a group index >= group_count().

@@ -2,8 +2,13 @@
 // ddp_abort.cmake, which expects the job to end at once with the error.
 // Rank `failing` (argv[1]) throws from a backward rule at step 3, while the
 // other ranks are inside the step's all-reduces; main turns the exception
-// into Communicator::abort.
+// into Communicator::abort. argv[2] picks the optimizer and the failure:
+// "ddp" (the default: SGD after the all-reduces), "zero" (ZeRO stage 2,
+// the ranks inside reduce-scatters), "kill" (ZeRO stage 2, the rank
+// killed by SIGKILL instead of throwing).
+#include <csignal>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -33,25 +38,32 @@ Var<double> fail_in_backward(const Var<double>& x, bool fail) {
   return tape.var(yi);
 }
 
-void train(distributed::Communicator& comm, int failing) {
+void train(distributed::Communicator& comm, int failing, const std::string& mode) {
   Generator g(1);
   Sequential<double> net;
   net.emplace_back<Linear<double>>(32, 32, true, g);
   net.emplace_back<Linear<double>>(32, 32, true, g);
   distributed::GradientSynchronizer<double> sync(
       comm, net, distributed::SynchronizerOptions().first_bucket(1).bucket(1));
-  optim::SGD<double> opt(net.parameters(), optim::SGDOptions(0.1));
+  std::unique_ptr<optim::Optimizer<double>> opt;
+  if (mode == "ddp")
+    opt = std::make_unique<optim::SGD<double>>(net.parameters(), optim::SGDOptions(0.1));
+  else
+    opt = std::make_unique<distributed::ShardedOptimizer<double>>(sync, optim::AdamWOptions(1e-3),
+                                                                  distributed::ZeroOptions{2});
   Tape<double> tape;
   sync.attach(tape);
   const xt::xarray<double> x = xt::ones<double>({8, 32});
   for (int step = 0; step < 1000; ++step) {
     tape.clear();
-    opt.zero_grad();
+    opt->zero_grad();
+    if (mode == "kill" && step == 3 && comm.rank() == failing) std::raise(SIGKILL);
     const Var<double> h = net[0](tape.leaf(x, false));
-    const Var<double> y = net[1](fail_in_backward(h, step == 3 && comm.rank() == failing));
+    const Var<double> y =
+        net[1](fail_in_backward(h, mode != "kill" && step == 3 && comm.rank() == failing));
     tape.backward(sum(y));
     sync.finish();
-    opt.step();
+    opt->step();
   }
   sync.detach();
 }
@@ -61,8 +73,9 @@ void train(distributed::Communicator& comm, int failing) {
 int main(int argc, char** argv) {
   distributed::Communicator comm(argc, argv);
   const int failing = argc > 1 ? std::atoi(argv[1]) : 1;
+  const std::string mode = argc > 2 ? argv[2] : "ddp";
   try {
-    train(comm, failing);
+    train(comm, failing, mode);
   } catch (const std::exception& e) {
     comm.abort(std::string("step failed: ") + e.what());
   }

@@ -15,6 +15,7 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "mpi_test.hpp"
+#include "support/module_compare.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -95,32 +96,6 @@ void train(Module<T>& model, Opt o, const xt::xarray<T>& x, const xt::xarray<T>&
   if (sync) sync->detach();
 }
 
-// max |a - b| / max |b| over each parameter, the largest over all of them.
-template <class T>
-double relative_error(Module<T>& a, Module<T>& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  REQUIRE(pa.size() == pb.size());
-  double worst = 0.0;
-  for (std::size_t k = 0; k < pa.size(); ++k) {
-    double diff = 0.0, scale = 0.0;
-    for (std::size_t i = 0; i < pb[k]->value.size(); ++i) {
-      diff =
-          std::max(diff, std::abs(double(pa[k]->value.data()[i]) - double(pb[k]->value.data()[i])));
-      scale = std::max(scale, std::abs(double(pb[k]->value.data()[i])));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-300));
-  }
-  return worst;
-}
-
-template <class T>
-bool bit_equal(Module<T>& a, Module<T>& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  for (std::size_t k = 0; k < pa.size(); ++k)
-    if (!std::equal(pa[k]->value.begin(), pa[k]->value.end(), pb[k]->value.begin())) return false;
-  return true;
-}
-
 // Float: 20 steps of AdamW divide each gradient by its own running RMS, so
 // a gradient's rounding (the shards' means summed in another order, about
 // 2^-24 relative) reaches the parameters at lr * (a few ulp) per step; 2e-6
@@ -151,7 +126,7 @@ void check_equivalence(Model m, Opt o) {
   GradientSynchronizer<T> sync(world(), *model, SynchronizerOptions().first_bucket(64).bucket(256));
   train<T>(*model, o, x, y, static_cast<std::size_t>(r) * rows, rows, &sync, k_steps);
 
-  const double error = relative_error(*model, *reference);
+  const double error = testing::parameters_relative_error(*model, *reference);
   if (r == 0)
     MESSAGE(P << " ranks, " << std::string(model_name(m)) << ", "
               << std::string(o == Opt::sgd ? "SGD" : "AdamW") << ", "
@@ -240,8 +215,8 @@ TEST_CASE("ddp: an unused parameter never hangs a step; its gradient is zero on 
     opt.step(), ref_opt.step();
   }
   sync.detach();
-  CHECK(relative_error(model, reference) <= 1e-12);
-  CHECK(bit_equal(model.unused, reference.unused));  // never stepped in either
+  CHECK(testing::parameters_relative_error(model, reference) <= 1e-12);
+  CHECK(testing::parameters_bit_equal(model.unused, reference.unused));  // never stepped in either
 }
 
 TEST_CASE("ddp: bucket 0's all-reduce is issued while the reverse pass still runs") {

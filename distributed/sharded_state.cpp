@@ -1,0 +1,340 @@
+// ShardedOptimizer's checkpoints: the shard's state dict, and the
+// unsharded (consolidated) one gathered to rank 0 or cut into shards.
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "../engine/errors.hpp"
+#include "sharded_optimizer.hpp"
+
+namespace xtgrad::distributed {
+
+namespace {
+
+constexpr const char* k_zero_keys[] = {"zero.world_size", "zero.rank", "zero.begin", "zero.end",
+                                       "zero.elements"};
+
+// "state.<i>.<field>" -> (i, field); false for any other key.
+bool split_state_key(const std::string& key, std::size_t& index, std::string& field) {
+  if (key.compare(0, 6, "state.") != 0) return false;
+  const std::size_t dot = key.find('.', 6);
+  if (dot == std::string::npos || dot == 6) return false;
+  for (std::size_t k = 6; k < dot; ++k)
+    if (key[k] < '0' || key[k] > '9') return false;
+  index = std::stoul(key.substr(6, dot - 6));
+  field = key.substr(dot + 1);
+  return true;
+}
+
+// A StateDict as bytes and back, for the gather to rank 0 (same machine
+// word order on every rank of a job).
+void put(std::string& out, const void* data, std::size_t n) {
+  out.append(static_cast<const char*>(data), n);
+}
+void put_u64(std::string& out, std::uint64_t v) {
+  put(out, &v, sizeof v);
+}
+void put_str(std::string& out, const std::string& s) {
+  put_u64(out, s.size());
+  out += s;
+}
+struct Cursor {
+  const char* at;
+  void get(void* data, std::size_t n) {
+    std::memcpy(data, at, n);
+    at += n;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v = 0;
+    get(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const std::size_t n = u64();
+    std::string s(at, n);
+    at += n;
+    return s;
+  }
+};
+
+template <class T>
+std::string serialize(const StateDict<T>& state) {
+  std::string out;
+  put_u64(out, state.arrays.size());
+  for (const auto& [key, a] : state.arrays) {
+    put_str(out, key);
+    put_u64(out, a.dimension());
+    for (const std::size_t d : a.shape()) put_u64(out, d);
+    put(out, a.data(), a.size() * sizeof(T));
+  }
+  put_u64(out, state.integers.size());
+  for (const auto& [key, v] : state.integers) put_str(out, key), put(out, &v, sizeof v);
+  put_u64(out, state.reals.size());
+  for (const auto& [key, v] : state.reals) put_str(out, key), put(out, &v, sizeof v);
+  put_u64(out, state.strings.size());
+  for (const auto& [key, v] : state.strings) put_str(out, key), put_str(out, v);
+  return out;
+}
+
+template <class T>
+StateDict<T> deserialize(Cursor c) {
+  StateDict<T> state;
+  for (std::uint64_t n = c.u64(); n-- > 0;) {
+    const std::string key = c.str();
+    std::vector<std::size_t> shape(c.u64());
+    for (std::size_t& d : shape) d = c.u64();
+    xt::xarray<T> a = xt::zeros<T>(shape);
+    c.get(a.data(), a.size() * sizeof(T));
+    state.arrays.emplace(key, std::move(a));
+  }
+  for (std::uint64_t n = c.u64(); n-- > 0;) {
+    const std::string key = c.str();
+    c.get(&state.integers[key], sizeof(std::int64_t));
+  }
+  for (std::uint64_t n = c.u64(); n-- > 0;) {
+    const std::string key = c.str();
+    c.get(&state.reals[key], sizeof(double));
+  }
+  for (std::uint64_t n = c.u64(); n-- > 0;) {
+    const std::string key = c.str();
+    state.strings[key] = c.str();
+  }
+  return state;
+}
+
+}  // namespace
+
+template <class T>
+StateDict<T> ShardedOptimizer<T>::state_dict() const {
+  StateDict<T> state = inner_->state_dict();
+  for (std::size_t g = 0; g < this->group_count(); ++g)
+    state.reals[optim::detail::group_key(g, "lr")] = this->lr(g);
+  state.integers["zero.world_size"] = static_cast<std::int64_t>(layout_.ranks());
+  state.integers["zero.rank"] = static_cast<std::int64_t>(rank());
+  state.integers["zero.begin"] = static_cast<std::int64_t>(layout_.begin(rank()));
+  state.integers["zero.end"] = static_cast<std::int64_t>(layout_.end(rank()));
+  state.integers["zero.elements"] = static_cast<std::int64_t>(layout_.elements());
+  return state;
+}
+
+template <class T>
+StateDict<T> ShardedOptimizer<T>::strip_zero_entries(const StateDict<T>& state,
+                                                     const std::string& function) const {
+  const std::int64_t expected[] = {static_cast<std::int64_t>(layout_.ranks()),
+                                   static_cast<std::int64_t>(rank()),
+                                   static_cast<std::int64_t>(layout_.begin(rank())),
+                                   static_cast<std::int64_t>(layout_.end(rank())),
+                                   static_cast<std::int64_t>(layout_.elements())};
+  StateDict<T> out = state;
+  for (std::size_t k = 0; k < 5; ++k) {
+    const auto it = state.integers.find(k_zero_keys[k]);
+    if (it == state.integers.end())
+      xtgrad::detail::fail_argument(function, "state",
+                                    std::string("has no entry '") + k_zero_keys[k] +
+                                        "': not a shard of a ShardedOptimizer (an unsharded "
+                                        "state goes to load_consolidated_state_dict)");
+    if (it->second != expected[k])
+      xtgrad::detail::fail_argument(
+          function, "state",
+          std::string("is a shard with ") + k_zero_keys[k] + " = " + std::to_string(it->second) +
+              ", expected " + std::to_string(expected[k]) + " (rank " + std::to_string(rank()) +
+              " of " + std::to_string(layout_.ranks()) +
+              " over the same parameters; load each rank's own shard, or save a consolidated "
+              "state to change the number of ranks)");
+    out.integers.erase(k_zero_keys[k]);
+  }
+  return out;
+}
+
+template <class T>
+void ShardedOptimizer<T>::check_state_dict(const StateDict<T>& state) const {
+  const std::string function = "ShardedOptimizer::load_state_dict";
+  agree([&] { inner_->check_state_dict(strip_zero_entries(state, function)); }, "load_state_dict");
+}
+
+template <class T>
+void ShardedOptimizer<T>::load_state_dict(const StateDict<T>& state) {
+  const std::string function = "ShardedOptimizer::load_state_dict";
+  StateDict<T> shard;
+  agree(
+      [&] {
+        shard = strip_zero_entries(state, function);
+        inner_->check_state_dict(shard);
+      },
+      "load_state_dict");
+  inner_->load_state_dict(shard);
+  for (std::size_t g = 0; g < this->group_count(); ++g) this->set_lr(g, inner_->lr(g));
+}
+
+template <class T>
+StateDict<T> ShardedOptimizer<T>::consolidated_state_dict() const {
+  const Communicator& comm = sync_.communicator();
+  const std::string mine = serialize(state_dict());
+  const std::vector<std::uint64_t> sizes = comm.all_gather(mine.size());
+  std::vector<int> counts, displs;
+  std::uint64_t total = 0;
+  for (const std::uint64_t n : sizes) {
+    displs.push_back(static_cast<int>(total));
+    counts.push_back(static_cast<int>(n));
+    total += n;
+  }
+  if (total > static_cast<std::uint64_t>(INT_MAX))
+    xtgrad::detail::fail_logic("ShardedOptimizer::consolidated_state_dict",
+                               "the state is " + std::to_string(total) +
+                                   " bytes, more than one MPI_Gatherv moves (2^31 - 1)");
+  std::string all(comm.rank() == 0 ? total : 0, '\0');
+  detail::check_mpi(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
+                                counts.data(), displs.data(), MPI_CHAR, 0, comm.comm()),
+                    "MPI_Gatherv (optimizer state)");
+  StateDict<T> full;
+  if (comm.rank() != 0) return full;
+
+  const auto& params = this->parameters();
+  for (std::size_t r = 0; r < layout_.ranks(); ++r) {
+    const StateDict<T> shard = deserialize<T>(Cursor{all.data() + displs[r]});
+    // Rank r's pieces in its optimizer's order (as the constructor lists them).
+    std::vector<detail::ShardPiece> pieces;
+    const auto flat = layout_.pieces(r);
+    for (std::size_t g = 0; g < this->group_count(); ++g)
+      for (const auto& piece : flat)
+        if (this->group_of(index_in_optimizer_[piece.parameter]) == g) pieces.push_back(piece);
+    if (r == 0) {  // the groups' entries, with the whole groups' sizes
+      full.strings = shard.strings;
+      full.reals = shard.reals;
+      for (const auto& [key, v] : shard.integers)
+        if (key.compare(0, 6, "state.") != 0 && key.compare(0, 5, "zero.") != 0)
+          full.integers[key] = v;
+      for (std::size_t g = 0; g < this->group_count(); ++g)
+        full.integers[optim::detail::group_key(g, "params")] =
+            static_cast<std::int64_t>(this->group_end(g) - this->group_begin(g));
+    }
+    std::size_t i = 0;
+    std::string field;
+    for (const auto& [key, a] : shard.arrays) {
+      if (!split_state_key(key, i, field)) continue;
+      const detail::ShardPiece& piece = pieces.at(i);
+      const std::size_t J = index_in_optimizer_[piece.parameter];
+      const std::string out = optim::detail::state_key(J, field.c_str());
+      auto it = full.arrays.find(out);
+      if (it == full.arrays.end())
+        it = full.arrays.emplace(out, xt::xarray<T>(xt::zeros<T>(params[J]->value.shape()))).first;
+      std::copy_n(a.data(), piece.length, it->second.data() + piece.offset);
+    }
+    for (const auto& [key, v] : shard.integers)
+      if (split_state_key(key, i, field))
+        full.integers[optim::detail::state_key(index_in_optimizer_[pieces.at(i).parameter],
+                                               field.c_str())] = v;
+    for (const auto& [key, v] : shard.reals)
+      if (split_state_key(key, i, field))
+        full.reals[optim::detail::state_key(index_in_optimizer_[pieces.at(i).parameter],
+                                            field.c_str())] = v;
+  }
+  return full;
+}
+
+template <class T>
+StateDict<T> ShardedOptimizer<T>::shard_from_full(const StateDict<T>& full,
+                                                  const std::string& function) const {
+  for (const auto& [key, v] : full.integers)
+    if (key.compare(0, 5, "zero.") == 0)
+      xtgrad::detail::fail_argument(function, "state",
+                                    "is a shard ('" + key +
+                                        "'), expected an unsharded state "
+                                        "(consolidated_state_dict); shards go to load_state_dict");
+  const auto& params = this->parameters();
+  for (std::size_t g = 0; g < this->group_count(); ++g) {
+    const std::string key = optim::detail::group_key(g, "params");
+    const auto it = full.integers.find(key);
+    const auto expected = static_cast<std::int64_t>(this->group_end(g) - this->group_begin(g));
+    if (it == full.integers.end() || it->second != expected)
+      xtgrad::detail::fail_argument(function, key,
+                                    "must be " + std::to_string(expected) +
+                                        " (the parameters of group " + std::to_string(g) + ")");
+  }
+  // Which of this rank's pieces holds each parameter (at most one).
+  std::vector<std::size_t> piece_of(params.size(), SIZE_MAX);
+  for (std::size_t i = 0; i < pieces_.size(); ++i)
+    piece_of[index_in_optimizer_[pieces_[i].parameter]] = i;
+  StateDict<T> shard;
+  std::size_t J = 0;
+  std::string field;
+  const auto target = [&](const std::string& key) -> std::size_t {
+    if (J >= params.size())
+      xtgrad::detail::fail_argument(function, "state",
+                                    "has the unexpected entry '" + key + "' (there are " +
+                                        std::to_string(params.size()) + " parameters)");
+    return piece_of[J];
+  };
+  for (const auto& [key, a] : full.arrays) {
+    if (!split_state_key(key, J, field)) {
+      shard.arrays[key] = a;
+      continue;
+    }
+    const std::size_t i = target(key);
+    if (a.shape() != params[J]->value.shape())
+      xtgrad::detail::fail_argument(function, key,
+                                    "has shape " + xtgrad::detail::shape_str(a.shape()) +
+                                        ", expected its parameter's " +
+                                        xtgrad::detail::shape_str(params[J]->value.shape()));
+    if (i == SIZE_MAX) continue;  // another rank's
+    xt::xarray<T> part = xt::zeros<T>({pieces_[i].length});
+    std::copy_n(a.data() + pieces_[i].offset, pieces_[i].length, part.data());
+    shard.arrays[optim::detail::state_key(i, field.c_str())] = std::move(part);
+  }
+  for (const auto& [key, v] : full.integers) {
+    if (!split_state_key(key, J, field)) {
+      shard.integers[key] = v;
+    } else if (const std::size_t i = target(key); i != SIZE_MAX) {
+      shard.integers[optim::detail::state_key(i, field.c_str())] = v;
+    }
+  }
+  for (const auto& [key, v] : full.reals) {
+    if (!split_state_key(key, J, field)) {
+      shard.reals[key] = v;
+    } else if (const std::size_t i = target(key); i != SIZE_MAX) {
+      shard.reals[optim::detail::state_key(i, field.c_str())] = v;
+    }
+  }
+  shard.strings = full.strings;
+  for (std::size_t g = 0; g < this->group_count(); ++g)
+    shard.integers[optim::detail::group_key(g, "params")] =
+        static_cast<std::int64_t>(inner_->group_end(g) - inner_->group_begin(g));
+  return shard;
+}
+
+template <class T>
+void ShardedOptimizer<T>::load_consolidated_state_dict(const StateDict<T>& state) {
+  const std::string function = "ShardedOptimizer::load_consolidated_state_dict";
+  StateDict<T> shard;
+  agree(
+      [&] {
+        shard = shard_from_full(state, function);
+        inner_->check_state_dict(shard);
+      },
+      "load_consolidated_state_dict");
+  inner_->load_state_dict(shard);
+  for (std::size_t g = 0; g < this->group_count(); ++g) this->set_lr(g, inner_->lr(g));
+}
+
+template StateDict<float> ShardedOptimizer<float>::state_dict() const;
+template StateDict<float> ShardedOptimizer<float>::strip_zero_entries(const StateDict<float>&,
+                                                                      const std::string&) const;
+template void ShardedOptimizer<float>::check_state_dict(const StateDict<float>&) const;
+template void ShardedOptimizer<float>::load_state_dict(const StateDict<float>&);
+template StateDict<float> ShardedOptimizer<float>::consolidated_state_dict() const;
+template StateDict<float> ShardedOptimizer<float>::shard_from_full(const StateDict<float>&,
+                                                                   const std::string&) const;
+template void ShardedOptimizer<float>::load_consolidated_state_dict(const StateDict<float>&);
+template StateDict<double> ShardedOptimizer<double>::state_dict() const;
+template StateDict<double> ShardedOptimizer<double>::strip_zero_entries(const StateDict<double>&,
+                                                                        const std::string&) const;
+template void ShardedOptimizer<double>::check_state_dict(const StateDict<double>&) const;
+template void ShardedOptimizer<double>::load_state_dict(const StateDict<double>&);
+template StateDict<double> ShardedOptimizer<double>::consolidated_state_dict() const;
+template StateDict<double> ShardedOptimizer<double>::shard_from_full(const StateDict<double>&,
+                                                                     const std::string&) const;
+template void ShardedOptimizer<double>::load_consolidated_state_dict(const StateDict<double>&);
+
+}  // namespace xtgrad::distributed
