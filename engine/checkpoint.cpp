@@ -129,14 +129,33 @@ void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
             slot.buffer = g;
         }
       });
+  // An input's gradient continues the sum the reverse pass has begun on its
+  // node (from uses recorded after the checkpoint, or an earlier backward
+  // into a leaf): its private leaf starts from that sum, fn's uses are added
+  // onto it in the order of the plain recording, and the total replaces the
+  // node's gradient. (Not for a Parameter's node, whose Parameter::grad the
+  // re-run may write to meanwhile, nor for an input given twice after its
+  // first place: those add their share at the end.)
+  std::vector<char> continued(rec.inputs.size(), 0);
+  for (std::size_t k = 0; k < rec.inputs.size(); ++k) {
+    const std::size_t i = rec.inputs[k];
+    const auto before = rec.inputs.begin() + static_cast<std::ptrdiff_t>(k);
+    if (!outer.requires_grad(i) || outer.node_param(i) != nullptr || !outer.node_has_grad(i) ||
+        std::find(rec.inputs.begin(), before, i) != before)
+      continue;
+    GradSlot<T> leaf = tape.grad_slot(inputs[k].index());  // a fresh leaf: accumulate == false
+    leaf.buffer = outer.var(i).grad();
+    continued[k] = 1;
+  }
   tape.backward(tape.var(root), xt::xarray<T>(Shape{0}));
 
-  // d input_k[...] (+)= (sum of fn's uses of input k)[...]
+  // d input_k[...] = (its sum so far, then fn's uses)[...], or (+)= fn's uses
   for (std::size_t k = 0; k < rec.inputs.size(); ++k) {
-    if (!outer.requires_grad(rec.inputs[k])) continue;
+    const std::size_t i = rec.inputs[k];
+    if (!outer.requires_grad(i) || !tape.node_has_grad(inputs[k].index())) continue;
     const xt::xarray<T>& g = inputs[k].grad();
-    GradSlot<T> slot = outer.grad_slot(rec.inputs[k]);
-    if (slot.accumulate)
+    GradSlot<T> slot = outer.grad_slot(i);
+    if (slot.accumulate && !continued[k])
       slot.buffer += g;
     else
       slot.buffer = g;

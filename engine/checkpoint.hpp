@@ -31,14 +31,17 @@
 //
 // Gradients: a Parameter's gradient accumulates straight into Parameter::grad
 // from the re-run's own "param" nodes, in the order the reverse pass would
-// have added it without checkpointing, so the Parameters' gradients are
-// those of the same computation without checkpoint, bit for bit. An input's
-// gradient is the sum of fn's uses of it, added to its node at once: equal
-// bit for bit too, unless the input also feeds an op outside fn recorded
-// after the checkpoint (then the sum is associated differently, as in torch).
-// An input that needs no gradient gets none; outputs that no gradient reached
-// are not back-propagated. Backward may run any number of times over one
-// recording: each pass re-runs fn.
+// have added it without checkpointing. An input's private leaf starts from
+// the gradient its node already holds (the uses recorded after the
+// checkpoint, or earlier backward passes into a leaf: Tape::node_has_grad),
+// fn's uses are added onto it, and the total replaces the node's gradient:
+// the order of the plain recording again. So the gradients are those of the
+// same computation without checkpoint, bit for bit (except for an input given
+// twice, or an input that is a Parameter's node which fn also reads through
+// tape.param: their shares are summed at the end). An input that needs no
+// gradient gets none; outputs that no gradient reached are not
+// back-propagated. Backward may run any number of times over one recording:
+// each pass re-runs fn.
 //
 // The rule for fn: a function of its inputs and of the Parameters it reads,
 // called twice. It must record everything on the tape of the Vars it is given

@@ -3,6 +3,7 @@
 // the norms, Dropout, Embedding, PreNormResidual, the functional API
 // the Batcher, and .npy / safetensors / IDX / checkpoint I/O (modules/io).
 
+#include "checkpoint_modules.hpp"
 #include "data/batcher.hpp"
 #include "dropout.hpp"
 #include "embedding.hpp"

@@ -197,6 +197,36 @@ TEST_CASE("checkpoint: a Parameter used inside and outside gets the plain sum, b
   CHECK(bit_equal(w.grad, expected));
 }
 
+TEST_CASE_TEMPLATE("checkpoint: an input also used after it, over two passes, gets the plain sum",
+                   T, float, double) {
+  // x feeds the checkpoint and two ops after it; the leaf accumulates over two
+  // backward passes; x and y given twice sum both shares.
+  Block<T> block;
+  const xt::xarray<T> xv = random_array<T>({5, 4}, 30), yv = random_array<T>({5, 4}, 31);
+  const auto fn = [&block](const std::vector<Var<T>>& in) {
+    return std::vector<Var<T>>{block(in[0]) * in[1], in[1] * in[2]};
+  };
+  const auto loss_of = [](const Var<T>& x, const std::vector<Var<T>>& z) {
+    return sum(square(z[0] + x)) + sum(tanh(x) * z[1]);
+  };
+  Tape<T> plain;
+  const Var<T> x0 = plain.leaf(xv), y0 = plain.leaf(yv);
+  const Var<T> l0 = loss_of(x0, fn({x0, y0, y0}));
+  plain.backward(l0);
+  plain.backward(l0);
+  const std::vector<xt::xarray<T>> expected = grads(block.parameters());
+  block.zero_grad();
+  Tape<T> tape;
+  const Var<T> x = tape.leaf(xv), y = tape.leaf(yv);
+  const Var<T> loss = loss_of(x, checkpoint<T>(fn, {x, y, y}));
+  tape.backward(loss);
+  tape.backward(loss);
+  CHECK(bit_equal(x.grad(), x0.grad()));
+  CHECK(all_bit_equal(grads(block.parameters()), expected));
+  xtgrad::testing::check_close(y.grad(), y0.grad(), xtgrad::testing::tolerance<T>(),
+                               xtgrad::testing::tolerance<T>());
+}
+
 TEST_CASE_TEMPLATE("checkpoint: several outputs, an output no gradient reaches, an input as output",
                    T, float, double) {
   const xt::xarray<T> av = random_array<T>({3, 4}, 7), bv = random_array<T>({3, 4}, 8);
