@@ -26,6 +26,46 @@ struct Recording {
   std::vector<char> reached;                    // per output, this pass
 };
 
+// A private tape taken from this thread's free list and given back cleared:
+// Tape::clear keeps a tape's node buffers, so the next checkpoint's run
+// records into them without allocating (or having the kernel zero fresh
+// pages), as a training loop's warm tape does. One tape per run in flight
+// (two when checkpoints nest); between runs they hold the buffers of the
+// largest fn run on this thread (release_checkpoint_tapes frees them).
+template <class T>
+class PrivateTape {
+ public:
+  PrivateTape(bool grad_enabled, bool detect_anomaly) {
+    std::vector<std::unique_ptr<Tape<T>>>& tapes = free_tapes();
+    if (tapes.empty()) {
+      tape_ = std::make_unique<Tape<T>>();
+    } else {
+      tape_ = std::move(tapes.back());
+      tapes.pop_back();
+    }
+    tape_->set_grad_enabled(grad_enabled);
+    tape_->set_detect_anomaly(detect_anomaly);
+  }
+  ~PrivateTape() {
+    tape_->clear();  // Vars that fn kept of it become stale: using one throws
+    try {
+      free_tapes().push_back(std::move(tape_));
+    } catch (...) {  // no memory for the list: the tape is freed instead
+    }
+  }
+  PrivateTape(const PrivateTape&) = delete;
+  PrivateTape& operator=(const PrivateTape&) = delete;
+  Tape<T>& operator*() { return *tape_; }
+
+  static std::vector<std::unique_ptr<Tape<T>>>& free_tapes() {
+    thread_local std::vector<std::unique_ptr<Tape<T>>> tapes;
+    return tapes;
+  }
+
+ private:
+  std::unique_ptr<Tape<T>> tape_;
+};
+
 // The Parameters recorded on `tape` (tape.param), each once, in order of first use.
 template <class T>
 std::vector<const Parameter<T>*> parameters_read(const Tape<T>& tape) {
@@ -91,8 +131,8 @@ void check_rerun(Tape<T>& outer, const Recording<T>& rec, const Tape<T>& rerun,
 // walk it back from the outputs' gradients, hand the inputs theirs.
 template <class T>
 void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
-  Tape<T> tape;
-  tape.set_detect_anomaly(outer.detect_anomaly());
+  PrivateTape<T> lease(true, outer.detect_anomaly());
+  Tape<T>& tape = *lease;
   std::vector<Var<T>> inputs;
   inputs.reserve(rec.inputs.size());
   for (const std::size_t i : rec.inputs)
@@ -178,9 +218,8 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
   if (!outer.grad_enabled()) return fn(inputs);
 
   // The first run: values only, on a private tape that keeps nothing after this.
-  Tape<T> first;
-  first.set_grad_enabled(false);
-  first.set_detect_anomaly(outer.detect_anomaly());
+  PrivateTape<T> lease(false, outer.detect_anomaly());
+  Tape<T>& first = *lease;
   std::vector<Var<T>> private_inputs;
   private_inputs.reserve(inputs.size());
   for (const Var<T>& x : inputs) private_inputs.push_back(first.leaf(x.value(), false));
@@ -221,8 +260,12 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
                     [from](const Var<T>& o) { return o.index() == from; });
     if (first.node_param(from) != nullptr || moved)
       y = first.value(from);
-    else
+    else {
       y = std::move(first.value_mut(from));
+      // A moved-from array may keep its shape without storage: make the
+      // node's buffer a valid empty one before the tape is reused.
+      first.value_mut(from) = xt::xarray<T>(Shape{0});
+    }
     rec->outputs.push_back(yi);
     outer.set_backward(yi, [rec, core, k](Tape<T>& t, const xt::xarray<T>&) {
       // The first output rule of a pass finds the core's slot unclaimed.
@@ -244,6 +287,13 @@ Var<T> checkpoint(const std::function<Var<NoDeduce<T>>(const Var<NoDeduce<T>>&)>
   return checkpoint<T>(wrapped, std::vector<Var<T>>{x})[0];
 }
 
+template <class T>
+void release_checkpoint_tapes() {
+  PrivateTape<T>::free_tapes().clear();
+}
+
+template void release_checkpoint_tapes<float>();
+template void release_checkpoint_tapes<double>();
 template std::vector<Var<float>> checkpoint<float>(const CheckpointFn<float>&,
                                                    const std::vector<Var<float>>&);
 template std::vector<Var<double>> checkpoint<double>(const CheckpointFn<double>&,

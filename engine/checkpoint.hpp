@@ -7,7 +7,7 @@
 //   outputs = fn(inputs)
 //
 // Forward: fn runs once on a private tape that does not record, so none of
-// its intermediate values outlive the call; only the outputs are kept.
+// its intermediate values is kept for backward; only the outputs are.
 // Backward: fn runs again on a private recording tape, from the saved
 // inputs, its recording is walked back from the outputs' gradients, and the
 // inputs' gradients are added to their nodes (Tape::grad_slot's
@@ -65,6 +65,12 @@
 // an inner checkpoint runs plainly during the outer first run (recording is
 // off there) and is recorded as a checkpoint on the outer re-run's tape.
 //
+// Buffers: the private tapes are kept per thread, cleared, for the next
+// checkpoint to record into without allocating (as a warm Tape reuses its
+// buffers); between steps they hold the intermediates of the largest fn run
+// on the thread (times the nesting depth). release_checkpoint_tapes<T>()
+// frees them.
+//
 // Errors: std::invalid_argument for an empty fn or no inputs;
 // std::logic_error for inputs of different tapes or stale handles, and for an
 // fn that returns no outputs or a Var of another tape (nothing is recorded).
@@ -101,6 +107,13 @@ template <class T>
 Var<T> checkpoint(const std::function<Var<NoDeduce<T>>(const Var<NoDeduce<T>>&)>& fn,
                   const Var<T>& x);
 
+// Frees the private tapes the calling thread keeps for checkpoint<T> (see
+// "Buffers" above); the next checkpoint allocates again.
+template <class T>
+void release_checkpoint_tapes();
+
+extern template void release_checkpoint_tapes<float>();
+extern template void release_checkpoint_tapes<double>();
 extern template std::vector<Var<float>> checkpoint(const CheckpointFn<float>&,
                                                    const std::vector<Var<float>>&);
 extern template std::vector<Var<double>> checkpoint(const CheckpointFn<double>&,

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -436,4 +437,23 @@ TEST_CASE("checkpoint: anomaly mode reaches inside fn") {
   tape.set_detect_anomaly(true);
   const Var<double> x = tape.leaf(xt::xarray<double>{-1.0, 2.0});
   CHECK_THROWS_AS(checkpoint<double>([](const Var<double>& h) { return log(h); }, x), AnomalyError);
+}
+
+TEST_CASE(
+    "checkpoint: a Var kept from inside fn is stale afterwards; the kept tapes can be freed") {
+  Tape<double> tape;
+  const Var<double> x = tape.leaf(random_array<double>({3}, 40));
+  Var<double> inside;
+  const Var<double> y = checkpoint<double>(
+      [&inside](const Var<double>& h) {
+        inside = h * 2.0;
+        return tanh(inside);
+      },
+      x);
+  CHECK_THROWS_WITH_PARTS(inside.value(), std::logic_error, {"cleared"});
+  release_checkpoint_tapes<double>();
+  tape.backward(sum(y));                    // the re-run takes a new private tape
+  xt::xarray<double> expected = x.value();  // d tanh(2x) / dx = 2 (1 - tanh(2x)^2)
+  for (double& e : expected) e = 2.0 * (1.0 - std::tanh(2.0 * e) * std::tanh(2.0 * e));
+  xtgrad::testing::check_close(x.grad(), expected);
 }
