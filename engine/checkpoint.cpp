@@ -253,14 +253,16 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
     const std::size_t from = outputs[k].index();
     const std::size_t yi = outer.record("checkpoint_output", {core}, requires_grad);
     xt::xarray<T>& y = outer.value_mut(yi);
-    // The private tape goes away: move its values out, unless a Parameter's
-    // (not the node's own) or one an earlier output took already.
-    const bool moved =
-        std::any_of(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(k),
-                    [from](const Var<T>& o) { return o.index() == from; });
-    if (first.node_param(from) != nullptr || moved)
+    // The private tape is cleared: move its values out, except a Parameter's
+    // (which is p.value) and one an earlier output took already (copied).
+    const auto earlier =
+        std::find_if(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(k),
+                     [from](const Var<T>& o) { return o.index() == from; });
+    if (earlier != outputs.begin() + static_cast<std::ptrdiff_t>(k)) {
+      y = outer.value(rec->outputs[static_cast<std::size_t>(earlier - outputs.begin())]);
+    } else if (first.node_param(from) != nullptr) {
       y = first.value(from);
-    else {
+    } else {
       y = std::move(first.value_mut(from));
       // A moved-from array may keep its shape without storage: make the
       // node's buffer a valid empty one before the tape is reused.

@@ -264,6 +264,31 @@ TEST_CASE_TEMPLATE("checkpoint: several outputs, an output no gradient reaches, 
   CHECK(bit_equal(b.grad(), b0.grad()));
 }
 
+TEST_CASE("checkpoint: one Var returned twice, and a Parameter returned, are outputs like any") {
+  Parameter<double> w{"w", random_array<double>({3}, 41)};
+  const xt::xarray<double> xv = random_array<double>({3}, 42);
+  const auto fn = [&w](const std::vector<Var<double>>& in) {
+    const Var<double> t = tanh(in[0]);
+    return std::vector<Var<double>>{t, t, in[0].tape().param(w)};
+  };
+  const auto loss_of = [](const std::vector<Var<double>>& y) {
+    return sum(y[0] * y[2]) + sum(square(y[1]));
+  };
+  Tape<double> plain;
+  const Var<double> x0 = plain.leaf(xv);
+  plain.backward(loss_of(fn({x0})));
+  const xt::xarray<double> expected = w.grad;
+  w.zero_grad();
+  Tape<double> tape;
+  const Var<double> x = tape.leaf(xv);
+  const std::vector<Var<double>> y = checkpoint<double>(fn, {x});
+  CHECK(bit_equal(y[0].value(), y[1].value()));
+  CHECK(bit_equal(y[2].value(), w.value));
+  tape.backward(loss_of(y));
+  CHECK(bit_equal(x.grad(), x0.grad()));
+  CHECK(bit_equal(w.grad, expected));
+}
+
 TEST_CASE("checkpoint: an input that needs no gradient gets none, the others theirs") {
   Tape<double> tape;
   const xt::xarray<double> cv = random_array<double>({2, 3}, 10);
