@@ -2,6 +2,7 @@
 // Everything in engine/: the tape, the ops, gradcheck, graph export and the profiler.
 
 #include "activation.hpp"
+#include "checkpoint.hpp"
 #include "gradcheck.hpp"
 #include "graph_dot.hpp"
 #include "indices.hpp"

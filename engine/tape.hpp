@@ -236,6 +236,14 @@ class Tape {
   }
   bool node_is_leaf(std::size_t index) const { return node_at(index).is_leaf; }
   const Parameter<T>* node_param(std::size_t index) const { return node_at(index).param; }
+  // Whether node index holds a gradient, i.e. grad_slot(index) would
+  // accumulate: a leaf or Parameter since its last zero_grad, another node
+  // since the start of the current (or last) backward pass. checkpoint
+  // (checkpoint.hpp) reads it to continue an input's sum in the same order.
+  bool node_has_grad(std::size_t index) const {
+    const Node& node = node_at(index);
+    return node.param ? node.param->has_grad : node.grad_ready;
+  }
 
   // ---- Writing an op ----
   //

@@ -6,6 +6,7 @@
 #include "../engine/errors.hpp"
 #include "../engine/ops/fused_linear.hpp"
 #include "../engine/ops/linear.hpp"
+#include "checkpoint_modules.hpp"
 
 namespace xtgrad {
 
@@ -41,12 +42,21 @@ Mlp<T>::Mlp(std::size_t in_features, std::vector<std::size_t> hidden_features,
 
 template <class T>
 Var<T> Mlp<T>::forward(const Var<T>& x) {
-  Tape<T>& tape = x.tape_for("Mlp", "x");
+  const Tape<T>& tape = x.tape_for("Mlp", "x");
   // x is the only input that can misfit (every layer fits the next by
   // construction): checked here, before anything is recorded.
   const Shape& shape = x.shape();
   if (shape.empty() || shape.back() != in_features())
     detail::fail_shape("Mlp", "x", shape, "[..., " + std::to_string(in_features()) + "]");
+  if (checkpoint_ && tape.grad_enabled())
+    return checkpoint_module<T>(
+        *this, [this](const Var<T>& h) { return layers(h); }, x);
+  return layers(x);
+}
+
+template <class T>
+Var<T> Mlp<T>::layers(const Var<T>& x) {
+  Tape<T>& tape = x.tape();
   Var<T> h = linears_.front()(x);
   for (std::size_t i = 1; i < linears_.size(); ++i) {
     Linear<T>& next = linears_[i];

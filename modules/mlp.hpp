@@ -21,6 +21,12 @@
 // activation and dropout (to the rounding of the weight gradients' sums).
 // x [..., in] -> [..., out]; a bad x is refused before anything is recorded.
 // Copying an Mlp copies its layers and its dropouts' seeds and steps.
+//
+// set_checkpoint(true): the whole forward runs under one activation
+// checkpoint (modules/checkpoint_modules.hpp): backward keeps only x and the
+// output and re-runs the layers once, with the same dropout masks; the
+// gradients are those without it, bit for bit. Off by default; not part of
+// config().
 
 #include <cstddef>
 #include <vector>
@@ -57,16 +63,21 @@ class Mlp : public Module<T> {
   std::size_t in_features() const { return linears_.front().in_features(); }
   std::size_t out_features() const { return linears_.back().out_features(); }
   const MlpOptions& options() const { return options_; }
+  void set_checkpoint(bool on) { checkpoint_ = on; }
+  bool checkpointing() const { return checkpoint_; }
 
  protected:
   void collect_parameters(const std::string& prefix,
                           typename Module<T>::NamedParameters& out) override;
 
  private:
+  Var<T> layers(const Var<T>& x);  // forward after the check of x
+
   MlpOptions options_;
   std::vector<Linear<T>> linears_;
   std::vector<ActivationLayer<T>> activations_;
   std::vector<Dropout<T>> dropouts_;
+  bool checkpoint_ = false;
 };
 
 extern template class Mlp<float>;

@@ -5,6 +5,7 @@
 // Batcher, and .npy / safetensors / IDX / checkpoint / Hugging Face I/O (modules/io).
 
 #include "attention.hpp"
+#include "checkpoint_modules.hpp"
 #include "conv1d.hpp"
 #include "data/batcher.hpp"
 #include "dropout.hpp"

@@ -6,6 +6,7 @@
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/elementwise.hpp"
+#include "checkpoint_modules.hpp"
 
 namespace xtgrad {
 
@@ -88,6 +89,14 @@ Var<T> PreNormResidual<T>::forward(const Var<T>& x) {
   const Shape& shape = x.shape();
   if (shape.empty() || shape.back() != d_model_)
     detail::fail_shape(k_owner, "x", shape, "[..., " + std::to_string(d_model_) + "]");
+  if (checkpoint_ && x.tape().grad_enabled())
+    return checkpoint_module<T>(
+        *this, [this](const Var<T>& h) { return block(h); }, x);
+  return block(x);
+}
+
+template <class T>
+Var<T> PreNormResidual<T>::block(const Var<T>& x) {
   const Var<T> normed = std::visit([&x](auto& m) { return m.forward(x); }, norm);
   const Var<T> f = std::visit([&normed](auto& m) { return m.forward(normed); }, ffn);
   return x + dropout(f);

@@ -1,10 +1,12 @@
 #include "sequential.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/activations.hpp"
+#include "checkpoint_modules.hpp"
 
 namespace xtgrad {
 
@@ -31,9 +33,18 @@ const Module<T>& Sequential<T>::at(std::size_t i) const {
 
 template <class T>
 Var<T> Sequential<T>::forward(const Var<T>& x) {
-  x.tape_for("Sequential", "x");
+  const Tape<T>& tape = x.tape_for("Sequential", "x");
   Var<T> y = x;
-  for (const auto& child : children_) y = child->forward(y);
+  if (checkpoint_every_ == 0 || !tape.grad_enabled()) {
+    for (const auto& child : children_) y = child->forward(y);
+    return y;
+  }
+  for (std::size_t first = 0; first < children_.size(); first += checkpoint_every_) {
+    std::vector<Module<T>*> group;
+    for (std::size_t i = first; i < std::min(first + checkpoint_every_, children_.size()); ++i)
+      group.push_back(children_[i].get());
+    y = checkpoint_modules(group, y);
+  }
   return y;
 }
 

@@ -15,6 +15,7 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "mpi_test.hpp"
+#include "support/bit_equal.hpp"
 #include "support/module_compare.hpp"
 #include "support/test_helpers.hpp"
 
@@ -308,4 +309,50 @@ TEST_CASE("ddp: a second backward before finish() is refused before it writes an
   other.backward(sum(a));
   CHECK_FALSE(sync.in_flight());
   sync.detach();
+}
+
+TEST_CASE("ddp: a checkpointed model averages the plain gradients; buckets go out per block") {
+  // The checkpoint records a reader of each Parameter its blocks use, so the
+  // synchronizer takes each block's gradients as final right after that
+  // block's re-run, never as unused.
+  const int P = world().size(), r = world().rank();
+  const std::size_t rows = 16;
+  const xt::xarray<double> x = testing::random_array<double>({rows * P, 8}, 41);
+  const xt::xarray<double> xs = xt::view(x, xt::range(r * rows, (r + 1) * rows));
+  Generator g(9), g2(9);
+  PreNormResidualOptions o;
+  o.dropout = 0.2, o.ffn_dropout = 0.1;
+  Sequential<double> net, plain;
+  for (int k = 0; k < 3; ++k) {
+    net.emplace_back<PreNormResidual<double>>(8, 16, o, g);
+    plain.emplace_back<PreNormResidual<double>>(8, 16, o, g2);
+  }
+  net.set_checkpoint_every(1);
+  distributed::set_row_offset(net, r * rows), distributed::set_row_offset(plain, r * rows);
+  const auto one_bucket_each = SynchronizerOptions().first_bucket(1).bucket(1);
+  GradientSynchronizer<double> sync(world(), net, one_bucket_each);
+  GradientSynchronizer<double> sync_plain(world(), plain, one_bucket_each);
+  const std::size_t n = net.parameters().size();
+  for (int step = 0; step < 3; ++step) {
+    Tape<double> tape, plain_tape;
+    sync.attach(tape), sync_plain.attach(plain_tape);
+    net.zero_grad(), plain.zero_grad();
+    tape.backward(sum(square(net(tape.leaf(xs, false)))));
+    plain_tape.backward(sum(square(plain(plain_tape.leaf(xs, false)))));
+    sync.finish(), sync_plain.finish();
+    sync.detach(), sync_plain.detach();
+    std::size_t first_checkpoint = 0;
+    while (std::string(tape.node_op(first_checkpoint)) != "checkpoint") ++first_checkpoint;
+    const distributed::RoundStats& stats = sync.last_round();
+    // The first block's Parameters are final at its checkpoint node, the last
+    // block's earlier in the walk; none is taken as unused (final at once).
+    CHECK(stats.nodes_left_at_ready[n - 1] == first_checkpoint);
+    CHECK(stats.nodes_left_at_ready[0] > first_checkpoint);
+    CHECK(stats.nodes_left_at_ready[0] < stats.walk_nodes);
+    const auto a = net.parameters(), b = plain.parameters();
+    for (std::size_t k = 0; k < n; ++k) {
+      CHECK(a[k]->has_grad);
+      CHECK(testing::bit_equal(a[k]->grad, b[k]->grad));
+    }
+  }
 }
