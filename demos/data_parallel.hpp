@@ -117,6 +117,12 @@ class GradientAverager {
     if (sync_) sync_->finish();
 #endif
   }
+#if XTGRAD_HAVE_MPI
+  // The job's synchronizer; null in a single process.
+  xtgrad::distributed::GradientSynchronizer<T>* synchronizer() {
+    return sync_.get();
+  }
+#endif
 
  private:
 #if XTGRAD_HAVE_MPI

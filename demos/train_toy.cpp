@@ -32,6 +32,7 @@
 
 #include "data_parallel.hpp"
 #include "observe.hpp"
+#include "zero_optimizer.hpp"
 
 namespace {
 
@@ -55,6 +56,7 @@ struct Options {
   std::string save;
   std::string load;
   int threads = 0;  // 0: leave the count as it is (OpenBLAS's default)
+  int zero = 0;     // --zero: ZeRO stage under mpirun
   demo::StepObserverOptions observe;
 };
 
@@ -95,14 +97,28 @@ class LinearBaseline : public Module<T> {
   }
 };
 
+// The optimizer of `gradients`' model by --optimizer, sharded with --zero
+// 1|2 under mpirun (demos/zero_optimizer.hpp).
 template <class T>
-std::unique_ptr<optim::Optimizer<T>> make_optimizer(const Options& o,
-                                                    std::vector<Parameter<T>*> params) {
+std::unique_ptr<demo::TrainingOptimizer<T>> make_optimizer(const Options& o,
+                                                           demo::Parallel& parallel,
+                                                           demo::GradientAverager<T>& gradients,
+                                                           std::vector<Parameter<T>*> params) {
   if (o.optimizer == "adam")
-    return std::make_unique<optim::Adam<T>>(params, optim::AdamOptions(o.lr));
+    return std::make_unique<demo::TrainingOptimizer<T>>(
+        parallel, gradients,
+        std::vector<optim::ParamGroup<T, optim::AdamOptions>>{{params, optim::AdamOptions(o.lr)}},
+        o.zero);
   if (o.optimizer == "adamw")
-    return std::make_unique<optim::AdamW<T>>(params, optim::AdamWOptions(o.lr));
-  return std::make_unique<optim::SGD<T>>(params, optim::SGDOptions(o.lr).momentum(0.9));
+    return std::make_unique<demo::TrainingOptimizer<T>>(
+        parallel, gradients,
+        std::vector<optim::ParamGroup<T, optim::AdamWOptions>>{{params, optim::AdamWOptions(o.lr)}},
+        o.zero);
+  return std::make_unique<demo::TrainingOptimizer<T>>(
+      parallel, gradients,
+      std::vector<optim::ParamGroup<T, optim::SGDOptions>>{
+          {params, optim::SGDOptions(o.lr).momentum(0.9)}},
+      o.zero);
 }
 
 // Mean squared error of a model on (x, y) without recording a backward.
@@ -185,10 +201,10 @@ int run(Options o, demo::Parallel& parallel) {
     ffn.load(o.load);
     final_train = evaluate(ffn, x_train, y_train);
   } else {
-    auto ffn_opt = make_optimizer<T>(o, ffn.parameters());
-    auto base_opt = make_optimizer<T>(o, baseline.parameters());
     Tape<T> tape;
     demo::GradientAverager<T> ffn_sync(parallel, ffn, tape), base_sync(parallel, baseline, tape);
+    auto ffn_opt = make_optimizer<T>(o, parallel, ffn_sync, ffn.parameters());
+    auto base_opt = make_optimizer<T>(o, parallel, base_sync, baseline.parameters());
     const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
     demo::StepObserver<T> observer(o.observe, o.steps);
     ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
@@ -204,8 +220,8 @@ int run(Options o, demo::Parallel& parallel) {
         base_loss = mse(baseline(x), y);
         tape.backward(ffn_loss);
         tape.backward(base_loss);
-        ffn_sync.finish();
-        base_sync.finish();
+        ffn_opt->finish();
+        base_opt->finish();
         observer.region("optimizer.step", [&] {
           ffn_opt->step();
           base_opt->step();
@@ -339,6 +355,14 @@ int main(int argc, char** argv) {
                  "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads); default: "
                  "OpenBLAS's own count")
       ->check(CLI::Range(1, 256));
+  app.add_option("--zero", o.zero,
+                 "under mpirun, ZeRO: 0 each process a full optimizer (data-parallel); 1 the "
+                 "optimizer's state sharded across the processes; 2 the gradients too. The same "
+                 "numbers, to rounding. In one process 1 and 2 train as 0 (the one shard is "
+                 "everything), as DeepSpeed's ZeRO on one GPU does, so one command line serves "
+                 "any -np")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1, 2}));
   demo::add_observer_options(app, o.observe);
   try {
     app.parse(argc, argv);

@@ -1,7 +1,8 @@
 // train_fashion: a classifier on Fashion-MNIST (an MLP or an MLP-Mixer),
 // trained with AdamW (weight decay on the matrices only), warm-up and cosine
 // decay, label smoothing; --save / --resume continue a run bit for bit;
-// --graph / --profile show the training steps' tape; writes
+// --graph / --profile show the training steps' tape; --zero 1|2 shards the
+// optimizer (ZeRO) under mpirun; writes
 // summary.json, history.csv, confusion.csv and the pictures of report.hpp to
 // --out. Exit codes: 0 done, 2 bad options or data, 1 anything else (a file
 // that cannot be written, gnuplot failing).
@@ -97,9 +98,12 @@ int run(const Options& o, xtgrad::demo::Parallel& parallel) {
         "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
         o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
   if (parallel.active() && !parallel.quiet())
-    std::printf("train_fashion: %d processes, %zu images of each batch of %zu per process\n",
+    std::printf("train_fashion: %d processes, %zu images of each batch of %zu per process%s\n",
                 parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
-                o.train.batch_size);
+                o.train.batch_size,
+                o.train.zero == 0   ? ""
+                : o.train.zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
+                                    : "; ZeRO stage 2 (optimizer state and gradients sharded)");
   const fs::path out(o.out);
   if (!parallel.quiet()) fs::create_directories(out);
 
@@ -217,6 +221,14 @@ int main(int argc, char** argv) {
                  "stop after this epoch of the --epochs run (the schedule still spans "
                  "--epochs); --save then --resume continues it")
       ->check(CLI::Range(1, 10000));
+  app.add_option("--zero", o.train.zero,
+                 "under mpirun, ZeRO: 0 each process a full AdamW (data-parallel); 1 AdamW's "
+                 "state sharded across the processes; 2 the gradients too. The same numbers "
+                 "(to rounding) and --save writes the whole state, as in one process. In one "
+                 "process 1 and 2 train as 0 (the one shard is everything), as DeepSpeed's "
+                 "ZeRO on one GPU does, so one command line serves any -np")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1, 2}));
   xtgrad::demo::add_observer_options(app, o.train.observe);
   try {
     app.parse(argc, argv);

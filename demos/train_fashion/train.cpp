@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
 
+#include "../zero_optimizer.hpp"
 #include "progress.hpp"
 #include "run_state.hpp"
 
@@ -80,14 +82,25 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   const auto warmup = std::min<std::int64_t>(
       static_cast<std::int64_t>(std::llround(o.warmup_epochs * steps_per_epoch)), total_steps / 2);
 
-  optim::AdamW<float> optimizer(decay_groups(model, o.lr, o.weight_decay));
-  optim::WarmupCosineLR<float> schedule(optimizer, warmup,
-                                        std::max<std::int64_t>(1, total_steps - warmup));
+  // The synchronizer first: a sharded optimizer is built over it.
+  Tape<float> tape;
+  demo::GradientAverager<float> gradients(parallel, model, tape);
+  demo::TrainingOptimizer<float> optimizer(parallel, gradients,
+                                           decay_groups(model, o.lr, o.weight_decay), o.zero);
+  const auto make_schedule = [&](optim::Optimizer<float>& opt) {
+    return std::make_unique<optim::WarmupCosineLR<float>>(
+        opt, warmup, std::max<std::int64_t>(1, total_steps - warmup));
+  };
+  const std::unique_ptr<optim::LRScheduler<float>> schedule = make_schedule(optimizer.optimizer());
   const RunIdentity identity{config, o, train_images};
   TrainResult result;
   std::size_t step = 0;
   if (!o.resume.empty()) {
-    RunPosition position = resume_run(o.resume, model, optimizer, schedule, identity);
+    RunPosition position =
+        optimizer.resume(*schedule, make_schedule,
+                         [&](optim::Optimizer<float>& opt, optim::LRScheduler<float>& sched) {
+                           return resume_run(o.resume, model, opt, sched, identity);
+                         });
     result.history = std::move(position.history);
     step = position.step;
   }
@@ -100,8 +113,6 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
 
   CrossEntropyOptions loss_options;
   loss_options.label_smoothing = o.label_smoothing;
-  Tape<float> tape;
-  demo::GradientAverager<float> gradients(parallel, model, tape);
   Batch<float> batch;
   // This call's steps, counted from 1, are the ones observed.
   demo::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
@@ -125,11 +136,11 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
         const Var<float> x = tape.leaf(batch.inputs, false);
         loss = cross_entropy(model(x), batch.labels, loss_options);
         tape.backward(loss);
-        gradients.finish();
+        optimizer.finish();
         observer.region("optimizer.step", [&] {
           optimizer.step();
           optimizer.zero_grad();
-          schedule.step();
+          schedule->step();
         });
       }
       observer.graph(tape, {loss}, model.named_parameters(), observed);
@@ -146,7 +157,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     record.epoch = epoch + 1;
     record.train_loss = loss_sum / static_cast<double>(in_epoch);
     record.seconds = seconds_since(start);
-    record.lr = schedule.last_lr();
+    record.lr = schedule->last_lr();
     last_test = evaluate(model, data.test);
     record.test_loss = last_test.loss;
     record.test_accuracy = last_test.accuracy;
@@ -156,8 +167,10 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
                  record.epoch, o.epochs, record.train_loss, record.test_loss, record.test_accuracy,
                  record.seconds);
     std::fflush(out);
-    if (!o.save.empty() && !parallel.quiet())
-      save_run(o.save, model, optimizer, schedule, identity, {result.history, step});
+    if (!o.save.empty())  // collective: a sharded state is gathered to rank 0, which writes
+      optimizer.save([&](const optim::Optimizer<float>& full) {
+        save_run(o.save, model, full, *schedule, identity, {result.history, step});
+      });
   }
   observer.report(std::cout);
   result.final_test = std::move(last_test);

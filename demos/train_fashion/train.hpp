@@ -34,6 +34,7 @@ struct TrainOptions {
   std::filesystem::path save;    // after every epoch, when not empty
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this epoch of the run (0: train all --epochs)
+  int zero = 0;                  // --zero: ZeRO stage under mpirun (demos/zero_optimizer.hpp)
   xtgrad::demo::StepObserverOptions observe;  // --graph, --profile
 };
 
@@ -66,7 +67,8 @@ struct TrainResult {
 // the batcher (data.train.images is left empty). Under mpirun (`parallel`
 // active) each rank trains on its slice of every mini-batch
 // (distributed::DistributedSampler: the same batches as one process) with
-// the gradients averaged, and rank 0 alone saves.
+// the gradients averaged, and rank 0 alone saves; with options.zero 1 or 2
+// the optimizer is sharded (ZeRO), the saved state still the whole one.
 TrainResult train(xtgrad::Module<float>& model, const ModelConfig& config, FashionMnist& data,
                   const TrainOptions& options, std::FILE* out, xtgrad::demo::Parallel& parallel);
 

@@ -2,7 +2,8 @@
 // fortunes of Debian's `fortunes` package (corpus.hpp), with AdamW, warm-up
 // and cosine decay and gradient clipping (train.hpp); the validation loss
 // beside the unigram baseline; --save / --resume continue a run bit for
-// bit; data-parallel under mpirun. Writes summary.json, history.csv,
+// bit; data-parallel under mpirun, the optimizer sharded with --zero 1|2
+// (ZeRO). Writes summary.json, history.csv,
 // samples.txt and loss.png to --out (report.hpp). --generate DIR instead
 // continues --prompt with the model a run saved (generate.hpp). Exit codes:
 // 0 done, 2 bad options, data or checkpoint, 1 anything else (a file that
@@ -121,9 +122,12 @@ int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
         "text) %.4f nats\n",
         unigram);
     if (parallel.active())
-      std::printf("train_gpt: %d processes, %zu windows of each batch of %zu per process\n",
+      std::printf("train_gpt: %d processes, %zu windows of each batch of %zu per process%s\n",
                   parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
-                  o.train.batch_size);
+                  o.train.batch_size,
+                  o.train.zero == 0   ? ""
+                  : o.train.zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
+                                      : "; ZeRO stage 2 (optimizer state and gradients sharded)");
     std::fflush(stdout);
     fs::create_directories(out);
     // A resumed run appends to the samples of the run it continues.
@@ -245,6 +249,15 @@ int main(int argc, char** argv) {
                  "stop after this step of the --steps run (the schedule still spans --steps); "
                  "--save then --resume continues it")
       ->check(CLI::Range(1, 10000000));
+  app.add_option("--zero", o.train.zero,
+                 "under mpirun, ZeRO: 0 each process a full AdamW (data-parallel); 1 AdamW's "
+                 "state sharded across the processes; 2 the gradients too; clipping by the norm "
+                 "over all shards. The same numbers (to rounding) and --save writes the whole "
+                 "state, as in one process. In one process 1 and 2 train as 0 (the one shard is "
+                 "everything), as DeepSpeed's ZeRO on one GPU does, so one command line serves "
+                 "any -np")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1, 2}));
   std::string generate;
   app.add_option("--generate", generate,
                  "generate instead of training: continue --prompt with the model saved in DIR")

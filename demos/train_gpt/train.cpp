@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
 
+#include "../zero_optimizer.hpp"
 #include "batches.hpp"
 #include "corpus.hpp"
 #include "evaluate.hpp"
@@ -56,13 +58,25 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   const std::size_t T = model_options.block_size;
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
-  optim::AdamW<float> optimizer(decay_groups(model, o.lr, o.weight_decay, o.beta2));
-  optim::WarmupCosineLR<float> schedule(
-      optimizer, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
+  // The synchronizer first: a sharded optimizer is built over it.
+  Tape<float> tape;
+  demo::GradientAverager<float> gradients(parallel, model, tape);
+  demo::TrainingOptimizer<float> optimizer(
+      parallel, gradients, decay_groups(model, o.lr, o.weight_decay, o.beta2), o.zero);
+  const auto make_schedule = [&](optim::Optimizer<float>& opt) {
+    return std::make_unique<optim::WarmupCosineLR<float>>(
+        opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
+  };
+  const std::unique_ptr<optim::LRScheduler<float>> schedule = make_schedule(optimizer.optimizer());
   const RunIdentity identity{model_options, o, data.vocab, data.train.size(),
                              data.validation.size()};
   RunPosition position;
-  if (!o.resume.empty()) position = resume_run(o.resume, model, optimizer, schedule, identity);
+  if (!o.resume.empty())
+    position =
+        optimizer.resume(*schedule, make_schedule,
+                         [&](optim::Optimizer<float>& opt, optim::LRScheduler<float>& sched) {
+                           return resume_run(o.resume, model, opt, sched, identity);
+                         });
   const std::size_t last = o.stop_after == 0 ? o.steps : std::min(o.stop_after, o.steps);
   if (position.step >= last)
     throw std::invalid_argument("--resume: the run has " + std::to_string(position.step) +
@@ -83,8 +97,6 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   // dropout masks (keyed by row) are those one process would draw for them.
   for (auto& [name, module] : model.named_modules())
     if (auto* dropout = dynamic_cast<Dropout<float>*>(module)) dropout->set_row_offset(first_row);
-  Tape<float> tape;
-  demo::GradientAverager<float> gradients(parallel, model, tape);
   model.train();
   Progress progress(position.step, last, o.steps, out);
   for (std::size_t step = position.step; step < last; ++step) {
@@ -94,15 +106,15 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     const auto V = static_cast<std::int64_t>(data.vocab.size());
     const Var<float> loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
     tape.backward(loss);
-    gradients.finish();
-    const double norm = optim::clip_grad_norm(params, o.grad_clip);
+    optimizer.finish();
+    const double norm = optimizer.clip_grad_norm(params, o.grad_clip);
     if (!std::isfinite(norm))
       throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
                                ": the gradient norm is " + std::to_string(norm) +
                                "; try a smaller --lr");
     optimizer.step();
     optimizer.zero_grad();
-    schedule.step();
+    schedule->step();
     const double value = parallel.mean(loss.value()());  // the global batch's mean
     position.interval.loss_sum += value;
     ++position.interval.steps;
@@ -116,7 +128,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       r.step = position.step;
       r.train_loss = position.interval.loss_sum / static_cast<double>(position.interval.steps);
       r.val_loss = evaluator.periodic(model, parallel);
-      r.lr = schedule.last_lr();
+      r.lr = schedule->last_lr();
       r.seconds = seconds_before + progress.train_seconds();
       position.history.push_back(r);
       position.interval = {};
@@ -129,8 +141,10 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       }
       model.train();
     }
-    if (!o.save.empty() && !parallel.quiet() && (record || position.step == last))
-      save_run(o.save, model, optimizer, schedule, identity, position);
+    if (!o.save.empty() && (record || position.step == last))
+      optimizer.save([&](const optim::Optimizer<float>& full) {  // collective
+        save_run(o.save, model, full, *schedule, identity, position);
+      });
     if (record) progress.skip_time();
   }
   progress.finish();

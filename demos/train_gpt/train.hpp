@@ -47,6 +47,7 @@ struct TrainOptions {
   std::filesystem::path save;    // at every evaluation and at the end, when not empty
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this step (0: train all --steps)
+  int zero = 0;                  // --zero: ZeRO stage under mpirun (demos/zero_optimizer.hpp)
 };
 
 struct HistoryRecord {
@@ -82,7 +83,8 @@ struct TrainResult {
 // stop_after (or --steps), printing progress to `out` and the samples to
 // `samples` (null: none; rank 0's). Under mpirun each rank computes its
 // rows of every batch with the gradients averaged over the job; rank 0
-// alone saves.
+// alone saves; with options.zero 1 or 2 the optimizer is sharded (ZeRO),
+// the saved state still the whole one.
 TrainResult train(xtgrad::GPT<float>& model, const ModelOptions& model_options,
                   const TrainData& data, const TrainOptions& options, std::FILE* out,
                   std::FILE* samples, xtgrad::demo::Parallel& parallel);

@@ -1,7 +1,8 @@
 # train_toy under mpirun -np 2 against one process (run with -DTRAIN_TOY=<exe>
 # -DMPIEXEC=<mpiexec> -DOUT=<dir>): the same final numbers up to the rounding
 # of the all-reduce, rank 0 alone prints and writes (rank 1's --out stays
-# absent when each rank is given its own --out).
+# absent when each rank is given its own --out); so do --zero 1 and 2 (the
+# two optimizers sharded).
 include(${CMAKE_CURRENT_LIST_DIR}/mpi_compare.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(args --seed 1 --steps 300 --dtype double)
@@ -26,4 +27,12 @@ file(READ ${OUT}/one/summary.json a)
 file(READ ${OUT}/two/summary.json b)
 foreach(key final_train_mse heldout_mse_ffn heldout_mse_linear_baseline slice_max_abs_error)
   expect_close("${a}" "${b}" ${key} 1e-9)
+endforeach()
+foreach(stage 1 2)
+  run_or_fail(output "mpirun -np 2 train_toy --zero ${stage}" 120
+              ${mpirun} ${TRAIN_TOY} ${args} --zero ${stage} --out ${OUT}/zero${stage})
+  file(READ ${OUT}/zero${stage}/summary.json b)
+  foreach(key final_train_mse heldout_mse_ffn heldout_mse_linear_baseline slice_max_abs_error)
+    expect_close("${a}" "${b}" ${key} 1e-9)
+  endforeach()
 endforeach()
