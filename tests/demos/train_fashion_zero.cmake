@@ -11,9 +11,9 @@ file(REMOVE_RECURSE ${OUT})
 set(args --train-limit 1024 --test-limit 500 --epochs 2 --threads 1)
 set(mpirun ${MPIEXEC} --allow-run-as-root --oversubscribe -np 2)
 set(numbers final_test_accuracy final_test_loss final_train_loss steps)
-run_or_fail(output "train_fashion" 60 ${TRAIN_FASHION} ${args} --out ${OUT}/one
+run_or_fail(output "train_fashion" 120 ${TRAIN_FASHION} ${args} --out ${OUT}/one
             --save ${OUT}/one_saved)
-run_or_fail(output "train_fashion --zero 1" 60 ${TRAIN_FASHION} ${args} --zero 1
+run_or_fail(output "train_fashion --zero 1" 120 ${TRAIN_FASHION} ${args} --zero 1
             --out ${OUT}/one_zero)
 file(READ ${OUT}/one/summary.json one)
 file(READ ${OUT}/one_zero/summary.json one_zero)
@@ -22,7 +22,7 @@ file(GLOB one_arrays RELATIVE ${OUT}/one_saved ${OUT}/one_saved/*.npy)
 
 foreach(stage 1 2)
   set(z ${OUT}/zero${stage})
-  run_or_fail(output "mpirun -np 2 train_fashion --zero ${stage}" 60
+  run_or_fail(output "mpirun -np 2 train_fashion --zero ${stage}" 120
               ${mpirun} ${TRAIN_FASHION} ${args} --zero ${stage} --out ${z}/straight
               --save ${z}/saved)
   expect_one_print("ZeRO stage ${stage}" "${output}")
@@ -35,10 +35,10 @@ foreach(stage 1 2)
   if(NOT arrays STREQUAL one_arrays)
     message(FATAL_ERROR "--zero ${stage} saved ${arrays}\none process saves ${one_arrays}")
   endif()
-  run_or_fail(output "mpirun -np 2 train_fashion --zero ${stage} --stop-after 1" 60
+  run_or_fail(output "mpirun -np 2 train_fashion --zero ${stage} --stop-after 1" 120
               ${mpirun} ${TRAIN_FASHION} ${args} --zero ${stage} --out ${z}/first --stop-after 1
               --save ${z}/resumed_saved)
-  run_or_fail(output "mpirun -np 2 train_fashion --zero ${stage} --resume" 60
+  run_or_fail(output "mpirun -np 2 train_fashion --zero ${stage} --resume" 120
               ${mpirun} ${TRAIN_FASHION} ${args} --zero ${stage} --out ${z}/resumed
               --resume ${z}/resumed_saved --save ${z}/resumed_saved)
   file(READ ${z}/resumed/summary.json resumed)

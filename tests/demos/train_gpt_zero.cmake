@@ -14,8 +14,8 @@ set(args --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --dropout 0.1 --batc
     --grad-clip 0.5 --threads 1 --seed 5 --data-dir ${DATA})
 set(mpirun ${MPIEXEC} --allow-run-as-root --oversubscribe -np 2)
 set(numbers final_train_loss final_val_loss step)
-run_or_fail(output "train_gpt" 60 ${TRAIN_GPT} ${args} --out ${OUT}/one --save ${OUT}/one_saved)
-run_or_fail(output "train_gpt --zero 2" 60 ${TRAIN_GPT} ${args} --zero 2 --out ${OUT}/one_zero)
+run_or_fail(output "train_gpt" 120 ${TRAIN_GPT} ${args} --out ${OUT}/one --save ${OUT}/one_saved)
+run_or_fail(output "train_gpt --zero 2" 120 ${TRAIN_GPT} ${args} --zero 2 --out ${OUT}/one_zero)
 file(READ ${OUT}/one/summary.json one)
 file(READ ${OUT}/one_zero/summary.json one_zero)
 expect_same_json("${one}" "${one_zero}" ${numbers})
@@ -23,7 +23,7 @@ file(GLOB one_arrays RELATIVE ${OUT}/one_saved ${OUT}/one_saved/*.npy)
 
 foreach(stage 1 2)
   set(z ${OUT}/zero${stage})
-  run_or_fail(output "mpirun -np 2 train_gpt --zero ${stage}" 60
+  run_or_fail(output "mpirun -np 2 train_gpt --zero ${stage}" 120
               ${mpirun} ${TRAIN_GPT} ${args} --zero ${stage} --out ${z}/straight --save ${z}/saved)
   expect_one_print("ZeRO stage ${stage}" "${output}")
   file(READ ${z}/straight/summary.json two)
@@ -34,10 +34,10 @@ foreach(stage 1 2)
   if(NOT arrays STREQUAL one_arrays)
     message(FATAL_ERROR "--zero ${stage} saved ${arrays}\none process saves ${one_arrays}")
   endif()
-  run_or_fail(output "mpirun -np 2 train_gpt --zero ${stage} --stop-after 30" 60
+  run_or_fail(output "mpirun -np 2 train_gpt --zero ${stage} --stop-after 30" 120
               ${mpirun} ${TRAIN_GPT} ${args} --zero ${stage} --out ${z}/first --stop-after 30
               --save ${z}/resumed_saved)
-  run_or_fail(output "mpirun -np 2 train_gpt --zero ${stage} --resume" 60
+  run_or_fail(output "mpirun -np 2 train_gpt --zero ${stage} --resume" 120
               ${mpirun} ${TRAIN_GPT} ${args} --zero ${stage} --out ${z}/resumed
               --resume ${z}/resumed_saved --save ${z}/resumed_saved)
   file(READ ${z}/resumed/summary.json resumed)
