@@ -10,7 +10,7 @@
 // HF GPT2Model's where it has them: "wte.weight" [vocab, C], "wpe.weight"
 // [block_size, C] (gpt2), "h.<l>.<block names>", "ln_f.weight" (+ "ln_f.bias"
 // for gpt2), "lm_head.weight" [vocab, C] when not tied (nn.Linear, no bias).
-// io/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
+// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
 //
 // Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
 // _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,

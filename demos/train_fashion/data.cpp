@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <xtensor/xview.hpp>
-#include <xtgrad/modules/io/idx.hpp>
+#include <xtgrad/io/idx.hpp>
 
 #include "models.hpp"
 

@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <xtgrad/io/state_directory.hpp>
 #include <xtgrad/modules/dropout.hpp>
-#include <xtgrad/modules/io/state_directory.hpp>
 #include <xtgrad/training/training_state.hpp>
 
 namespace gpt_demo {
