@@ -11,7 +11,7 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/io/idx.hpp>
 
-#include "models.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace fashion {
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "models.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace fashion {
 
