@@ -1,5 +1,5 @@
 # What the scripts that run a demo under mpirun against one process share
-# (included by the *_mpi.cmake and *_zero.cmake scripts).
+# (included by the *_mpi.cmake scripts and demo_zero.cmake).
 
 # Runs the command given after `timeout`, stopped after `timeout` seconds so
 # that a hang fails, and sets out_var to its standard output; fails, naming
