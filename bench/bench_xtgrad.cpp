@@ -403,8 +403,8 @@ int main(int argc, char** argv) {
   app.add_option("--csv", o.csv, "also write the table as CSV to this path");
   app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
   app.add_option("--markdown", o.markdown,
-                 "also write the table and the run's settings as Markdown here (the README's "
-                 "block: bench/readme_update.cmake)");
+                 "also write the table and the run's settings as Markdown here (the block "
+                 "of docs/benchmarks.md: bench/update_results.cmake)");
   app.add_option("--min-seconds", o.timing.min_seconds,
                  "measure each contestant of a row for at least this long")
       ->capture_default_str();
