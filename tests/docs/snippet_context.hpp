@@ -40,7 +40,7 @@ extern Var<double> x, w1, b1, w2, b2, weight1, bias1, weight2, bias2, w_up, w_ga
 namespace gpt {
 extern Generator generator;
 extern Indices tokens;  // [B, T]
-}
+}  // namespace gpt
 
 // Serving: an input array (docs/modules.md).
 namespace inference {
@@ -52,7 +52,7 @@ namespace data_set {
 extern xt::xarray<float> images;  // [N, 784]
 extern Indices labels;            // [N]
 extern std::uint64_t epoch;
-}
+}  // namespace data_set
 
 // The training loop of the README's example (demos/first_model.cpp).
 namespace training_loop {
@@ -60,7 +60,7 @@ extern Mlp<float> model;
 extern optim::AdamW<float> optimizer;
 extern Tape<float> tape;
 extern xt::xarray<float> x, y;  // [256, 1]
-}
+}  // namespace training_loop
 
 #if XTGRAD_HAVE_MPI
 // A data-parallel program's main (docs/distributed.md).
@@ -68,10 +68,10 @@ namespace distributed_main {
 extern int argc;
 extern char** argv;
 extern std::uint64_t seed, epoch;
-extern std::size_t n;            // rows in the data set
+extern std::size_t n;             // rows in the data set
 extern xt::xarray<float> inputs;  // [n, 512]
 extern xt::xarray<float> x, y;    // this rank's rows of a batch and their targets
-}
+}  // namespace distributed_main
 
 // The loop of docs/distributed.md with a ShardedOptimizer.
 namespace distributed_zero {
@@ -81,7 +81,7 @@ extern std::vector<Parameter<float>*> matrices, vectors;  // the weight matrices
 extern std::int64_t steps;
 extern Tape<float> tape;
 extern Var<float> loss;
-}
+}  // namespace distributed_zero
 #endif
 
 }  // namespace docs_context
