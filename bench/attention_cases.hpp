@@ -18,6 +18,7 @@
 // LayerNorm, gelu_tanh FFN of 4C, biases, lm_head tied to wte, no dropout).
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "harness.hpp"
@@ -46,11 +47,24 @@ struct GptShape {
 inline constexpr double k_gpt_lr = 3e-4;
 inline constexpr double k_gpt_weight_decay = 0.1;
 
+// One GPT training step in two parts over one model, for a caller that
+// measures them apart (bench_checkpoint): a full step is forward_backward
+// then optimizer_step.
+struct GptStepParts {
+  Runner forward_backward;  // forward, cross_entropy, backward
+  Runner optimizer_step;    // AdamW step, gradients reset
+  // xtgrad: the bytes of the values the tape held after the last forward
+  // (what backward reads); empty for LibTorch.
+  std::function<double()> kept_bytes;
+};
+
 // ---- xtgrad (attention_xtgrad.cpp, gpt_xtgrad.cpp) ----
 
 Runner xtgrad_attention(const AttentionShape& shape);
-// modules/gpt.hpp's GPT<float> with optim::AdamW over all its parameters.
+// modules/gpt.hpp's GPT<float> with optim::AdamW over all its parameters;
+// checkpoint_every: GPT::set_checkpoint_every (0: off).
 Runner xtgrad_gpt_step(const GptShape& shape);
+GptStepParts xtgrad_gpt_step_parts(const GptShape& shape, std::size_t checkpoint_every);
 
 // ---- the floor (attention_floor.cpp) ----
 
@@ -71,6 +85,7 @@ Runner libtorch_attention(const AttentionShape& shape);
 // The same GPT in torch::nn (Embedding, LayerNorm, Linear, composed causal
 // attention as libtorch_attention's, gelu tanh), torch::optim::AdamW.
 Runner libtorch_gpt_step(const GptShape& shape);
+GptStepParts libtorch_gpt_step_parts(const GptShape& shape);
 #endif
 
 }  // namespace xtgrad::bench

@@ -30,10 +30,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include <xtgrad/engine/threads.hpp>
-
 #include "attention_cases.hpp"
-#include "cases.hpp"  // init_openblas, init_libtorch, libtorch_set_threads
+#include "bench_run.hpp"
+#include "cases.hpp"  // the LibTorch cases
 #include "harness.hpp"
 #include "machine.hpp"
 #include "report.hpp"
@@ -48,44 +47,15 @@ constexpr std::size_t k_memory_batch_heads = 8;
 constexpr std::size_t k_vocab = 96;  // a character vocabulary
 constexpr double k_kib_per_mib = 1024.0;
 
-struct Options {
-  bool quick = false;
-  int threads = 2;
-  std::vector<int> thread_counts;  // the attention rows run at each (default: 1 and --threads)
-  bool libtorch = true;            // when compiled in
+const std::vector<std::string> k_sections{"attention", "gpt", "memory"};
+
+// The attention rows run at each of RunOptions::thread_counts.
+struct Options : RunOptions {
   std::vector<std::size_t> batch_heads{8, 32};
   std::vector<std::size_t> tokens{256, 1024, 4096};
   std::vector<std::size_t> memory_tokens{1024, 4096};
-  std::vector<std::string> sections{"attention", "memory", "gpt"};
-  std::string csv, json, markdown;
-  std::string command;
   std::string memory_child, memory_impl;  // internal: a memory case's name, xtgrad | libtorch
-  TimingOptions timing;
 };
-
-bool wants(const Options& o, const std::string& section) {
-  for (const std::string& s : o.sections)
-    if (s == section) return true;
-  return false;
-}
-
-bool libtorch_on(const Options& o) {
-#ifdef XTGRAD_BENCH_LIBTORCH
-  return o.libtorch;
-#else
-  (void)o;
-  return false;
-#endif
-}
-
-void use_threads(const Options& o, int threads) {
-  set_num_threads(threads);
-#ifdef XTGRAD_BENCH_LIBTORCH
-  if (libtorch_on(o)) libtorch_set_threads(threads);
-#else
-  (void)o;
-#endif
-}
 
 AttentionShape attention_shape(std::size_t batch_heads, std::size_t tokens, bool causal) {
   const std::size_t heads = batch_heads % k_heads == 0 ? k_heads : batch_heads;
@@ -236,48 +206,19 @@ void memory_rows(const Options& o, std::vector<Row>& rows) {
 }
 
 int run(const Options& o) {
-  const std::string openblas = init_openblas(o.threads);
-  set_num_threads(o.threads);
-  std::string libtorch = "off (configure with -DXTGRAD_BENCH_LIBTORCH=ON)";
-#ifdef XTGRAD_BENCH_LIBTORCH
-  libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
-#endif
+  const Backends backends = init_backends(o);
   if (!o.memory_child.empty()) return memory_child(o);
 
-  const std::string openblas_note = openblas_core_note();
-  Meta meta{
-      {"command", o.command},
-      {"threads", std::to_string(o.threads)},
-      {"openblas", openblas},
-      {"libtorch", libtorch},
-      {"cpu", cpu_model()},
-      {"vector_extensions", vector_extensions()},
-      {"load_average", load_average()},
-      {"dtype", "float32"},
-      {"quick", o.quick ? "true" : "false"},
-      {"OMP_WAIT_POLICY", omp_wait_policy()},
-      {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
-  std::cout << "bench_attention: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
-            << "  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch << " (OMP_WAIT_POLICY "
-            << omp_wait_policy() << ")"
-            << "\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
-            << (openblas_note.empty() ? "" : "\n  note: " + openblas_note)
-            << "\n  load average at start: " << load_average()
-            << (o.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
+  const Meta meta = describe_run("bench_attention", o, backends);
 
   std::vector<Row> rows;
   if (wants(o, "attention")) attention_rows(o, rows);
   if (wants(o, "gpt")) gpt_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
 
-  print_table(rows, std::cout);
-  meta.emplace_back("load_average_at_end", load_average());
-  std::cout << "\nload average at end: " << load_average() << '\n'
-            << "\nxt/floor, LT/floor: time over the GEMM floor (the 2 + 5 products of each head)."
-               "\nxt/LT < 1: xtgrad is faster (or smaller). th = threads.\n";
-  if (!o.csv.empty()) write_csv(rows, o.csv);
-  if (!o.json.empty()) write_json(rows, meta, o.json);
-  if (!o.markdown.empty()) write_markdown(rows, meta, o.markdown);
+  report_run(rows, meta, o,
+             "\nxt/floor, LT/floor: time over the GEMM floor (the 2 + 5 products of each head)."
+             "\nxt/LT < 1: xtgrad is faster (or smaller). th = threads.\n");
   return 0;
 }
 
@@ -291,50 +232,28 @@ int main(int argc, char** argv) {
   reexec_with_passive_omp(argv);  // see machine.hpp; --omp-default keeps libgomp's default
 #endif
   Options o;
-  o.command = "bench_attention";
-  for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
+  RunFlags flags;
   CLI::App app{"bench_attention: xtgrad's attention and GPT against the GEMM floor and LibTorch"};
-  app.add_flag("--quick", o.quick, "smoke run for CI: tiny sizes, two rounds");
-  app.add_option("--threads", o.threads, "OpenBLAS (and LibTorch) threads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  app.add_option("--thread-counts", o.thread_counts,
-                 "thread counts of the attention rows (default: 1 and --threads)")
-      ->check(CLI::Range(1, 256));
+  add_run_options(app, "bench_attention", argc, argv, o, flags, k_sections,
+                  {"smoke run for CI: tiny sizes, two rounds",
+                   "thread counts of the attention rows (default: 1 and --threads)",
+                   "also write the table and settings as Markdown here"});
   app.add_option("--batch-heads", o.batch_heads, "B*H of the attention rows (8 heads a sequence)")
       ->capture_default_str();
   app.add_option("--tokens", o.tokens, "sequence lengths T of the attention rows")
       ->capture_default_str();
   app.add_option("--memory-tokens", o.memory_tokens, "sequence lengths T of the memory rows")
       ->capture_default_str();
-  app.add_option("--sections", o.sections, "which of: attention gpt memory")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"attention", "gpt", "memory"}));
-  app.add_option("--csv", o.csv, "also write the table as CSV to this path");
-  app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
-  app.add_option("--markdown", o.markdown, "also write the table and settings as Markdown here");
-  app.add_option("--min-seconds", o.timing.min_seconds,
-                 "measure each contestant of a row for at least this long")
-      ->capture_default_str();
   app.add_option("--min-rounds", o.timing.min_rounds, "at least this many rounds a row")
       ->capture_default_str()
       ->check(CLI::Range(1, 51));
-  bool omp_default_flag = false;
-  app.add_flag("--omp-default", omp_default_flag,
-               "keep libgomp's default OMP_WAIT_POLICY (spinning) instead of PASSIVE");
-  bool no_libtorch = false;
-  app.add_flag("--no-libtorch", no_libtorch, "skip LibTorch even when it is compiled in");
   app.add_option("--memory-child", o.memory_child)->group("");  // internal
   app.add_option("--memory-impl", o.memory_impl)->group("");    // internal
   CLI11_PARSE(app, argc, argv);
-  o.libtorch = !no_libtorch;
+  finish_run_options(o, flags);
   // As bench_xtgrad: a pause before each sample only where libgomp's workers spin.
   o.timing.settle_seconds = libtorch_on(o) && !omp_passive() ? 0.01 : 0.0;
   o.timing.warmup = 1;  // one call of a large row is seconds long
-  if (o.thread_counts.empty()) {
-    o.thread_counts = {1};
-    if (o.threads != 1) o.thread_counts.push_back(o.threads);
-  }
   if (o.quick) {
     o.batch_heads = {2};
     o.tokens = {64};
@@ -344,10 +263,5 @@ int main(int argc, char** argv) {
     o.timing.min_seconds = 0;
     o.timing.min_sample_seconds = 1e-4;
   }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << '\n';
-    return 1;
-  }
+  return exit_status([&] { return run(o); });
 }

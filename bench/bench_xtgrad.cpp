@@ -34,8 +34,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <xtgrad/engine/threads.hpp>
-
+#include "bench_run.hpp"
 #include "cases.hpp"
 #include "harness.hpp"
 #include "machine.hpp"
@@ -65,53 +64,22 @@ const Family k_families[] = {Family::relu, Family::gelu, Family::swiglu};
 const Activation k_activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
                                     Activation::gelu_sigmoid, Activation::silu};
 
-struct Options {
-  bool quick = false;
-  int threads = 2;
-  // The ffn and small sections run at each of these counts (default: 1 and --threads).
-  std::vector<int> thread_counts;
-  bool libtorch = true;  // when compiled in
+const std::vector<std::string> k_sections{"ffn",        "small",   "matmul",  "toy",
+                                          "activation", "rowwise", "fashion", "memory"};
+
+// The ffn and small sections run at each of RunOptions::thread_counts.
+struct Options : RunOptions {
   std::vector<std::size_t> tokens{128, 1024, 4096};
   std::vector<std::size_t> small_tokens{1, 2, 4, 8};
-  std::vector<std::string> sections{"ffn",        "small",   "matmul",  "toy",
-                                    "activation", "rowwise", "fashion", "memory"};
-  std::string csv, json, markdown;
-  std::string command;            // this run's command line, for the record
   std::string profile_fashion;    // a model: print its step's profile, measure nothing
   std::string peak_memory_child;  // internal: "family:tokens:impl"
-  TimingOptions timing;
 };
-
-bool wants(const Options& o, const std::string& section) {
-  for (const std::string& s : o.sections)
-    if (s == section) return true;
-  return false;
-}
-
-bool libtorch_on(const Options& o) {
-#ifdef XTGRAD_BENCH_LIBTORCH
-  return o.libtorch;
-#else
-  (void)o;
-  return false;
-#endif
-}
 
 Family parse_family(const std::string& name) {
   for (Family f : k_families)
     if (name == family_name(f)) return f;
   throw std::invalid_argument("bench_xtgrad: unknown FFN family '" + name +
                               "' (relu, gelu, swiglu)");
-}
-
-// Every thread count in use: xtgrad's (and with it OpenBLAS's) and LibTorch's.
-void use_threads(const Options& o, int threads) {
-  set_num_threads(threads);
-#ifdef XTGRAD_BENCH_LIBTORCH
-  if (libtorch_on(o)) libtorch_set_threads(threads);
-#else
-  (void)o;
-#endif
 }
 
 // The FFN rows at N = o.tokens (ffn: against the GEMMs) or o.small_tokens
@@ -272,45 +240,19 @@ void memory_rows(const Options& o, std::vector<Row>& rows) {
 }
 
 int run(const Options& o) {
-  const std::string openblas = init_openblas(o.threads);
-  set_num_threads(o.threads);
-  std::string libtorch = "off (configure with -DXTGRAD_BENCH_LIBTORCH=ON)";
-#ifdef XTGRAD_BENCH_LIBTORCH
-  libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
-#endif
+  const Backends backends = init_backends(o);
   if (!o.peak_memory_child.empty()) return peak_memory_child(o);
   if (!o.profile_fashion.empty()) {
     const FashionModel model = o.profile_fashion == "mlp" ? FashionModel::mlp : FashionModel::mixer;
     const int steps = o.quick ? 1 : k_fashion_profile_steps;
     std::cout << "xtgrad " << o.profile_fashion << " training step, B = " << k_fashion_batch << ", "
-              << o.threads << " threads (OpenBLAS " << openblas << "), " << steps << " steps after "
-              << k_fashion_profile_warmup << " untimed:\n"
+              << o.threads << " threads (OpenBLAS " << backends.openblas << "), " << steps
+              << " steps after " << k_fashion_profile_warmup << " untimed:\n"
               << xtgrad_fashion_profile(model, k_fashion_profile_warmup, steps);
     return 0;
   }
 
-  const std::string openblas_note = openblas_core_note();
-  Meta meta{
-      {"command", o.command},
-      {"threads", std::to_string(o.threads)},
-      {"openblas", openblas},
-      {"libtorch", libtorch},
-      {"cpu", cpu_model()},
-      {"vector_extensions", vector_extensions()},
-      {"load_average", load_average()},
-      {"dtype", "float32"},
-      {"quick", o.quick ? "true" : "false"},
-      {"OMP_WAIT_POLICY", omp_wait_policy()},
-      {"settle_seconds", std::to_string(o.timing.settle_seconds)},
-      {"openblas_note", openblas_note.empty() ? "none" : openblas_note},
-      {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
-  std::cout << "bench_xtgrad: " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
-            << "  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch << " (OMP_WAIT_POLICY "
-            << omp_wait_policy() << ")"
-            << "\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
-            << (openblas_note.empty() ? "" : "\n  note: " + openblas_note)
-            << "\n  load average at start: " << load_average()
-            << (o.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
+  const Meta meta = describe_run("bench_xtgrad", o, backends);
 
   std::vector<Row> rows;
   if (wants(o, "ffn")) ffn_rows(o, "ffn", rows);
@@ -322,16 +264,10 @@ int run(const Options& o) {
   if (wants(o, "fashion")) fashion_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
 
-  print_table(rows, std::cout);
-  meta.emplace_back("load_average_at_end", load_average());
-  std::cout << "\nload average at end: " << load_average() << '\n';
-  std::cout
-      << "\nxt/floor, LT/floor: time over the floor (the GEMMs alone; a copy of the same size)."
-         "\nxt/LT < 1: xtgrad is faster (or smaller). Activation bwd for xtgrad is the "
-         "backward kernel.\n";
-  if (!o.csv.empty()) write_csv(rows, o.csv);
-  if (!o.json.empty()) write_json(rows, meta, o.json);
-  if (!o.markdown.empty()) write_markdown(rows, meta, o.markdown);
+  report_run(rows, meta, o,
+             "\nxt/floor, LT/floor: time over the floor (the GEMMs alone; a copy of the same "
+             "size).\nxt/LT < 1: xtgrad is faster (or smaller). Activation bwd for xtgrad is the "
+             "backward kernel.\n");
   return 0;
 }
 
@@ -381,33 +317,17 @@ int main(int argc, char** argv) {
   reexec_with_passive_omp(argv);  // see machine.hpp; --omp-default keeps libgomp's default
 #endif
   Options o;
-  o.command = "bench_xtgrad";
-  for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
+  RunFlags flags;
   CLI::App app{"bench_xtgrad: xtgrad against the GEMM and copy floors and LibTorch"};
-  app.add_flag("--quick", o.quick, "smoke run for CI: N = 128 only, 1M floats, two rounds");
-  app.add_option("--threads", o.threads, "OpenBLAS (and LibTorch) threads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+  add_run_options(app, "bench_xtgrad", argc, argv, o, flags, k_sections,
+                  {"smoke run for CI: N = 128 only, 1M floats, two rounds",
+                   "thread counts of the ffn and small sections (default: 1 and --threads)",
+                   "also write the table and the run's settings as Markdown here (the block "
+                   "of docs/benchmarks.md: bench/update_results.cmake)"});
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
   app.add_option("--small-tokens", o.small_tokens, "token counts N of the small section")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), k_roofline_rows));
-  app.add_option("--thread-counts", o.thread_counts,
-                 "thread counts of the ffn and small sections (default: 1 and --threads)")
-      ->check(CLI::Range(1, 256));
-  app.add_option("--sections", o.sections,
-                 "which of: ffn small matmul toy activation rowwise fashion memory")
-      ->capture_default_str()
-      ->check(CLI::IsMember(
-          {"ffn", "small", "matmul", "toy", "activation", "rowwise", "fashion", "memory"}));
-  app.add_option("--csv", o.csv, "also write the table as CSV to this path");
-  app.add_option("--json", o.json, "also write the table and the run's settings as JSON here");
-  app.add_option("--markdown", o.markdown,
-                 "also write the table and the run's settings as Markdown here (the block "
-                 "of docs/benchmarks.md: bench/update_results.cmake)");
-  app.add_option("--min-seconds", o.timing.min_seconds,
-                 "measure each contestant of a row for at least this long")
-      ->capture_default_str();
   app.add_option("--settle-seconds", o.timing.settle_seconds,
                  "idle pause before every sample, to let LibTorch's spinning OpenMP workers "
                  "sleep (default: 0.01 with --omp-default or another OMP_WAIT_POLICY than "
@@ -416,14 +336,9 @@ int main(int argc, char** argv) {
                  "print the profile (engine/profiler.hpp) of xtgrad's training step of this "
                  "fashion model and exit")
       ->check(CLI::IsMember({"mlp", "mixer"}));
-  bool omp_default_flag = false;
-  app.add_flag("--omp-default", omp_default_flag,
-               "keep libgomp's default OMP_WAIT_POLICY (spinning) instead of PASSIVE");
-  bool no_libtorch = false;
-  app.add_flag("--no-libtorch", no_libtorch, "skip LibTorch even when it is compiled in");
   app.add_option("--peak-memory-child", o.peak_memory_child)->group("");  // internal
   CLI11_PARSE(app, argc, argv);
-  o.libtorch = !no_libtorch;
+  finish_run_options(o, flags);
   // The pause is for libgomp's workers, which spin after each of LibTorch's
   // parallel regions unless OMP_WAIT_POLICY is PASSIVE. Where none spin it
   // only costs: on this 2-core VM a core left idle for 1 ms or more often
@@ -432,10 +347,6 @@ int main(int argc, char** argv) {
   // after a 10 ms pause, as on one thread; 1.75 ms without it).
   if (app.count("--settle-seconds") == 0 && !(libtorch_on(o) && !omp_passive()))
     o.timing.settle_seconds = 0;
-  if (o.thread_counts.empty()) {
-    o.thread_counts = {1};
-    if (o.threads != 1) o.thread_counts.push_back(o.threads);
-  }
   if (o.quick) {
     o.tokens = {k_quick_tokens};
     o.small_tokens = {1, 8};
@@ -446,10 +357,5 @@ int main(int argc, char** argv) {
     o.timing.min_sample_seconds = 1e-4;
     o.timing.settle_seconds = 0;
   }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << '\n';
-    return 1;
-  }
+  return exit_status([&] { return run(o); });
 }

@@ -48,7 +48,7 @@ struct MatmulShape {
   std::size_t batch, m, k, n;
 };
 
-// The classifiers of demos/train_fashion (make_model of models.hpp), images
+// The classifiers of train_fashion (make_model of zoo/fashion/models.hpp), images
 // [B, 784] to logits [B, 10]: one training step at batch 128 on fixed random
 // data shaped like the standardized images (normal pixels, labels 0..9):
 // forward with dropout on, cross_entropy (label_smoothing 0.1, mean),

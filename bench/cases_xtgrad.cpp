@@ -16,7 +16,7 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "cases.hpp"
-#include "models.hpp"  // demos/train_fashion: make_model
+#include "zoo/fashion/models.hpp"  // make_model
 
 namespace xtgrad::bench {
 

@@ -6,6 +6,7 @@
 // ln_f and an lm_head tied to wte; the attention is composed_attention with
 // the causal mask, as in the attention rows. A training step: cross_entropy
 // over the B * T logits, backward, torch::optim::AdamW, gradients set to none.
+// Also bench_checkpoint's LibTorch GPT.
 #include <torch/torch.h>
 
 #include <memory>
@@ -85,20 +86,18 @@ struct GptState {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   torch::Tensor tokens, targets, positions, blocked;
 
-  void run() {
+  void forward_backward() {
     const torch::Tensor logits = model->forward(tokens, positions, blocked);
     const torch::Tensor loss = torch::nn::functional::cross_entropy(
         logits.view({-1, logits.size(-1)}), targets.view({-1}));
     // zero_grad(set_to_none=True), as nanoGPT (LibTorch 1.13's fills with zeros).
     for (torch::Tensor& p : parameters) p.mutable_grad() = torch::Tensor();
     loss.backward();
-    optimizer->step();
   }
+  void optimizer_step() { optimizer->step(); }
 };
 
-}  // namespace
-
-Runner libtorch_gpt_step(const GptShape& shape) {
+std::shared_ptr<GptState> make_state(const GptShape& shape) {
   torch::manual_seed(k_seed);
   auto state = std::make_shared<GptState>();
   state->model = Gpt(shape);
@@ -113,7 +112,22 @@ Runner libtorch_gpt_step(const GptShape& shape) {
   state->targets = torch::randint(vocab, {b, t}, torch::kLong);
   state->positions = torch::arange(t, torch::kLong);
   state->blocked = causal_blocked_mask(t);
-  return [state] { state->run(); };
+  return state;
+}
+
+}  // namespace
+
+Runner libtorch_gpt_step(const GptShape& shape) {
+  const std::shared_ptr<GptState> state = make_state(shape);
+  return [state] {
+    state->forward_backward();
+    state->optimizer_step();
+  };
+}
+
+GptStepParts libtorch_gpt_step_parts(const GptShape& shape) {
+  const std::shared_ptr<GptState> state = make_state(shape);
+  return {[state] { state->forward_backward(); }, [state] { state->optimizer_step(); }, {}};
 }
 
 }  // namespace xtgrad::bench

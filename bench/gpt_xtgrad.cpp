@@ -1,6 +1,7 @@
 // The xtgrad side of bench_attention's GPT rows: modules/gpt.hpp's GPT<float>
 // (GPT-2 style, no dropout), cross_entropy over the B * T logits, backward,
-// optim::AdamW over every parameter, zero_grad; one tape reused.
+// optim::AdamW over every parameter, zero_grad; one tape reused. Also
+// bench_checkpoint's xtgrad GPT, with GPT::set_checkpoint_every.
 #include <memory>
 #include <optional>
 #include <random>
@@ -25,6 +26,15 @@ Indices random_tokens(const Shape& shape, std::size_t vocab, unsigned seed) {
   return tokens;
 }
 
+// Bytes of the values a tape holds (a Parameter's node holds none of its own).
+double tape_bytes(const Tape<float>& tape) {
+  double bytes = 0;
+  for (std::size_t i = 0; i < tape.size(); ++i)
+    if (tape.node_param(i) == nullptr)
+      bytes += static_cast<double>(tape.value(i).size() * sizeof(float));
+  return bytes;
+}
+
 struct GptState {
   std::unique_ptr<GPT<float>> model;
   std::optional<optim::AdamW<float>> optimizer;
@@ -32,19 +42,22 @@ struct GptState {
   Indices targets;  // [B * T]
   std::int64_t vocab = 0;
   Tape<float> tape;
+  double kept_bytes = 0;
 
-  void run() {
+  void forward_backward() {
     tape.clear();
     const Var<float> logits = model->forward(tape, tokens);  // [B, T, vocab]
-    tape.backward(cross_entropy(reshape(logits, {-1, vocab}), targets));
+    const Var<float> loss = cross_entropy(reshape(logits, {-1, vocab}), targets);
+    kept_bytes = tape_bytes(tape);
+    tape.backward(loss);
+  }
+  void optimizer_step() {
     optimizer->step();
     optimizer->zero_grad();
   }
 };
 
-}  // namespace
-
-Runner xtgrad_gpt_step(const GptShape& shape) {
+std::shared_ptr<GptState> make_state(const GptShape& shape, std::size_t checkpoint_every) {
   GPTConfig config;
   config.vocab_size = shape.vocab_size;
   config.block_size = shape.block_size;
@@ -55,12 +68,29 @@ Runner xtgrad_gpt_step(const GptShape& shape) {
   Generator generator(k_seed);
   state->model = std::make_unique<GPT<float>>(config, generator);
   state->model->train(true);
+  state->model->set_checkpoint_every(checkpoint_every);
   state->optimizer.emplace(state->model->parameters(),
                            optim::AdamWOptions(k_gpt_lr).weight_decay(k_gpt_weight_decay));
   state->tokens = random_tokens({shape.batch, shape.tokens}, shape.vocab_size, k_seed + 1);
   state->targets = random_tokens({shape.batch * shape.tokens}, shape.vocab_size, k_seed + 2);
   state->vocab = static_cast<std::int64_t>(shape.vocab_size);
-  return [state] { state->run(); };
+  return state;
+}
+
+}  // namespace
+
+Runner xtgrad_gpt_step(const GptShape& shape) {
+  const std::shared_ptr<GptState> state = make_state(shape, 0);
+  return [state] {
+    state->forward_backward();
+    state->optimizer_step();
+  };
+}
+
+GptStepParts xtgrad_gpt_step_parts(const GptShape& shape, std::size_t checkpoint_every) {
+  const std::shared_ptr<GptState> state = make_state(shape, checkpoint_every);
+  return {[state] { state->forward_backward(); }, [state] { state->optimizer_step(); },
+          [state] { return state->kept_bytes; }};
 }
 
 }  // namespace xtgrad::bench

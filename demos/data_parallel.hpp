@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include <xtgrad/data/data.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 #if XTGRAD_HAVE_MPI

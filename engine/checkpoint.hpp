@@ -2,7 +2,7 @@
 // checkpoint(fn, inputs): activation checkpointing, the semantics of
 // torch.utils.checkpoint.checkpoint (Chen et al. 2016, "Training Deep Nets
 // with Sublinear Memory Cost") on a tape. (Saving a model's weights is
-// modules/io/checkpoint.hpp; this file trades compute for activation memory.)
+// io/checkpoint.hpp; this file trades compute for activation memory.)
 //
 //   outputs = fn(inputs)
 //

@@ -1,7 +1,7 @@
 #pragma once
 // StateDict<T>: named arrays and named scalars, the plain data in which an
 // optimizer or a learning-rate schedule reports its state (state_dict()) and
-// takes it back (load_state_dict()), and in which modules/io saves and loads a
+// takes it back (load_state_dict()), and in which io/ saves and loads a
 // training-state directory (io/state_directory.hpp). It lives in engine/, as
 // Parameter does, so that optim/ and modules/ exchange it without knowing each
 // other.

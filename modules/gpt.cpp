@@ -9,6 +9,7 @@
 #include "../engine/ops/elementwise.hpp"
 #include "../engine/ops/linear.hpp"
 #include "../engine/ops/shape.hpp"
+#include "checkpoint_modules.hpp"
 
 namespace xtgrad {
 
@@ -209,8 +210,19 @@ Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache) {
   const bool batched = tokens.dimension() == 2;
   if (!batched) x = reshape(x, {1, std::int64_t(t), std::int64_t(config_.n_embd)});
   if (!cache) x = drop.forward(x);
-  for (std::size_t l = 0; l < h.size(); ++l)
-    x = cache ? h[l].forward(x, *cache, l) : h[l].forward(x);
+  if (cache) {
+    for (std::size_t l = 0; l < h.size(); ++l) x = h[l].forward(x, *cache, l);
+  } else if (checkpoint_every_ == 0 || !tape.grad_enabled()) {
+    for (TransformerBlock<T>& block : h) x = block.forward(x);
+  } else {
+    // Groups of checkpoint_every_ blocks, each under one checkpoint (gpt.hpp).
+    for (std::size_t first = 0; first < h.size(); first += checkpoint_every_) {
+      std::vector<Module<T>*> group;
+      for (std::size_t l = first; l < std::min(first + checkpoint_every_, h.size()); ++l)
+        group.push_back(&h[l]);
+      x = checkpoint_modules(group, x);
+    }
+  }
   x = std::visit([&](auto& n) { return n.forward(x); }, ln_f);
   Var<T> logits = lm_head ? lm_head->forward(x)
                           : linear(x, tape.param(wte.weight), std::nullopt, WeightLayout::out_in);

@@ -10,7 +10,7 @@
 // HF GPT2Model's where it has them: "wte.weight" [vocab, C], "wpe.weight"
 // [block_size, C] (gpt2), "h.<l>.<block names>", "ln_f.weight" (+ "ln_f.bias"
 // for gpt2), "lm_head.weight" [vocab, C] when not tied (nn.Linear, no bias).
-// io/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
+// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
 //
 // Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
 // _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,
@@ -32,6 +32,18 @@
 // u = the top 53 bits of a Generator (init.hpp) seeded with `seed` / 2^53; the
 // same seed gives the same tokens. temperature 0 is greedy (the first
 // argmax). prompt.size() + n must be <= block_size (no sliding window).
+//
+// Activation checkpointing: set_checkpoint_every(k) runs the blocks h in
+// groups of k consecutive blocks (the last group may be shorter), each group
+// under one checkpoint (modules/checkpoint_modules.hpp), as
+// Sequential::set_checkpoint_every does: backward keeps only the groups'
+// inputs and outputs ([B, T, C] each) instead of every block's attention
+// and MLP intermediates, and re-runs each group once, its dropouts with the
+// forward's masks. Gradients are those without it, bit for bit; the cost is
+// one more forward of the blocks per step. 0 (the default) turns it off; a
+// tape that does not record (infer, generate, a KvCache) never checkpoints.
+// It is a way of running, not part of the model: config(), state dicts and
+// saved weights do not record it.
 //
 // Errors (std::invalid_argument, before anything changes): zero sizes,
 // n_head not dividing n_embd, n_kv_head not dividing n_head (or given for
@@ -85,6 +97,10 @@ class GPT : public Module<T> {
                                      std::optional<std::size_t> top_k = std::nullopt,
                                      std::uint64_t seed = 0) const;
 
+  // Checkpoint every group of k blocks (see above); 0 is off.
+  void set_checkpoint_every(std::size_t k) { checkpoint_every_ = k; }
+  std::size_t checkpoint_every() const { return checkpoint_every_; }
+
   const GPTConfig& gpt_config() const { return config_; }
   ModuleConfig config() const override;
 
@@ -103,6 +119,8 @@ class GPT : public Module<T> {
   void check_tokens(const char* owner, const Indices& tokens, std::size_t past) const;
   Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache);
   void initialize(Generator& generator);
+
+  std::size_t checkpoint_every_ = 0;
 };
 
 extern template class GPT<float>;

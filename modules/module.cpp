@@ -3,8 +3,8 @@
 #include <set>
 
 #include "../engine/errors.hpp"
-#include "io/checkpoint.hpp"
-#include "io/safetensors_checkpoint.hpp"
+#include "../io/checkpoint.hpp"
+#include "safetensors_checkpoint.hpp"
 
 namespace xtgrad {
 

@@ -27,9 +27,9 @@
 // TensorMap or a whole safetensors file (read_safetensors) back.
 //
 // save / load write and read a checkpoint that records the module's
-// config() (module_config.hpp) beside the named parameters: a directory
+// config() (io/module_config.hpp) beside the named parameters: a directory
 // (io/checkpoint.hpp) or, for a path ending in ".safetensors", one
-// safetensors file (io/safetensors_checkpoint.hpp). The formats, the atomic
+// safetensors file (safetensors_checkpoint.hpp). The formats, the atomic
 // save, the all-or-nothing load and its errors are described there.
 
 #include <filesystem>
@@ -41,7 +41,7 @@
 
 #include "../engine/parameter.hpp"
 #include "../engine/tape.hpp"
-#include "module_config.hpp"
+#include "../io/module_config.hpp"
 #include "tensor_dict.hpp"
 
 namespace xtgrad {
@@ -120,7 +120,7 @@ class Module {
   // xtensor expression; bad shapes throw as forward does.
   xt::xarray<T> infer(const xt::xarray<T>& x) const;
 
-  // What this module is: its type name and options (see module_config.hpp).
+  // What this module is: its type name and options (see io/module_config.hpp).
   // Every module of xtgrad overrides it. The base's, for a module that does
   // not, is type "Module" with the configs of its children: enough to tell
   // apart two such modules whose children differ, not two whose own options do.

@@ -1,13 +1,14 @@
 #pragma once
 // Everything in modules/: Module, Linear, Conv1D, Mlp, Sequential, the FFN
 // family, the norms, Dropout, Embedding, PreNormResidual, the attention
-// modules, TransformerBlock, GPT and its KvCache, the functional API, the
-// Batcher, and .npy / safetensors / IDX / checkpoint / Hugging Face I/O (modules/io).
+// modules, TransformerBlock, GPT and its KvCache, the functional API, module
+// checkpoints (Module::save / load, safetensors_checkpoint.hpp) and the
+// Hugging Face loaders (pretrained/). The file formats themselves are io/
+// (io/io.hpp); the Batcher is data/ (data/data.hpp).
 
 #include "attention.hpp"
 #include "checkpoint_modules.hpp"
 #include "conv1d.hpp"
-#include "data/batcher.hpp"
 #include "dropout.hpp"
 #include "embedding.hpp"
 #include "feed_forward.hpp"
@@ -15,23 +16,17 @@
 #include "gated_ffn.hpp"
 #include "gpt.hpp"
 #include "init.hpp"
-#include "io/checkpoint.hpp"
-#include "io/hf_config.hpp"
-#include "io/hf_gpt2.hpp"
-#include "io/hf_mlp.hpp"
-#include "io/idx.hpp"
-#include "io/npy.hpp"
-#include "io/safetensors.hpp"
-#include "io/safetensors_checkpoint.hpp"
-#include "io/state_directory.hpp"
 #include "kv_cache.hpp"
 #include "linear.hpp"
 #include "mlp.hpp"
 #include "module.hpp"
-#include "module_config.hpp"
 #include "norm.hpp"
 #include "positionwise_ffn.hpp"
 #include "pre_norm_residual.hpp"
+#include "pretrained/hf_config.hpp"
+#include "pretrained/hf_gpt2.hpp"
+#include "pretrained/hf_mlp.hpp"
+#include "safetensors_checkpoint.hpp"
 #include "sequential.hpp"
 #include "state_mapping.hpp"
 #include "tensor_dict.hpp"

@@ -10,7 +10,7 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "io/safetensors.hpp"
+#include "../io/safetensors.hpp"
 #include "module.hpp"
 
 namespace xtgrad::detail {

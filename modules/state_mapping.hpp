@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "../engine/errors.hpp"
-#include "io/safetensors.hpp"
+#include "../io/safetensors.hpp"
 #include "tensor_dict.hpp"
 
 namespace xtgrad {

@@ -19,7 +19,7 @@
 // resid_dropout are `dropout` too. Parameter names follow HF GPT-2 for the
 // norms and the attention ("ln_1.weight", "attn.c_attn.weight", ...), the
 // FFN modules' own names for the mlp ("mlp.w1.weight" = HF's mlp.c_fc.weight
-// transposed; io/hf_gpt2.hpp converts).
+// transposed; pretrained/hf_gpt2.hpp converts).
 //
 // forward(x, cache, layer) is the attention's incremental form (attention.hpp).
 // Errors (std::invalid_argument): as the children's constructors (zero sizes,

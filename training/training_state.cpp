@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "../engine/errors.hpp"
-#include "../modules/io/checkpoint.hpp"
-#include "../modules/io/state_directory.hpp"
+#include "../io/checkpoint.hpp"
+#include "../io/state_directory.hpp"
 
 namespace xtgrad {
 

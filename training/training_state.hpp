@@ -2,7 +2,7 @@
 // save_training_state / load_training_state: a model's parameters, its
 // optimizer's state, its learning-rate schedule's state and the training
 // loop's own scalars (the step, the epoch, a data cursor) in one
-// training-state directory (modules/io/state_directory.hpp), so that a run
+// training-state directory (io/state_directory.hpp), so that a run
 // stopped after step k and resumed from the directory continues bit for bit
 // as if it had never stopped.
 //
@@ -11,7 +11,7 @@
 // directory the entries are prefixed:
 //   model.<parameter name>    arrays, the model's named_parameters()
 //   model.config              a string, the model's config() as JSON
-//                             (modules/module_config.hpp)
+//                             (io/module_config.hpp)
 //   optimizer.<entry>         Optimizer::state_dict()
 //   scheduler.<entry>         LRScheduler::state_dict(), when a schedule is given
 //   extra.<name>              the loop's TrainingExtras

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include <xtensor/xview.hpp>
-#include <xtgrad/modules/io/idx.hpp>
+#include <xtgrad/io/idx.hpp>
 
-#include "models.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace fashion {
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include <xtensor/xarray.hpp>
+#include <xtgrad/data/batcher.hpp>
 #include <xtgrad/engine/indices.hpp>
-#include <xtgrad/modules/data/batcher.hpp>
 
 namespace fashion {
 

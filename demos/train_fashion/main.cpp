@@ -20,9 +20,9 @@
 
 #include "../data_parallel.hpp"
 #include "data.hpp"
-#include "models.hpp"
 #include "report.hpp"
 #include "train.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace {
 

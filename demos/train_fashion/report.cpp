@@ -3,49 +3,21 @@
 #include "report.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <stdexcept>
 
-#include "models.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace fashion {
 
 namespace {
 
 namespace fs = std::filesystem;
+using demos::check_written;
+using demos::gp_quote;
+using demos::open_for_writing;
 
 constexpr std::size_t k_grid_columns = 8;
 constexpr std::size_t k_cell = k_image_side + 8;  // an image and the margin for its label
-
-std::ofstream open_for_writing(const fs::path& file) {
-  std::ofstream out(file, std::ios::trunc);
-  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
-  return out;
-}
-
-void check_written(std::ofstream& out, const fs::path& file) {
-  out.close();
-  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
-}
-
-// A string as a gnuplot single-quoted literal.
-std::string gp_quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-// A string as a POSIX shell single-quoted word.
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-bool have_gnuplot() {
-  return std::system("command -v gnuplot >/dev/null 2>&1") == 0;
-}
 
 // "set xtics ('T-shirt/top' 0, ...)" for the class axis `axis`.
 std::string class_tics(const char* axis) {
@@ -119,15 +91,9 @@ void write_confusion_csv(const fs::path& file, const Confusion& confusion) {
   check_written(out, file);
 }
 
-void write_summary_json(const fs::path& file, const nlohmann::json& summary) {
-  std::ofstream out = open_for_writing(file);
-  out << summary.dump(2) << "\n";
-  check_written(out, file);
-}
-
 PlotResult plot_all(const fs::path& out, const Split& test,
                     const std::vector<std::size_t>& predictions, std::size_t max_images) {
-  if (!have_gnuplot()) return PlotResult::no_gnuplot;
+  if (!demos::have_gnuplot()) return PlotResult::no_gnuplot;
   std::size_t rows = 0;
   const std::string labels = write_misclassified(out, test, predictions, max_images, rows);
   const fs::path script = out / "plots.gp";
@@ -170,10 +136,7 @@ PlotResult plot_all(const fs::path& out, const Split& test,
        << " matrix with image\n";
   }
   check_written(gp, script);
-  // gnuplot's warnings (a one-epoch run has empty axis ranges) go to a log.
-  const std::string command = "gnuplot " + shell_quote(script.string()) + " > " +
-                              shell_quote((out / "gnuplot.log").string()) + " 2>&1";
-  return std::system(command.c_str()) == 0 ? PlotResult::written : PlotResult::failed;
+  return demos::run_gnuplot(script, out);
 }
 
 }  // namespace fashion

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/report_files.hpp"
 #include "data.hpp"
 #include "train.hpp"
 
@@ -26,9 +27,8 @@ Confusion confusion_matrix(const Split& test, const std::vector<std::size_t>& pr
 
 void write_history_csv(const std::filesystem::path& file, const std::vector<EpochRecord>& history);
 void write_confusion_csv(const std::filesystem::path& file, const Confusion& confusion);
-void write_summary_json(const std::filesystem::path& file, const nlohmann::json& summary);
-
-enum class PlotResult { written, no_gnuplot, failed };
+using demos::PlotResult;
+using demos::write_summary_json;  // demos/common/report_files.hpp
 
 // Renders the four pictures into `out` from history.csv and confusion.csv
 // there, and from the first `max_images` misclassified test images.

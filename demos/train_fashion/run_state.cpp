@@ -2,31 +2,25 @@
 
 #include "run_state.hpp"
 
-#include <cstring>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include <xtgrad/training/training_state.hpp>
+
+#include "../common/run_extras.hpp"
 
 namespace fashion {
 
 namespace {
 
 using namespace xtgrad;
+using demos::as_integer;
+using demos::history_key;
+using demos::option_mismatch;
 namespace fs = std::filesystem;
 
-constexpr const char* k_dropout_prefix = "dropout_step.";
+constexpr const char* k_program = "train_fashion";
 constexpr const char* k_flip_key = "option.flip";  // --augment: 1 for flip, 0 for none
-
-std::int64_t seed_bits(std::uint64_t seed) {
-  std::int64_t out = 0;
-  std::memcpy(&out, &seed, sizeof out);  // every seed, exactly
-  return out;
-}
-std::int64_t as_integer(std::size_t v) {
-  return static_cast<std::int64_t>(v);
-}
 
 // The options a resumed run must repeat, as saved extras.
 TrainingExtras identity_extras(const RunIdentity& id) {
@@ -42,7 +36,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
                 {"option.channel_hidden", as_integer(c.channel_hidden)},
                 {"option.epochs", as_integer(o.epochs)},
                 {"option.batch_size", as_integer(o.batch_size)},
-                {"option.seed", seed_bits(o.seed)},
+                {"option.seed", demos::seed_bits(o.seed)},
                 {k_flip_key, o.flip},
                 {"option.train_images", as_integer(id.train_images)}};
   e.reals = {{"option.dropout", c.dropout},
@@ -53,26 +47,9 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   return e;
 }
 
-std::string history_key(std::size_t epoch, const char* field) {
-  return "history." + std::to_string(epoch) + "." + field;
-}
-
 template <class Map>
 auto required(const Map& map, const std::string& key) {
-  const auto it = map.find(key);
-  if (it == map.end()) throw std::invalid_argument("not a train_fashion run: no '" + key + "'");
-  return it->second;
-}
-
-// "saved with --batch-size 128, this run has 64" for the key "option.batch_size".
-template <class V>
-std::invalid_argument mismatch(const std::string& key, V saved, V now) {
-  std::string option = key.substr(std::strlen("option."));
-  for (char& c : option)
-    if (c == '_') c = '-';
-  std::ostringstream message;
-  message << "saved with --" << option << " " << saved << ", this run has " << now;
-  return std::invalid_argument(message.str());
+  return demos::required(map, key, k_program);
 }
 
 }  // namespace
@@ -91,9 +68,7 @@ void save_run(const fs::path& dir, Module<float>& model, const optim::Optimizer<
     extras.reals[history_key(i, "lr")] = r.lr;
     extras.reals[history_key(i, "seconds")] = r.seconds;
   }
-  for (auto& [name, module] : model.named_modules())
-    if (const auto* dropout = dynamic_cast<const Dropout<float>*>(module))
-      extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
+  demos::save_dropout_steps(model, extras);
   save_training_state(dir, model, optimizer, &schedule, extras);
 }
 
@@ -111,9 +86,10 @@ RunPosition resume_run(const fs::path& dir, Module<float>& model,
             ? std::invalid_argument(std::string("saved with --augment ") +
                                     (value ? "none" : "flip") + ", this run has " +
                                     (value ? "flip" : "none"))
-            : mismatch(key, saved.integers.at(key), value);
+            : option_mismatch(key, saved.integers.at(key), value);
     for (const auto& [key, value] : now.reals)
-      if (required(saved.reals, key) != value) throw mismatch(key, saved.reals.at(key), value);
+      if (required(saved.reals, key) != value)
+        throw option_mismatch(key, saved.reals.at(key), value);
     RunPosition position;
     position.step = static_cast<std::size_t>(required(saved.integers, "step"));
     const std::int64_t epochs_done = required(saved.integers, "epochs_done");
@@ -128,10 +104,7 @@ RunPosition resume_run(const fs::path& dir, Module<float>& model,
       r.seconds = required(saved.reals, history_key(e, "seconds"));
       position.history.push_back(r);
     }
-    for (auto& [name, module] : model.named_modules())
-      if (auto* dropout = dynamic_cast<Dropout<float>*>(module))
-        dropout->set_step(
-            static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name)));
+    demos::restore_dropout_steps(model, saved, k_program);
     return position;
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());

@@ -16,8 +16,8 @@
 
 #include <xtgrad/optim/optim.hpp>
 
-#include "models.hpp"
 #include "train.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace fashion {
 

@@ -18,7 +18,7 @@
 #include "../data_parallel.hpp"
 #include "../observe.hpp"
 #include "data.hpp"
-#include "models.hpp"
+#include "zoo/fashion/models.hpp"
 
 namespace fashion {
 

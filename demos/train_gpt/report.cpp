@@ -3,47 +3,15 @@
 #include "report.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <stdexcept>
 #include <string>
 
 namespace gpt_demo {
 
-namespace {
-
 namespace fs = std::filesystem;
-
-std::ofstream open_for_writing(const fs::path& file) {
-  std::ofstream out(file, std::ios::trunc);
-  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
-  return out;
-}
-
-void check_written(std::ofstream& out, const fs::path& file) {
-  out.close();
-  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
-}
-
-// A string as a gnuplot single-quoted literal.
-std::string gp_quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-// A string as a POSIX shell single-quoted word.
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-bool have_gnuplot() {
-  return std::system("command -v gnuplot >/dev/null 2>&1") == 0;
-}
-
-}  // namespace
+using demos::check_written;
+using demos::gp_quote;
+using demos::open_for_writing;
 
 void write_history_csv(const fs::path& file, const std::vector<HistoryRecord>& history) {
   std::ofstream out = open_for_writing(file);
@@ -57,14 +25,8 @@ void write_history_csv(const fs::path& file, const std::vector<HistoryRecord>& h
   check_written(out, file);
 }
 
-void write_summary_json(const fs::path& file, const nlohmann::json& summary) {
-  std::ofstream out = open_for_writing(file);
-  out << summary.dump(2) << "\n";
-  check_written(out, file);
-}
-
 PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
-  if (!have_gnuplot()) return PlotResult::no_gnuplot;
+  if (!demos::have_gnuplot()) return PlotResult::no_gnuplot;
   const fs::path script = out / "plots.gp";
   std::ofstream gp = open_for_writing(script);
   const std::string history = gp_quote((out / "history.csv").string());
@@ -80,10 +42,7 @@ PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
      << " using 1:3 with linespoints lw 2 pt 5 lc rgb '#d62728' title 'validation', \\\n     "
      << baseline << " with lines lw 2 dt 2 lc rgb '#7f7f7f' title 'unigram baseline'\n";
   check_written(gp, script);
-  // gnuplot's warnings (a one-row history has an empty axis range) go to a log.
-  const std::string command = "gnuplot " + shell_quote(script.string()) + " > " +
-                              shell_quote((out / "gnuplot.log").string()) + " 2>&1";
-  return std::system(command.c_str()) == 0 ? PlotResult::written : PlotResult::failed;
+  return demos::run_gnuplot(script, out);
 }
 
 }  // namespace gpt_demo

@@ -14,15 +14,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/report_files.hpp"
 #include "train.hpp"
 
 namespace gpt_demo {
 
 void write_history_csv(const std::filesystem::path& file,
                        const std::vector<HistoryRecord>& history);
-void write_summary_json(const std::filesystem::path& file, const nlohmann::json& summary);
-
-enum class PlotResult { written, no_gnuplot, failed };
+using demos::PlotResult;
+using demos::write_summary_json;  // demos/common/report_files.hpp
 
 // Renders loss.png into `out` from history.csv there.
 PlotResult plot_losses(const std::filesystem::path& out, double unigram_baseline);

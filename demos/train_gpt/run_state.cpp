@@ -2,35 +2,28 @@
 
 #include "run_state.hpp"
 
-#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
-#include <xtgrad/modules/dropout.hpp>
-#include <xtgrad/modules/io/state_directory.hpp>
+#include <xtgrad/io/state_directory.hpp>
 #include <xtgrad/training/training_state.hpp>
+
+#include "../common/run_extras.hpp"
 
 namespace gpt_demo {
 
 namespace {
 
 using namespace xtgrad;
+using demos::as_integer;
+using demos::history_key;
 namespace fs = std::filesystem;
 
+constexpr const char* k_program = "train_gpt";
 constexpr const char* k_vocab_size = "vocab.size";
-constexpr const char* k_dropout_prefix = "dropout_step.";
 // The whole saved state is read for generation: at most this many bytes of arrays.
 constexpr std::size_t k_max_array_bytes = std::size_t{1} << 32;
-
-std::int64_t seed_bits(std::uint64_t seed) {
-  std::int64_t out = 0;
-  std::memcpy(&out, &seed, sizeof out);  // every seed, exactly
-  return out;
-}
-std::int64_t as_integer(std::size_t v) {
-  return static_cast<std::int64_t>(v);
-}
 
 // The model's sizes (also what --generate needs) and the options a resumed
 // run must repeat, as saved extras.
@@ -45,7 +38,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
                 {"option.steps", as_integer(o.steps)},
                 {"option.batch_size", as_integer(o.batch_size)},
                 {"option.warmup_steps", as_integer(o.warmup_steps)},
-                {"option.seed", seed_bits(o.seed)},
+                {"option.seed", demos::seed_bits(o.seed)},
                 {"option.eval_interval", as_integer(o.eval_interval)},
                 {"option.eval_windows", as_integer(o.eval_windows)},
                 {"data.train_tokens", as_integer(id.train_tokens)},
@@ -63,31 +56,19 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   return e;
 }
 
-std::string history_key(std::size_t i, const char* field) {
-  return "history." + std::to_string(i) + "." + field;
-}
-
 template <class Map>
 auto required(const Map& map, const std::string& key) {
-  const auto it = map.find(key);
-  if (it == map.end()) throw std::invalid_argument("not a train_gpt run: no '" + key + "'");
-  return it->second;
+  return demos::required(map, key, k_program);
 }
 
 // "saved with --batch-size 32, this run has 64" for the key "option.batch_size";
 // the model's sizes as "--n-layer"; the data's and the vocabulary as the corpus.
 template <class V>
 std::invalid_argument mismatch(const std::string& key, V saved, V now) {
+  if (key.rfind("data.", 0) != 0 && key.rfind("vocab.", 0) != 0)
+    return demos::option_mismatch(key, saved, now);
   std::ostringstream message;
-  if (key.rfind("data.", 0) == 0 || key.rfind("vocab.", 0) == 0) {
-    message << "saved from another corpus (" << key << " " << saved << ", this corpus " << now
-            << ")";
-    return std::invalid_argument(message.str());
-  }
-  std::string option = key.substr(key.find('.') + 1);
-  for (char& c : option)
-    if (c == '_') c = '-';
-  message << "saved with --" << option << " " << saved << ", this run has " << now;
+  message << "saved from another corpus (" << key << " " << saved << ", this corpus " << now << ")";
   return std::invalid_argument(message.str());
 }
 
@@ -109,10 +90,7 @@ void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<flo
     extras.reals[history_key(i, "lr")] = r.lr;
     extras.reals[history_key(i, "seconds")] = r.seconds;
   }
-  // Every Dropout module's step (by its name in named_modules): the masks to come.
-  for (auto& [name, module] : model.named_modules())
-    if (const auto* dropout = dynamic_cast<const Dropout<float>*>(module))
-      extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
+  demos::save_dropout_steps(model, extras);
   save_training_state(dir, model, optimizer, &schedule, extras);
 }
 
@@ -146,10 +124,7 @@ RunPosition resume_run(const fs::path& dir, GPT<float>& model, optim::Optimizer<
       r.seconds = required(saved.reals, history_key(i, "seconds"));
       position.history.push_back(r);
     }
-    for (auto& [name, module] : model.named_modules())
-      if (auto* dropout = dynamic_cast<Dropout<float>*>(module))
-        dropout->set_step(
-            static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name)));
+    demos::restore_dropout_steps(model, saved, k_program);
     return position;
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "../../demos/train_fashion/data.hpp"
-#include "../../demos/train_fashion/models.hpp"
+#include "zoo/fashion/models.hpp"
 
 using fashion::flips;
 using fashion::k_image_side;

@@ -14,7 +14,7 @@
 #include <exception>
 #include <string>
 
-#include <xtgrad/modules/io/state_directory.hpp>
+#include <xtgrad/io/state_directory.hpp>
 
 #include "zero_training.hpp"
 

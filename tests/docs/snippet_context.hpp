@@ -12,7 +12,9 @@
 #include <vector>
 
 #include <xtensor/xarray.hpp>
+#include <xtgrad/data/data.hpp>
 #include <xtgrad/engine/engine.hpp>
+#include <xtgrad/io/io.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/training_state.hpp>

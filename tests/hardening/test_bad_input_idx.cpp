@@ -1,4 +1,4 @@
-// The bad-input table of IDX files (modules/io/idx.hpp): every malformed,
+// The bad-input table of IDX files (io/idx.hpp): every malformed,
 // truncated, oversized or hostile file is refused with the documented
 // exception naming load_idx, the file and what is wrong, and leaves the
 // directory as it was. The files are built byte by byte (support/idx_bytes.hpp).
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <xtgrad/modules/io/idx.hpp>
+#include <xtgrad/io/idx.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/idx_bytes.hpp"

@@ -22,6 +22,7 @@
 
 #include <xtensor/xtensor.hpp>
 #include <xtgrad/engine/engine.hpp>
+#include <xtgrad/io/io.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/training_state.hpp>

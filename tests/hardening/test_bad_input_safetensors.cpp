@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <xtgrad/modules/io/safetensors.hpp>
+#include <xtgrad/io/safetensors.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/safetensors_bytes.hpp"

@@ -15,8 +15,8 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/ops/mask.hpp>
 #include <xtgrad/modules/attention.hpp>
-#include <xtgrad/modules/io/hf_gpt2.hpp>
 #include <xtgrad/modules/kv_cache.hpp>
+#include <xtgrad/modules/pretrained/hf_gpt2.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/fixtures/fixture_array.hpp"

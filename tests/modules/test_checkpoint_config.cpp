@@ -1,5 +1,5 @@
-// Checkpoints that record what they hold (module_config.hpp, io/checkpoint.hpp,
-// io/safetensors_checkpoint.hpp, training/training_state.hpp): the config
+// Checkpoints that record what they hold (io/module_config.hpp, io/checkpoint.hpp,
+// modules/safetensors_checkpoint.hpp, training/training_state.hpp): the config
 // each module reports, the formats on disk, the refusal of another type or
 // configuration naming both, version-1 directories, safetensors checkpoints
 // (atomic, read by NumPy with torch's names), training states, and the
@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include <xtgrad/io/checkpoint.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/training_state.hpp>

@@ -1,4 +1,4 @@
-// The activation of a Hugging Face config.json (modules/io/hf_config.hpp) and
+// The activation of a Hugging Face config.json (modules/pretrained/hf_config.hpp) and
 // the MLP loaders that check a module's activation against it: GPT-2 needs
 // gelu_tanh, and a FeedForward with its default exact GELU is refused.
 
@@ -11,8 +11,8 @@
 
 #include <xtgrad/modules/feed_forward.hpp>
 #include <xtgrad/modules/gated_ffn.hpp>
-#include <xtgrad/modules/io/hf_config.hpp>
-#include <xtgrad/modules/io/hf_mlp.hpp>
+#include <xtgrad/modules/pretrained/hf_config.hpp>
+#include <xtgrad/modules/pretrained/hf_mlp.hpp>
 
 #include "support/fixtures/hf_mlp_fixtures.hpp"
 #include "support/test_helpers.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <xtgrad/modules/gpt.hpp>
-#include <xtgrad/modules/io/hf_gpt2.hpp>
+#include <xtgrad/modules/pretrained/hf_gpt2.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/fixtures/fixture_array.hpp"

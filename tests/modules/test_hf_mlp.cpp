@@ -13,7 +13,8 @@
 #include <xtensor/xmanipulation.hpp>
 #include <xtgrad/modules/feed_forward.hpp>
 #include <xtgrad/modules/gated_ffn.hpp>
-#include <xtgrad/modules/io/hf_mlp.hpp>
+#include <xtgrad/modules/pretrained/hf_mlp.hpp>
+#include <xtgrad/modules/safetensors_checkpoint.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/fixtures/fixture_array.hpp"

@@ -12,6 +12,7 @@
 
 #include <xtgrad/modules/feed_forward.hpp>
 #include <xtgrad/modules/mlp.hpp>
+#include <xtgrad/modules/safetensors_checkpoint.hpp>
 #include <xtgrad/modules/state_mapping.hpp>
 
 #include "support/fixtures/fixture_array.hpp"

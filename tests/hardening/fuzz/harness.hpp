@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <xtgrad/engine/engine.hpp>
+#include <xtgrad/io/io.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/training_state.hpp>

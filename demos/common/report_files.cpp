@@ -1,0 +1,56 @@
+// The helpers of report_files.hpp.
+
+#include "report_files.hpp"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace demos {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A string as a POSIX shell single-quoted word.
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::ofstream open_for_writing(const fs::path& file) {
+  std::ofstream out(file, std::ios::trunc);
+  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
+  return out;
+}
+
+void check_written(std::ofstream& out, const fs::path& file) {
+  out.close();
+  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
+}
+
+std::string gp_quote(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+void write_summary_json(const fs::path& file, const nlohmann::json& summary) {
+  std::ofstream out = open_for_writing(file);
+  out << summary.dump(2) << "\n";
+  check_written(out, file);
+}
+
+bool have_gnuplot() {
+  return std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+PlotResult run_gnuplot(const fs::path& script, const fs::path& out) {
+  const std::string command = "gnuplot " + shell_quote(script.string()) + " > " +
+                              shell_quote((out / "gnuplot.log").string()) + " 2>&1";
+  return std::system(command.c_str()) == 0 ? PlotResult::written : PlotResult::failed;
+}
+
+}  // namespace demos

@@ -1,0 +1,35 @@
+#pragma once
+// What train_fashion and train_gpt share in writing their output
+// directories: files that are written whole or refused, summary.json, and
+// the gnuplot run that renders their pictures. A picture needs gnuplot (with
+// its pngcairo terminal, as gnuplot-nox has): without it a run says so and
+// writes the rest.
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace demos {
+
+// `file` opened for writing (truncated); std::runtime_error "cannot write
+// '<file>'" when it cannot be.
+std::ofstream open_for_writing(const std::filesystem::path& file);
+// Closes `out`; std::runtime_error "cannot write '<file>'" when any write failed.
+void check_written(std::ofstream& out, const std::filesystem::path& file);
+
+// A string as a gnuplot single-quoted literal.
+std::string gp_quote(const std::string& s);
+
+// `summary` as indented JSON.
+void write_summary_json(const std::filesystem::path& file, const nlohmann::json& summary);
+
+enum class PlotResult { written, no_gnuplot, failed };
+
+bool have_gnuplot();
+// Runs gnuplot on `script`, its messages (warnings such as an empty axis
+// range of a short run) into `out`/gnuplot.log.
+PlotResult run_gnuplot(const std::filesystem::path& script, const std::filesystem::path& out);
+
+}  // namespace demos

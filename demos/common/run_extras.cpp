@@ -1,0 +1,39 @@
+// The helpers of run_extras.hpp.
+
+#include "run_extras.hpp"
+
+#include <cstring>
+
+namespace demos {
+
+namespace {
+
+constexpr const char* k_dropout_prefix = "dropout_step.";
+
+}  // namespace
+
+std::int64_t seed_bits(std::uint64_t seed) {
+  std::int64_t out = 0;
+  std::memcpy(&out, &seed, sizeof out);  // every seed, exactly
+  return out;
+}
+
+std::string history_key(std::size_t i, const char* field) {
+  return "history." + std::to_string(i) + "." + field;
+}
+
+void save_dropout_steps(xtgrad::Module<float>& model, xtgrad::TrainingExtras& extras) {
+  for (auto& [name, module] : model.named_modules())
+    if (const auto* dropout = dynamic_cast<const xtgrad::Dropout<float>*>(module))
+      extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
+}
+
+void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
+                           const std::string& program) {
+  for (auto& [name, module] : model.named_modules())
+    if (auto* dropout = dynamic_cast<xtgrad::Dropout<float>*>(module))
+      dropout->set_step(
+          static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name, program)));
+}
+
+}  // namespace demos

@@ -1,0 +1,219 @@
+// Reading .npy files: the preamble, the header checks (dtype, sizes against
+// the file, the limits stated in npy.hpp) and the data. The header dict
+// itself is parsed in npy_dict.cpp.
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "../engine/errors.hpp"
+#include "npy_detail.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+namespace fs = std::filesystem;
+using detail::fail_npy_content;
+using detail::InputFile;
+
+// '<' is the byte order save_npy writes and the native order load_npy
+// assumes for '|' and '='; a big-endian port would swap on write.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "xtgrad's .npy I/O assumes a little-endian host");
+
+// Far above any real header (numpy itself refuses more than 10000 bytes by
+// default); bounds the one allocation made before the header is validated.
+constexpr std::size_t k_max_header_bytes = std::size_t(1) << 20;
+
+// The element count of a header of `item_size`-byte elements, refusing the
+// shapes npy.hpp describes: more elements or bytes than a size_t counts, and
+// any shape whose non-zero dimensions times the item size exceed ptrdiff_t
+// (xtensor's strides and back-strides are products of dimensions, as
+// ptrdiff_t, computed even when a zero dimension leaves no element).
+std::size_t checked_size(const InputFile& file, const NpyHeader& header, std::size_t item_size) {
+  bool empty = false;
+  for (std::size_t d : header.shape) empty = empty || d == 0;
+  const std::string shape = "shape " + detail::npy_shape_tuple(header.shape);
+  const std::string offset_limit = shape + " of " + header.dtype +
+                                   " does not fit array strides: its non-zero dimensions times " +
+                                   std::to_string(item_size) +
+                                   " bytes exceed the largest signed 64-bit offset, " +
+                                   std::to_string(std::numeric_limits<std::ptrdiff_t>::max()) +
+                                   (empty ? " (even though it has no elements)" : "");
+  std::size_t nonzero = 1;  // the product of the non-zero dimensions
+  for (std::size_t d : header.shape) {
+    if (d == 0) continue;
+    if (nonzero > std::numeric_limits<std::size_t>::max() / d)
+      fail_npy_content(
+          file, empty ? offset_limit : shape + " has more elements than a 64-bit size can count");
+    nonzero *= d;
+  }
+  if (nonzero > std::numeric_limits<std::size_t>::max() / item_size)
+    fail_npy_content(file, empty ? offset_limit
+                                 : shape + " of " + header.dtype +
+                                       " has more bytes than a 64-bit size can count");
+  if (nonzero * item_size > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    fail_npy_content(file, offset_limit);
+  return empty ? 0 : nonzero;
+}
+
+template <class T>
+void swap_bytes(T* data, std::size_t n) {
+  using Word = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  for (std::size_t i = 0; i < n; ++i) {
+    Word word;
+    std::memcpy(&word, data + i, sizeof word);
+    if constexpr (sizeof(T) == 4)
+      word = __builtin_bswap32(word);
+    else
+      word = __builtin_bswap64(word);
+    std::memcpy(data + i, &word, sizeof word);
+  }
+}
+
+template <class T, class Array>
+void read_elements(InputFile& file, Array& array, bool big_endian) {
+  detail::read_exact(file, array.data(), array.size() * sizeof(T));
+  if (big_endian) swap_bytes(array.data(), array.size());
+}
+
+}  // namespace
+
+namespace detail {
+
+void fail_npy_content(const InputFile& file, const std::string& what) {
+  fail_value(file.function, file.context + "file " + path_str(file.path) + ": " + what);
+}
+
+std::string npy_shape_tuple(const std::vector<std::size_t>& shape) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) out += ",";
+  return out + ")";
+}
+
+NpyHeader parse_npy_header(InputFile& file) {
+  const std::size_t size = file.size;
+  if (size < k_npy_preamble_size)
+    fail_npy_content(file, "has " + std::to_string(size) +
+                               " bytes, too short for a .npy file (at least " +
+                               std::to_string(k_npy_preamble_size + 2) + " expected)");
+  unsigned char preamble[k_npy_preamble_size];
+  read_exact(file, preamble, k_npy_preamble_size);
+  if (std::memcmp(preamble, k_npy_magic, k_npy_magic_size) != 0)
+    fail_npy_content(file,
+                     "is not a .npy file: it starts with \"" +
+                         escaped(std::string(reinterpret_cast<char*>(preamble), k_npy_magic_size)) +
+                         "\", expected the magic \"\\x93NUMPY\"");
+  const unsigned major = preamble[6], minor = preamble[7];
+  if (major < 1 || major > 3 || minor != 0)
+    fail_npy_content(file, "unsupported .npy format version " + std::to_string(major) + "." +
+                               std::to_string(minor) + ", expected 1.0, 2.0 or 3.0");
+
+  // Version 1.0 stores the header length as uint16, 2.0 and 3.0 as uint32 (little-endian).
+  const std::size_t length_bytes = major == 1 ? 2 : 4;
+  if (size < k_npy_preamble_size + length_bytes)
+    fail_npy_content(file, "has " + std::to_string(size) +
+                               " bytes, too short for the header length of a version " +
+                               std::to_string(major) + ".0 file");
+  unsigned char length_field[4] = {0, 0, 0, 0};
+  read_exact(file, length_field, length_bytes);
+  std::size_t header_length = 0;
+  for (std::size_t i = length_bytes; i-- > 0;) header_length = header_length << 8 | length_field[i];
+  const std::size_t data_offset = k_npy_preamble_size + length_bytes + header_length;
+  if (header_length > k_max_header_bytes)
+    fail_npy_content(file, "header length " + std::to_string(header_length) +
+                               " exceeds the limit of " + std::to_string(k_max_header_bytes) +
+                               " bytes");
+  if (data_offset > size)
+    fail_npy_content(file, "header length " + std::to_string(header_length) +
+                               " runs past the end of the file (the header would end at byte " +
+                               std::to_string(data_offset) + ", the file has " +
+                               std::to_string(size) + " bytes)");
+
+  std::string text(header_length, '\0');
+  read_exact(file, text.data(), header_length);
+  NpyHeader header;
+  parse_npy_dict(file, text, header);
+  header.data_offset = data_offset;
+
+  // descr: an optional byte order ('<' little, '>' big, '|' not applicable,
+  // '=' native) and the type code f4 or f8.
+  const std::string& descr = header.descr;
+  const std::size_t code = descr.size() == 3 ? 1 : 0;
+  const bool order_ok = code == 0 || std::string("<>|=").find(descr[0]) != std::string::npos;
+  const std::string type_code = descr.substr(code);
+  if ((descr.size() != 2 && descr.size() != 3) || !order_ok ||
+      (type_code != "f4" && type_code != "f8"))
+    fail_npy_content(file, "unsupported dtype descr " + quoted(escaped(descr)) +
+                               ", expected float32 ('<f4') or float64 ('<f8') in any byte order");
+  header.dtype = type_code == "f4" ? "float32" : "float64";
+  const std::size_t item_size = type_code == "f4" ? 4 : 8;
+
+  // Size checks before anything of that size is allocated.
+  header.size = checked_size(file, header, item_size);
+  const std::size_t expected_bytes = header.size * item_size;
+  const std::size_t actual_bytes = size - data_offset;
+  if (actual_bytes != expected_bytes) {
+    const std::string declared = "the header declares shape " + npy_shape_tuple(header.shape) +
+                                 " of " + header.dtype + " (" + std::to_string(header.size) +
+                                 " elements, " + std::to_string(expected_bytes) + " bytes)";
+    if (actual_bytes < expected_bytes)
+      fail_npy_content(file, "is truncated: " + declared + " but only " +
+                                 std::to_string(actual_bytes) + " data bytes follow the header");
+    fail_npy_content(file, "has trailing data: " + declared + " but " +
+                               std::to_string(actual_bytes) + " data bytes follow the header");
+  }
+  return header;
+}
+
+template <class T>
+void check_npy_dtype(const InputFile& file, const NpyHeader& header) {
+  if (header.dtype != npy_dtype_name<T>())
+    fail_npy_content(file, "has dtype " + header.dtype + " (" + quoted(header.descr) +
+                               "), expected " + npy_dtype_name<T>() + " (" +
+                               quoted(npy_descr<T>()) +
+                               "); xtgrad does not convert between float32 and float64 silently");
+}
+
+template <class T>
+xt::xarray<T> read_npy_data(InputFile& file, const NpyHeader& header) {
+  check_npy_dtype<T>(file, header);
+  const bool big_endian = header.descr.size() == 3 && header.descr[0] == '>';
+  // The allocation is bounded by the file's size (checked by parse_npy_header).
+  if (header.fortran_order) {
+    auto column_major = xt::xarray<T, xt::layout_type::column_major>::from_shape(header.shape);
+    read_elements<T>(file, column_major, big_endian);
+    return xt::xarray<T>(column_major);  // a strided copy into row-major order
+  }
+  auto array = xt::xarray<T>::from_shape(header.shape);
+  read_elements<T>(file, array, big_endian);
+  return array;
+}
+
+template void check_npy_dtype<float>(const InputFile&, const NpyHeader&);
+template void check_npy_dtype<double>(const InputFile&, const NpyHeader&);
+template xt::xarray<float> read_npy_data(InputFile&, const NpyHeader&);
+template xt::xarray<double> read_npy_data(InputFile&, const NpyHeader&);
+
+}  // namespace detail
+
+NpyHeader read_npy_header(const fs::path& path) {
+  InputFile file = detail::open_regular_file("read_npy_header", "", path);
+  return detail::parse_npy_header(file);
+}
+
+template <class T>
+xt::xarray<T> load_npy(const fs::path& path) {
+  InputFile file = detail::open_regular_file("load_npy", "", path);
+  const NpyHeader header = detail::parse_npy_header(file);
+  return detail::read_npy_data<T>(file, header);
+}
+
+template xt::xarray<float> load_npy(const fs::path&);
+template xt::xarray<double> load_npy(const fs::path&);
+
+}  // namespace xtgrad

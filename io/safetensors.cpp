@@ -1,0 +1,291 @@
+// Reading safetensors files: the length prefix, the header's offsets and
+// sizes against the file (before anything of a tensor's size is allocated),
+// the data and the F16 / BF16 conversions; StoredTensor and the TensorMap
+// helpers. The JSON header is parsed in safetensors_header.cpp, files are
+// written in safetensors_writer.cpp.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <tuple>
+
+#include "../engine/errors.hpp"
+#include "npy.hpp"
+#include "safetensors_detail.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+namespace fs = std::filesystem;
+using detail::fail_safetensors;
+using detail::InputFile;
+using detail::SafetensorsEntry;
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "xtgrad's safetensors I/O assumes a little-endian host");
+
+constexpr std::size_t k_length_bytes = 8;  // the header length prefix
+
+// IEEE 754 binary16 -> binary32, exactly: every half is a float.
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu;
+  const std::uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  // Infinity and NaN (payload kept) keep an all-ones exponent; normal
+  // numbers move from bias 15 to bias 127.
+  const std::uint32_t bits =
+      sign | (exponent == 0x1fu ? 0xffu << 23 : (exponent + 127 - 15) << 23) | mantissa << 13;
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+// bfloat16 is the upper half of a binary32.
+float bfloat16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+std::string declared(const SafetensorsEntry& e) {
+  return "shape " + detail::shape_str(e.shape) + " of " + safetensors_dtype_name(e.dtype);
+}
+
+std::string offsets_str(const SafetensorsEntry& e) {
+  return "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+}
+
+// The byte count of an entry, refusing the shapes load_npy refuses: more
+// bytes than a size_t counts, and any shape whose non-zero dimensions times
+// the in-memory element size exceed ptrdiff_t (xtensor's strides), even
+// when a zero dimension leaves no element.
+std::size_t checked_bytes(const InputFile& file, const SafetensorsEntry& e) {
+  const std::string tensor = "tensor " + detail::quoted_name(e.name) + ": ";
+  const std::size_t item = detail::safetensors_dtype_size(e.dtype);
+  const std::size_t stored_item = std::max<std::size_t>(item, sizeof(float));
+  bool empty = false;
+  for (std::size_t d : e.shape) empty = empty || d == 0;
+  const std::string stride_limit =
+      tensor + declared(e) + " does not fit array strides: its non-zero dimensions times " +
+      std::to_string(stored_item) + " bytes exceed the largest signed 64-bit offset" +
+      (empty ? " (even though it has no elements)" : "");
+  std::size_t nonzero = 1;  // the product of the non-zero dimensions
+  for (std::size_t d : e.shape) {
+    if (d == 0) continue;
+    if (nonzero > std::numeric_limits<std::size_t>::max() / d)
+      fail_safetensors(
+          file, empty ? stride_limit
+                      : tensor + declared(e) + " has more elements than a 64-bit size counts");
+    nonzero *= d;
+  }
+  if (nonzero > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / stored_item)
+    fail_safetensors(file, stride_limit);
+  const std::size_t bytes = empty ? 0 : nonzero * item;
+  if (e.end < e.begin) fail_safetensors(file, tensor + offsets_str(e) + " end before they begin");
+  if (e.end - e.begin != bytes)
+    fail_safetensors(file, tensor + offsets_str(e) + " hold " + std::to_string(e.end - e.begin) +
+                               " bytes, but " + declared(e) + " has " + std::to_string(bytes));
+  return bytes;
+}
+
+// The offsets, sorted by begin, must tile [0, data_size) exactly.
+void check_tiling(const InputFile& file, const std::vector<SafetensorsEntry>& entries,
+                  const std::vector<std::size_t>& order, std::size_t data_size) {
+  std::size_t covered = 0;
+  const SafetensorsEntry* previous = nullptr;
+  for (std::size_t i : order) {
+    const SafetensorsEntry& e = entries[i];
+    if (e.begin < covered)
+      fail_safetensors(file, "tensor " + detail::quoted_name(e.name) + ": " + offsets_str(e) +
+                                 " overlap those of tensor " + detail::quoted_name(previous->name) +
+                                 " (" + offsets_str(*previous) + ")");
+    if (e.begin > covered)
+      fail_safetensors(file, "the data has a gap: bytes [" + std::to_string(covered) + ", " +
+                                 std::to_string(e.begin) + ") belong to no tensor (the next is " +
+                                 detail::quoted_name(e.name) + ", " + offsets_str(e) + ")");
+    covered = e.end;
+    previous = &e;
+  }
+  const std::string needed = "the tensors take " + std::to_string(covered) + " data bytes";
+  if (covered > data_size)
+    fail_safetensors(file, "is truncated: " + needed + " but only " + std::to_string(data_size) +
+                               " follow the header");
+  if (covered < data_size)
+    fail_safetensors(file, "has trailing data: " + needed + " but " + std::to_string(data_size) +
+                               " follow the header");
+}
+
+// Reads one validated entry at `offset` in the file.
+StoredTensor read_tensor(InputFile& file, const SafetensorsEntry& e, std::size_t offset,
+                         std::size_t bytes) {
+  if (::lseek(file.fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0)
+    detail::fail_errno(file.function, file.context, "seek in", file.path, errno);
+  if (e.dtype == SafetensorsDtype::F64) {
+    auto array = xt::xarray<double>::from_shape(e.shape);
+    detail::read_exact(file, array.data(), bytes);
+    return StoredTensor(std::move(array));
+  }
+  auto array = xt::xarray<float>::from_shape(e.shape);
+  if (e.dtype == SafetensorsDtype::F32) {
+    detail::read_exact(file, array.data(), bytes);
+    return StoredTensor(std::move(array));
+  }
+  std::vector<std::uint16_t> halves(array.size());
+  detail::read_exact(file, halves.data(), bytes);
+  const auto convert = e.dtype == SafetensorsDtype::F16 ? half_to_float : bfloat16_to_float;
+  std::transform(halves.begin(), halves.end(), array.data(), convert);
+  return StoredTensor(std::move(array), e.dtype);
+}
+
+}  // namespace
+
+namespace detail {
+
+std::size_t safetensors_dtype_size(SafetensorsDtype dtype) {
+  return dtype == SafetensorsDtype::F64 ? 8 : dtype == SafetensorsDtype::F32 ? 4 : 2;
+}
+
+void fail_safetensors(const InputFile& file, const std::string& what) {
+  fail_value(file.function, file.context + "file " + path_str(file.path) + ": " + what);
+}
+
+std::string quoted_name(const std::string& name) {
+  return quoted(escaped(name, 200));
+}
+
+}  // namespace detail
+
+const char* safetensors_dtype_name(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::F16:
+      return "F16";
+    case SafetensorsDtype::BF16:
+      return "BF16";
+    case SafetensorsDtype::F32:
+      return "F32";
+    default:
+      return "F64";
+  }
+}
+
+StoredTensor::StoredTensor() : value_(xt::xarray<float>::from_shape({0})) {}
+
+StoredTensor::StoredTensor(xt::xarray<float> value, SafetensorsDtype dtype)
+    : dtype_(dtype), value_(std::move(value)) {
+  if (dtype == SafetensorsDtype::F64)
+    detail::fail_argument("StoredTensor", "dtype",
+                          "is F64 for float values, expected F32, F16 or BF16");
+}
+
+StoredTensor::StoredTensor(xt::xarray<double> value)
+    : dtype_(SafetensorsDtype::F64), value_(std::move(value)) {}
+
+std::vector<std::size_t> StoredTensor::shape() const {
+  return std::visit(
+      [](const auto& a) { return std::vector<std::size_t>(a.shape().begin(), a.shape().end()); },
+      value_);
+}
+
+template <class T>
+const xt::xarray<T>& StoredTensor::get() const {
+  if (!holds<T>())
+    detail::fail_value("StoredTensor::get",
+                       std::string("the tensor holds ") + (holds<float>() ? "float32" : "float64") +
+                           " values (" + safetensors_dtype_name(dtype_) + "), expected " +
+                           npy_dtype_name<T>() +
+                           "; xtgrad does not convert between float32 and float64 silently");
+  return std::get<xt::xarray<T>>(value_);
+}
+
+template <class T>
+const xt::xarray<T>& get_tensor(const TensorMap& tensors, const std::string& name,
+                                const std::string& function) {
+  const auto found = tensors.find(name);
+  if (found == tensors.end()) {
+    std::string present;
+    std::size_t shown = 0;
+    for (const auto& entry : tensors) {
+      if (shown++ == 4) {
+        present += ", ...";
+        break;
+      }
+      present += (shown > 1 ? ", " : "") + detail::quoted_name(entry.first);
+    }
+    detail::fail_value(function, "no tensor " + detail::quoted_name(name) + " (there are " +
+                                     std::to_string(tensors.size()) + " tensors" +
+                                     (tensors.empty() ? "" : ": " + present) + ")");
+  }
+  if (!found->second.holds<T>())
+    detail::fail_value(function, "tensor " + detail::quoted_name(name) + " has dtype " +
+                                     safetensors_dtype_name(found->second.dtype()) + ", expected " +
+                                     (sizeof(T) == 4 ? "F32 (or F16 / BF16)" : "F64") + " for " +
+                                     npy_dtype_name<T>() +
+                                     "; xtgrad does not convert between float32 and float64 "
+                                     "silently");
+  return found->second.get<T>();
+}
+
+Safetensors read_safetensors(const fs::path& path,
+                             const std::function<bool(const std::string&)>& select) {
+  InputFile file = detail::open_regular_file("read_safetensors", "", path);
+  if (file.size < k_length_bytes)
+    fail_safetensors(file, "has " + std::to_string(file.size) +
+                               " bytes, too short for a safetensors file (an 8-byte header "
+                               "length, then the header)");
+  unsigned char prefix[k_length_bytes];
+  detail::read_exact(file, prefix, k_length_bytes);
+  std::uint64_t length = 0;
+  for (std::size_t i = k_length_bytes; i-- > 0;) length = length << 8 | prefix[i];
+  if (length > detail::k_safetensors_max_header)
+    fail_safetensors(file, "header length " + std::to_string(length) + " exceeds the limit of " +
+                               std::to_string(detail::k_safetensors_max_header) + " bytes");
+  if (length > file.size - k_length_bytes)
+    fail_safetensors(file, "header length " + std::to_string(length) +
+                               " runs past the end of the file (" + std::to_string(file.size) +
+                               " bytes)");
+  std::string text(length, '\0');
+  detail::read_exact(file, text.data(), length);
+  detail::SafetensorsHeader header = detail::parse_safetensors_json(file, text);
+  text = std::string();  // the header's memory is not held while tensors are read
+
+  // Every size and offset is checked before any tensor is allocated.
+  const std::vector<SafetensorsEntry>& entries = header.entries;
+  std::vector<std::size_t> bytes(entries.size()), order(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) bytes[i] = checked_bytes(file, entries[i]);
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(entries[a].begin, entries[a].end) < std::tie(entries[b].begin, entries[b].end);
+  });
+  const std::size_t data_start = k_length_bytes + length;
+  check_tiling(file, entries, order, file.size - data_start);
+
+  Safetensors out;
+  out.metadata = std::move(header.metadata);
+  for (std::size_t i : order) {
+    const SafetensorsEntry& e = entries[i];
+    if (select && !select(e.name)) continue;
+    out.tensors.emplace(e.name, read_tensor(file, e, data_start + e.begin, bytes[i]));
+  }
+  return out;
+}
+
+template const xt::xarray<float>& StoredTensor::get<float>() const;
+template const xt::xarray<double>& StoredTensor::get<double>() const;
+template const xt::xarray<float>& get_tensor(const TensorMap&, const std::string&,
+                                             const std::string&);
+template const xt::xarray<double>& get_tensor(const TensorMap&, const std::string&,
+                                              const std::string&);
+
+}  // namespace xtgrad

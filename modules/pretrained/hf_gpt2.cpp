@@ -1,0 +1,250 @@
+#include "hf_gpt2.hpp"
+
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <xtensor/xmanipulation.hpp>
+
+#include "../../engine/errors.hpp"
+#include "../../io/safetensors_detail.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// One parameter to fill: the checkpoint's name and shape, and whether the
+// checkpoint stores it transposed relative to xtgrad's layout.
+template <class T>
+struct Slot {
+  std::string key;
+  std::vector<std::size_t> file_shape;
+  Parameter<T>* target;
+  bool transposed;
+};
+
+std::string dotted(std::string prefix) {
+  if (!prefix.empty() && prefix.back() != '.') prefix += '.';
+  return prefix;
+}
+
+std::vector<std::size_t> shape_of(const xt::xarray<float>::shape_type& s) {
+  return {s.begin(), s.end()};
+}
+
+template <class T>
+std::vector<std::size_t> shape_of(const Parameter<T>& p) {
+  return {p.value.shape().begin(), p.value.shape().end()};
+}
+
+// The HF GPT-2 names of one block's parameters under `prefix` ("h.0.").
+template <class T>
+void block_slots(TransformerBlock<T>& block, const std::string& prefix, std::vector<Slot<T>>& slots,
+                 std::set<std::string>& buffers) {
+  auto& ln_1 = std::get<LayerNorm<T>>(block.ln_1);
+  auto& ln_2 = std::get<LayerNorm<T>>(block.ln_2);
+  auto& mlp = std::get<FeedForward<T>>(block.mlp);
+  auto& attn = block.attn;
+  const auto same = [&](const std::string& name, Parameter<T>& p) {
+    slots.push_back({prefix + name, shape_of(p), &p, false});
+  };
+  const auto transposed = [&](const std::string& name, Parameter<T>& p) {
+    const std::vector<std::size_t> s = shape_of(p);
+    slots.push_back({prefix + name, {s[1], s[0]}, &p, true});
+  };
+  same("ln_1.weight", ln_1.weight);
+  same("ln_1.bias", ln_1.bias);
+  same("attn.c_attn.weight", attn.c_attn->weight);
+  same("attn.c_attn.bias", attn.c_attn->bias);
+  same("attn.c_proj.weight", attn.c_proj->weight);
+  same("attn.c_proj.bias", attn.c_proj->bias);
+  same("ln_2.weight", ln_2.weight);
+  same("ln_2.bias", ln_2.bias);
+  transposed("mlp.c_fc.weight", mlp.w1.weight);
+  same("mlp.c_fc.bias", mlp.w1.bias);
+  transposed("mlp.c_proj.weight", mlp.w2.weight);
+  same("mlp.c_proj.bias", mlp.w2.bias);
+  buffers.insert(prefix + "attn.bias");
+  buffers.insert(prefix + "attn.masked_bias");
+}
+
+template <class T>
+void require_gpt2(const char* function, GPTStyle style) {
+  if (style != GPTStyle::gpt2)
+    detail::fail_argument(function, "model",
+                          "is of the llama style; GPT-2 checkpoints load into the gpt2 style");
+}
+
+// Checks every slot and every name of `tensors` (those starting with
+// `scope`), then assigns all slots: all or nothing.
+template <class T>
+void load_slots(const char* function, const TensorMap& tensors, const std::vector<Slot<T>>& slots,
+                const std::set<std::string>& skipped, const std::string& scope,
+                const std::string& layout) {
+  std::set<std::string> known = skipped;
+  for (const Slot<T>& s : slots) known.insert(s.key);
+  for (const auto& [name, tensor] : tensors)
+    if (name.compare(0, scope.size(), scope) == 0 && !known.count(name))
+      detail::fail_value(function, "tensor " + detail::quoted_name(name) +
+                                       " is not a parameter or buffer of the model (" + layout +
+                                       ")");
+  std::vector<xt::xarray<T>> values;
+  values.reserve(slots.size());
+  for (const Slot<T>& slot : slots) {
+    const xt::xarray<T>& a = get_tensor<T>(tensors, slot.key, function);
+    if (shape_of(a.shape()) != slot.file_shape)
+      detail::fail_value(function, "tensor " + detail::quoted_name(slot.key) + " has shape " +
+                                       detail::shape_str(a.shape()) + ", expected " +
+                                       detail::shape_str(slot.file_shape) + " (" + layout + ")");
+    values.push_back(slot.transposed ? xt::xarray<T>(xt::transpose(a)) : a);
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->value = std::move(values[i]);
+}
+
+template <class T>
+std::string gpt2_layout(const GPT<T>& model) {
+  const GPTConfig& c = model.gpt_config();
+  return "HF GPT-2 with vocab_size " + std::to_string(c.vocab_size) + ", n_positions " +
+         std::to_string(c.block_size) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
+         std::to_string(c.n_layer) + ", n_inner " + std::to_string(*c.ffn_hidden) +
+         "; Conv1D weights [in, out]";
+}
+
+template <class T>
+std::vector<Slot<T>> llama_slots(CausalSelfAttention<T>& attention, const std::string& prefix) {
+  if (attention.options().layout != AttentionLayout::llama)
+    detail::fail_argument("load_llama_attention", "attention",
+                          "has the gpt2 layout; LLaMA weights load into the llama layout");
+  const auto slot = [&](const char* name, Linear<T>& linear) {
+    return Slot<T>{prefix + name, shape_of(linear.weight), &linear.weight, false};
+  };
+  return {slot("q_proj.weight", *attention.q_proj), slot("k_proj.weight", *attention.k_proj),
+          slot("v_proj.weight", *attention.v_proj), slot("o_proj.weight", *attention.o_proj)};
+}
+
+template <class T>
+std::string llama_layout(const CausalSelfAttention<T>& a) {
+  return "LlamaAttention with hidden_size " + std::to_string(a.n_embd()) + ", " +
+         std::to_string(a.n_heads()) + " heads, " + std::to_string(a.n_kv_heads()) +
+         " key/value heads, no biases; nn.Linear weights [out, in]";
+}
+
+}  // namespace
+
+template <class T>
+void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
+  const char* function = "load_gpt2";
+  require_gpt2<T>(function, model.gpt_config().style);
+  const std::string prefix = tensors.count("transformer.wte.weight") ? "transformer." : "";
+  std::vector<Slot<T>> slots;
+  std::set<std::string> skipped;
+  slots.push_back({prefix + "wte.weight", shape_of(model.wte.weight), &model.wte.weight, false});
+  slots.push_back({prefix + "wpe.weight", shape_of(model.wpe->weight), &model.wpe->weight, false});
+  for (std::size_t l = 0; l < model.h.size(); ++l)
+    block_slots(model.h[l], prefix + "h." + std::to_string(l) + ".", slots, skipped);
+  auto& ln_f = std::get<LayerNorm<T>>(model.ln_f);
+  slots.push_back({prefix + "ln_f.weight", shape_of(ln_f.weight), &ln_f.weight, false});
+  slots.push_back({prefix + "ln_f.bias", shape_of(ln_f.bias), &ln_f.bias, false});
+  const std::string head = "lm_head.weight";
+  if (model.lm_head) {
+    slots.push_back({head, shape_of(model.lm_head->weight), &model.lm_head->weight, false});
+  } else if (tensors.count(head)) {
+    // A tied checkpoint that still holds lm_head.weight: it must be wte's.
+    const xt::xarray<T>& lm = get_tensor<T>(tensors, head, function);
+    const xt::xarray<T>& wte = get_tensor<T>(tensors, prefix + "wte.weight", function);
+    if (lm.shape() != wte.shape() || !std::equal(lm.begin(), lm.end(), wte.begin()))
+      detail::fail_value(function, "tensor 'lm_head.weight' differs from '" + prefix +
+                                       "wte.weight', but the model ties them "
+                                       "(GPTConfig::tie_embeddings = false to load both)");
+    skipped.insert(head);
+  }
+  load_slots(function, tensors, slots, skipped, "", gpt2_layout(model));
+}
+
+template <class T>
+void load_gpt2(GPT<T>& model, const fs::path& file) {
+  load_gpt2(model, read_safetensors(file).tensors);
+}
+
+template <class T>
+void load_gpt2_block(TransformerBlock<T>& block, const TensorMap& tensors,
+                     const std::string& prefix) {
+  const char* function = "load_gpt2_block";
+  require_gpt2<T>(function, block.options().style);
+  std::vector<Slot<T>> slots;
+  std::set<std::string> skipped;
+  block_slots(block, dotted(prefix), slots, skipped);
+  load_slots(function, tensors, slots, skipped, dotted(prefix),
+             "HF GPT2Block with n_embd " + std::to_string(block.n_embd()) + ", n_inner " +
+                 std::to_string(*block.options().ffn_hidden));
+}
+
+template <class T>
+TensorDict<T> export_gpt2(const GPT<T>& model) {
+  require_gpt2<T>("export_gpt2", model.gpt_config().style);
+  // The slots of load_gpt2, read instead of written.
+  GPT<T>& m = const_cast<GPT<T>&>(model);  // only read
+  std::vector<Slot<T>> slots;
+  std::set<std::string> skipped;
+  slots.push_back({"wte.weight", {}, &m.wte.weight, false});
+  slots.push_back({"wpe.weight", {}, &m.wpe->weight, false});
+  for (std::size_t l = 0; l < m.h.size(); ++l)
+    block_slots(m.h[l], "h." + std::to_string(l) + ".", slots, skipped);
+  auto& ln_f = std::get<LayerNorm<T>>(m.ln_f);
+  slots.push_back({"ln_f.weight", {}, &ln_f.weight, false});
+  slots.push_back({"ln_f.bias", {}, &ln_f.bias, false});
+  if (m.lm_head) slots.push_back({"lm_head.weight", {}, &m.lm_head->weight, false});
+  TensorDict<T> out;
+  for (const Slot<T>& s : slots)
+    out.insert(s.key,
+               s.transposed ? xt::xarray<T>(xt::transpose(s.target->value)) : s.target->value);
+  return out;
+}
+
+template <class T>
+void save_gpt2(const GPT<T>& model, const fs::path& file) {
+  TensorMap tensors;
+  for (const auto& [name, value] : export_gpt2(model)) tensors.emplace(name, StoredTensor(value));
+  write_safetensors(file, tensors, {{"format", "pt"}});
+}
+
+std::string llama_attention_prefix(std::size_t layer) {
+  return "model.layers." + std::to_string(layer) + ".self_attn";
+}
+
+template <class T>
+void load_llama_attention(CausalSelfAttention<T>& attention, const TensorMap& tensors,
+                          const std::string& prefix) {
+  const std::vector<Slot<T>> slots = llama_slots(attention, dotted(prefix));
+  std::set<std::string> none;
+  load_slots("load_llama_attention", tensors, slots, none, dotted(prefix), llama_layout(attention));
+}
+
+template <class T>
+void load_llama_attention(CausalSelfAttention<T>& attention, const fs::path& file,
+                          const std::string& prefix) {
+  const std::string scope = dotted(prefix);
+  const std::vector<Slot<T>> slots = llama_slots(attention, scope);
+  // Everything under the attention's prefix, so that a bias there is seen and refused.
+  const TensorMap tensors = read_safetensors(file, [&](const std::string& name) {
+                              return name.compare(0, scope.size(), scope) == 0;
+                            }).tensors;
+  load_llama_attention(attention, tensors, prefix);
+}
+
+#define XTGRAD_HF_GPT2_INSTANTIATE(T)                                                        \
+  template void load_gpt2(GPT<T>&, const TensorMap&);                                        \
+  template void load_gpt2(GPT<T>&, const fs::path&);                                         \
+  template void load_gpt2_block(TransformerBlock<T>&, const TensorMap&, const std::string&); \
+  template TensorDict<T> export_gpt2(const GPT<T>&);                                         \
+  template void save_gpt2(const GPT<T>&, const fs::path&);                                   \
+  template void load_llama_attention(CausalSelfAttention<T>&, const TensorMap&,              \
+                                     const std::string&);                                    \
+  template void load_llama_attention(CausalSelfAttention<T>&, const fs::path&, const std::string&);
+XTGRAD_HF_GPT2_INSTANTIATE(float)
+XTGRAD_HF_GPT2_INSTANTIATE(double)
+#undef XTGRAD_HF_GPT2_INSTANTIATE
+
+}  // namespace xtgrad

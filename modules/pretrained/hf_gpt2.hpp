@@ -1,0 +1,100 @@
+#pragma once
+// Hugging Face GPT-2 checkpoints (transformers/models/gpt2/modeling_gpt2.py)
+// into and out of GPT (gpt2 style), and LLaMA attention weights
+// (modeling_llama.py LlamaAttention) into CausalSelfAttention (llama layout).
+//
+// Names. HF GPT2Model's state dict, optionally under "transformer." (as
+// GPT2LMHeadModel saves it; chosen by whether "transformer.wte.weight" is
+// present), against GPT's:
+//   wte.weight, wpe.weight, ln_f.weight, ln_f.bias           same names and layouts
+//   h.<l>.ln_1.*, h.<l>.ln_2.*, h.<l>.attn.c_attn.*, h.<l>.attn.c_proj.*
+//                                                            same (Conv1D [in, out])
+//   h.<l>.mlp.c_fc.weight [C, F]    = h.<l>.mlp.w1.weight^T [F, C]  (FeedForward)
+//   h.<l>.mlp.c_fc.bias             = h.<l>.mlp.w1.bias
+//   h.<l>.mlp.c_proj.weight [F, C]  = h.<l>.mlp.w2.weight^T [C, F]
+//   h.<l>.mlp.c_proj.bias           = h.<l>.mlp.w2.bias
+//   lm_head.weight (never prefixed) = lm_head.weight when the model is not tied;
+//     for a tied model it may be present (GPT2LMHeadModel.state_dict() has it)
+//     and must then equal wte.weight.
+// HF's non-parameter buffers h.<l>.attn.bias (the causal triangle) and
+// h.<l>.attn.masked_bias are skipped. Any other name is refused, as is a
+// missing one, a shape that differs (the message names the tensor, both
+// shapes and the layout) or a dtype that is not T (F32 / F16 / BF16 for
+// float, F64 for double). All or nothing: everything is checked before any
+// parameter changes; gradients are left as they are.
+//
+// gpt2_config_from_json reads a GPT2Config config.json: vocab_size (or
+// n_vocab), n_positions (or n_ctx), n_embd, n_layer, n_head (required,
+// positive integers), layer_norm_epsilon (default 1e-5), n_inner (null: 4
+// n_embd), tie_word_embeddings (default true), resid_pdrop (default 0.1; GPT
+// has one dropout p for embeddings, attention and residuals: call eval() for
+// inference), activation_function (default "gelu_new"; "gelu_new" and
+// "gelu_pytorch_tanh" are the tanh GELU GPT uses, anything else is refused),
+// scale_attn_weights (must be true when present), scale_attn_by_inverse_layer_idx
+// (must be false when present), model_type (must be "gpt2" when present).
+// Other keys are ignored. Errors: std::invalid_argument naming the file and
+// the key; std::runtime_error when the file cannot be read.
+//
+// LLaMA attention: under `prefix` (llama_attention_prefix(l) =
+// "model.layers.<l>.self_attn"), q_proj.weight [H Dh, C], k_proj.weight and
+// v_proj.weight [Hkv Dh, C], o_proj.weight [C, H Dh], nn.Linear's [out, in]
+// as CausalSelfAttention's llama layout stores them; biases (attention_bias)
+// are refused. The path overloads read only the tensors they need.
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+#include "../../io/safetensors.hpp"
+#include "../attention.hpp"
+#include "../gpt.hpp"
+#include "../tensor_dict.hpp"
+#include "../transformer_block.hpp"
+
+namespace xtgrad {
+
+GPTConfig gpt2_config_from_json(const std::filesystem::path& path);
+
+template <class T>
+void load_gpt2(GPT<T>& model, const TensorMap& tensors);
+template <class T>
+void load_gpt2(GPT<T>& model, const std::filesystem::path& file);
+
+// One block (gpt2 style) from the tensors under `prefix` ("h.0", or
+// "transformer.h.0"); names outside the prefix are ignored.
+template <class T>
+void load_gpt2_block(TransformerBlock<T>& block, const TensorMap& tensors,
+                     const std::string& prefix);
+
+// The model's parameters in HF GPT2Model names (no "transformer." prefix, no
+// buffers; lm_head.weight only when not tied), HF layouts.
+template <class T>
+TensorDict<T> export_gpt2(const GPT<T>& model);
+// export_gpt2 written as a safetensors file with metadata {"format": "pt"}.
+template <class T>
+void save_gpt2(const GPT<T>& model, const std::filesystem::path& file);
+
+std::string llama_attention_prefix(std::size_t layer);
+template <class T>
+void load_llama_attention(CausalSelfAttention<T>& attention, const TensorMap& tensors,
+                          const std::string& prefix);
+template <class T>
+void load_llama_attention(CausalSelfAttention<T>& attention, const std::filesystem::path& file,
+                          const std::string& prefix);
+
+#define XTGRAD_HF_GPT2_EXTERN(T)                                                                   \
+  extern template void load_gpt2(GPT<T>&, const TensorMap&);                                       \
+  extern template void load_gpt2(GPT<T>&, const std::filesystem::path&);                           \
+  extern template void load_gpt2_block(TransformerBlock<T>&, const TensorMap&,                     \
+                                       const std::string&);                                        \
+  extern template TensorDict<T> export_gpt2(const GPT<T>&);                                        \
+  extern template void save_gpt2(const GPT<T>&, const std::filesystem::path&);                     \
+  extern template void load_llama_attention(CausalSelfAttention<T>&, const TensorMap&,             \
+                                            const std::string&);                                   \
+  extern template void load_llama_attention(CausalSelfAttention<T>&, const std::filesystem::path&, \
+                                            const std::string&);
+XTGRAD_HF_GPT2_EXTERN(float)
+XTGRAD_HF_GPT2_EXTERN(double)
+#undef XTGRAD_HF_GPT2_EXTERN
+
+}  // namespace xtgrad
