@@ -322,8 +322,8 @@ int main(int argc, char** argv) {
   add_run_options(app, "bench_xtgrad", argc, argv, o, flags, k_sections,
                   {"smoke run for CI: N = 128 only, 1M floats, two rounds",
                    "thread counts of the ffn and small sections (default: 1 and --threads)",
-                   "also write the table and the run's settings as Markdown here (the README's "
-                   "block: bench/readme_update.cmake)"});
+                   "also write the table and the run's settings as Markdown here (the block "
+                   "of docs/benchmarks.md: bench/update_results.cmake)"});
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
   app.add_option("--small-tokens", o.small_tokens, "token counts N of the small section")
       ->capture_default_str()

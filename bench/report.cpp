@@ -100,7 +100,7 @@ void write_json(const std::vector<Row>& rows, const Meta& meta, const std::strin
   if (!out) throw std::runtime_error("bench_xtgrad: cannot write " + path);
 }
 
-// The block that bench/readme_update.cmake puts into the README.
+// The block that bench/update_results.cmake puts into docs/benchmarks.md.
 void write_markdown(const std::vector<Row>& rows, const Meta& meta, const std::string& path) {
   std::ofstream out(path);
   for (const auto& [key, value] : meta) out << "- " << key << ": " << value << '\n';

@@ -1,6 +1,6 @@
 #pragma once
 // The table of bench_xtgrad: its rows, and the four ways it is written out
-// (a table on the terminal, CSV, JSON, and Markdown for the README's block).
+// (a table on the terminal, CSV, JSON, and Markdown for docs/benchmarks.md).
 
 #include <iosfwd>
 #include <limits>

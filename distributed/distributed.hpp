@@ -1,5 +1,5 @@
 #pragma once
-// distributed/: data-parallel training over MPI (README, "Data-parallel training").
+// distributed/: data-parallel training over MPI (docs/distributed.md).
 #include "../data/distributed_sampler.hpp"
 #include "broadcast.hpp"
 #include "communicator.hpp"

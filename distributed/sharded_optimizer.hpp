@@ -50,7 +50,7 @@
 // synchronizer, the synchronizer outliving it.
 //
 // Across machines nothing changes but the launch (mpirun --hostfile, see
-// the README); the sharding is by element count, so ranks should be alike.
+// docs/distributed.md); the sharding is by element count, so ranks should be alike.
 // Cost per step beyond data-parallel training: the pieces' values copied
 // from the Parameters before the update (N/P) and the all-gathered values
 // copied back into them (N), memory-bound passes.

@@ -248,7 +248,7 @@ class Tape {
   // ---- Writing an op ----
   //
   // Every op of engine/ops is written with the functions below, and so can
-  // yours (README, "Writing your own op", has a complete example):
+  // yours (docs/custom_ops.md has a complete example):
   //
   //   1. check the arguments first: detail::common_tape (check.hpp) for the
   //      tape, then shapes and values, throwing through errors.hpp, so that a

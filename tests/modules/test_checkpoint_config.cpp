@@ -3,7 +3,7 @@
 // each module reports, the formats on disk, the refusal of another type or
 // configuration naming both, version-1 directories, safetensors checkpoints
 // (atomic, read by NumPy with torch's names), training states, and the
-// README's NumPy snippet.
+// NumPy snippet of docs/interop.md.
 
 #include <doctest/doctest.h>
 
@@ -364,10 +364,10 @@ TEST_CASE("checkpoint: NumPy reads a safetensors checkpoint with torch's state_d
   CHECK(std::system(command.c_str()) == 0);
 }
 
-TEST_CASE("readme: the NumPy snippet of the File formats section reads and writes a checkpoint") {
-  // The snippet is the block after <!-- numpy_checkpoint --> in README.md,
+TEST_CASE("docs: the NumPy snippet of docs/interop.md reads and writes a checkpoint") {
+  // The snippet is the block after <!-- numpy_checkpoint --> in docs/interop.md,
   // run as it is with `ckpt` set to a checkpoint directory.
-  const std::string readme = read_file(fs::path(XTGRAD_SOURCE_DIR) / "README.md");
+  const std::string readme = read_file(fs::path(XTGRAD_SOURCE_DIR) / "docs" / "interop.md");
   const std::string open = "<!-- numpy_checkpoint -->\n```python\n";
   const std::size_t begin = readme.find(open);
   REQUIRE(begin != std::string::npos);

@@ -2,7 +2,7 @@
 // after 1000, saved to disk, loaded into fresh objects and continued, must
 // end with every parameter and every optimizer and schedule state bit for
 // bit equal. Also gradient accumulation over micro-batches against one batch.
-// The training code is tests/optim/training_example.hpp, shown in the README.
+// The training code is tests/optim/training_example.hpp, shown in docs/training.md.
 
 #include <doctest/doctest.h>
 
