@@ -101,3 +101,69 @@ TEST_CASE("second order: math functions") {
   check_second_order([](Inputs v) { return mul(clamp(v[0], -0.5, 0.5), v[0]); }, {x});
   check_second_order([](Inputs v) { return mul(clamp_min(v[0], 0.0), v[0]); }, {x});
 }
+
+TEST_CASE("second order: reductions (sum, mean, amax, amin), whole and along axes") {
+  const xt::xarray<double> x = random_away_from_zero({2, 3, 2}, 31, 0.2);
+  using Inputs = const std::vector<Var<double>>&;
+  check_second_order([](Inputs v) { return mul(sum(mul(v[0], v[0])), sum(v[0])); }, {x});
+  check_second_order([](Inputs v) { return mul(mean(v[0]), v[0]); }, {x});
+  check_second_order([](Inputs v) { return square(sum(mul(v[0], v[0]), {0, 2})); }, {x});
+  check_second_order([](Inputs v) { return mul(mean(v[0], -1, true), v[0]); }, {x});
+  check_second_order([](Inputs v) { return square(amax(v[0], {1})); }, {x});
+  check_second_order([](Inputs v) { return mul(amin(v[0], 2, true), v[0]); }, {x});
+  check_second_order([](Inputs v) { return square(amax(v[0], std::vector<std::int64_t>{})); },
+                     {x});
+}
+
+TEST_CASE("second order: shape ops (reshape, permute, transpose, expand, flatten)") {
+  const xt::xarray<double> x = random_away_from_zero({2, 3, 4}, 41, 0.2);
+  const xt::xarray<double> b = random_away_from_zero({3, 1}, 42, 0.2);
+  using Inputs = const std::vector<Var<double>>&;
+  check_second_order([](Inputs v) { return square(reshape(v[0], {4, -1})); }, {x});
+  check_second_order([](Inputs v) { return mul(permute(v[0], {2, 0, 1}), permute(v[0], {2, 0, 1})); },
+                     {x});
+  check_second_order([](Inputs v) { return square(transpose(v[0], 0, 2)); }, {x});
+  check_second_order([](Inputs v) { return mul(expand(v[1], {2, 3, 4}), v[0]); }, {x, b});
+  check_second_order([](Inputs v) { return square(flatten(v[0], 1)); }, {x});
+}
+
+TEST_CASE("second order: slice (step 1), concat, stack, split, chunk") {
+  const xt::xarray<double> x = random_away_from_zero({3, 5}, 51, 0.2);
+  const xt::xarray<double> y = random_away_from_zero({3, 2}, 52, 0.2);
+  using Inputs = const std::vector<Var<double>>&;
+  check_second_order([](Inputs v) { return square(slice(v[0], 1, 1, 4)); }, {x});
+  check_second_order([](Inputs v) { return square(concat({v[0], v[1], v[0]}, 1)); }, {x, y});
+  check_second_order(
+      [](Inputs v) { return mul(stack({v[0], v[1]}, 0), stack({v[1], v[0]}, 0)); }, {y, y});
+  check_second_order(
+      [](Inputs v) {
+        const std::vector<Var<double>> parts = split(v[0], 2, 1);
+        return mul(parts[0], parts[1]);
+      },
+      {x});
+  check_second_order(
+      [](Inputs v) {
+        const std::vector<Var<double>> parts = chunk(v[0], 3, 0);
+        return mul(parts[2], square(parts[0]));
+      },
+      {x});
+}
+
+TEST_CASE("second order: matmul (batched, broadcast) and linear (both layouts, bias, 3-D x)") {
+  using Inputs = const std::vector<Var<double>>&;
+  const xt::xarray<double> a = random_array({2, 3, 4}, 61);
+  const xt::xarray<double> b = random_array({4, 2}, 62);
+  const xt::xarray<double> c = random_array({2, 4, 2}, 63);
+  check_second_order([](Inputs v) { return square(matmul(v[0], v[1])); }, {a, b});
+  check_second_order([](Inputs v) { return tanh(matmul(v[0], v[1])); }, {a, c});
+  const xt::xarray<double> x = random_array({2, 2, 3}, 64);
+  const xt::xarray<double> w = random_array({4, 3}, 65);
+  const xt::xarray<double> wt = random_array({3, 4}, 66);
+  const xt::xarray<double> bias = random_array({4}, 67);
+  check_second_order([](Inputs v) { return tanh(linear(v[0], v[1], v[2])); }, {x, w, bias});
+  check_second_order(
+      [](Inputs v) { return sigmoid(linear(v[0], v[1], std::nullopt, WeightLayout::in_out)); },
+      {x, wt});
+  check_second_order([](Inputs v) { return square(linear(v[0], v[1])); },
+                     {xt::xarray<double>(random_array({3}, 68)), w});
+}
