@@ -13,7 +13,7 @@ set(tiny --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --dropout 0.1 --batc
 
 function(run_gpt out_var)
   execute_process(COMMAND ${TRAIN_GPT} ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE output
-                  ERROR_VARIABLE error TIMEOUT 60)
+                  ERROR_VARIABLE error TIMEOUT 240)
   if(NOT code EQUAL 0)
     message(FATAL_ERROR "train_gpt ${ARGN} failed (${code}):\n${output}\n${error}")
   endif()

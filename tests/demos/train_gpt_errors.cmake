@@ -10,7 +10,7 @@ set(tiny ${base} --n-head 2 --n-embd 16 --data-dir ${DATA})
 
 function(refused label)
   execute_process(COMMAND ${TRAIN_GPT} ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE output
-                  ERROR_VARIABLE error TIMEOUT 60)
+                  ERROR_VARIABLE error TIMEOUT 240)
   string(STRIP "${error}" error)
   string(FIND "${error}" "\n" newline)
   if(NOT code EQUAL 2 OR NOT newline EQUAL -1 OR error STREQUAL "")
@@ -58,7 +58,7 @@ require_in("${error}" "invalid UTF-8 at byte 3" "Latin-1 text")
 
 # A saved run, then resumes and generations it refuses.
 execute_process(COMMAND ${TRAIN_GPT} ${tiny} --out ${OUT}/run --save ${OUT}/saved
-                RESULT_VARIABLE code OUTPUT_VARIABLE output ERROR_VARIABLE error TIMEOUT 60)
+                RESULT_VARIABLE code OUTPUT_VARIABLE output ERROR_VARIABLE error TIMEOUT 240)
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "the tiny run failed (${code}):\n${output}\n${error}")
 endif()
