@@ -1,153 +1,23 @@
 #pragma once
 // BackwardFn<T>: the backward rule of one tape node, a move-only callable
-// `void(Tape<T>& tape, const xt::xarray<T>& grad_output)`.
-//
-// std::function allocates for any capture larger than two pointers, which is
-// nearly every rule of every op on every step. BackwardFn keeps a capture of
-// up to k_inline_bytes inside the object; a larger one goes to a heap block
-// that the object keeps when its callable is reset or replaced, and reuses for
-// the next callable that fits. A node of a warm tape (Tape::clear keeps its
-// nodes) therefore records its rule without allocating, whatever the size of
-// the rule's capture. Moving a BackwardFn swaps heap blocks, never copies or
-// allocates; a capture must be nothrow move constructible to live inline and
-// at most max_align_t-aligned.
+// `void(Tape<T>& tape, const xt::xarray<T>& grad_output)` that keeps its
+// capture inline (detail::InlineFunction, inline_function.hpp), so that a
+// warm tape records its rules without allocating.
 
 #include <cstddef>
-#include <new>
-#include <type_traits>
-#include <utility>
 
 #include <xtensor/xarray.hpp>
+
+#include "inline_function.hpp"
 
 namespace xtgrad {
 
 template <class T>
 class Tape;
 
+// 96 bytes: enough for the captures of the engine's rules (indices, shapes,
+// options); a reduction plan over several axes goes to the heap block.
 template <class T>
-class BackwardFn {
- public:
-  // Enough for the captures of the engine's rules (indices, shapes, options);
-  // a reduction plan over several axes goes to the heap block.
-  static constexpr std::size_t k_inline_bytes = 96;
-
-  BackwardFn() = default;
-  BackwardFn(std::nullptr_t) {}  // NOLINT: like std::function, an empty rule
-  template <class F, std::enable_if_t<!std::is_same_v<std::decay_t<F>, BackwardFn> &&
-                                          !std::is_same_v<std::decay_t<F>, std::nullptr_t>,
-                                      int> = 0>
-  BackwardFn(F&& f) {  // NOLINT: implicit, as std::function
-    emplace(std::forward<F>(f));
-  }
-  BackwardFn(BackwardFn&& other) noexcept { take(other); }
-  BackwardFn& operator=(BackwardFn&& other) noexcept {
-    if (this != &other) take(other);
-    return *this;
-  }
-  BackwardFn& operator=(std::nullptr_t) noexcept {
-    reset();
-    return *this;
-  }
-  BackwardFn(const BackwardFn&) = delete;
-  BackwardFn& operator=(const BackwardFn&) = delete;
-  ~BackwardFn() {
-    reset();
-    ::operator delete(heap_);
-  }
-
-  // Replaces the callable by f (a BackwardFn is moved in, nullptr empties),
-  // reusing the kept heap block when f is too large for the inline storage
-  // but fits the block.
-  template <class F>
-  void emplace(F&& f) {
-    using Fn = std::decay_t<F>;
-    if constexpr (std::is_same_v<Fn, BackwardFn>) {
-      *this = std::move(f);
-    } else if constexpr (std::is_same_v<Fn, std::nullptr_t>) {
-      reset();
-    } else {
-      static_assert(std::is_invocable_v<Fn&, Tape<T>&, const xt::xarray<T>&>,
-                    "xtgrad::BackwardFn: a rule is called as rule(Tape<T>&, const xt::xarray<T>&)");
-      static_assert(alignof(Fn) <= alignof(std::max_align_t),
-                    "xtgrad::BackwardFn: a capture may be at most max_align_t-aligned");
-      reset();
-      constexpr bool fits_inline =
-          sizeof(Fn) <= k_inline_bytes && std::is_nothrow_move_constructible_v<Fn>;
-      void* where = inline_;
-      if constexpr (!fits_inline) {
-        if (heap_bytes_ < sizeof(Fn)) {
-          void* block = ::operator new(sizeof(Fn));  // may throw: *this stays empty
-          ::operator delete(heap_);
-          heap_ = block;
-          heap_bytes_ = sizeof(Fn);
-        }
-        where = heap_;
-      }
-      ::new (where) Fn(std::forward<F>(f));
-      ops_ = &ops_for<Fn, fits_inline>;
-    }
-  }
-
-  // Destroys the callable (and what it captured); keeps the heap block.
-  void reset() noexcept {
-    if (ops_) ops_->destroy(object());
-    ops_ = nullptr;
-  }
-  // reset(), and frees the heap block too.
-  void release() noexcept {
-    reset();
-    ::operator delete(heap_);
-    heap_ = nullptr;
-    heap_bytes_ = 0;
-  }
-
-  explicit operator bool() const noexcept { return ops_ != nullptr; }
-  friend bool operator==(const BackwardFn& f, std::nullptr_t) noexcept { return !f; }
-  friend bool operator!=(const BackwardFn& f, std::nullptr_t) noexcept { return bool(f); }
-
-  // Calls the rule; it must not be empty.
-  void operator()(Tape<T>& tape, const xt::xarray<T>& grad_output) const {
-    ops_->invoke(object(), tape, grad_output);
-  }
-
- private:
-  struct Ops {
-    void (*invoke)(void* object, Tape<T>& tape, const xt::xarray<T>& grad_output);
-    void (*move_inline)(void* from, void* to) noexcept;  // inline objects only
-    void (*destroy)(void* object) noexcept;
-    bool is_inline;
-  };
-
-  template <class Fn, bool Inline>
-  static constexpr Ops ops_for{[](void* object, Tape<T>& tape, const xt::xarray<T>& grad_output) {
-                                 (*static_cast<Fn*>(object))(tape, grad_output);
-                               },
-                               [](void* from, void* to) noexcept {
-                                 if constexpr (Inline) {
-                                   ::new (to) Fn(std::move(*static_cast<Fn*>(from)));
-                                   static_cast<Fn*>(from)->~Fn();
-                                 }
-                               },
-                               [](void* object) noexcept { static_cast<Fn*>(object)->~Fn(); },
-                               Inline};
-
-  void* object() const noexcept { return ops_->is_inline ? static_cast<void*>(inline_) : heap_; }
-
-  // Takes other's callable; the heap blocks are swapped, so that neither side
-  // frees or allocates.
-  void take(BackwardFn& other) noexcept {
-    reset();
-    std::swap(heap_, other.heap_);
-    std::swap(heap_bytes_, other.heap_bytes_);
-    ops_ = other.ops_;
-    if (ops_ && ops_->is_inline) ops_->move_inline(other.inline_, inline_);
-    other.ops_ = nullptr;
-  }
-
-  alignas(std::max_align_t) mutable unsigned char inline_[k_inline_bytes];
-  void* heap_ = nullptr;
-  std::size_t heap_bytes_ = 0;
-  const Ops* ops_ = nullptr;
-};
+using BackwardFn = detail::InlineFunction<void(Tape<T>&, const xt::xarray<T>&), 96>;
 
 }  // namespace xtgrad

@@ -93,6 +93,7 @@ std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::siz
   node.op = op;
   node.param = nullptr;
   node.backward = nullptr;
+  node.grad_rule = nullptr;
   node.parents.assign(parents, parents + count);  // no allocation once the node's list is warm
   node.requires_grad = grad_enabled_ && requires_grad;
   node.is_leaf = false;
@@ -221,6 +222,7 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
   }
   if (detect_anomaly_) check_backward_start(root, dy);
   for (BackwardObserver<T>* observer : observers_) observer->backward_begin(*this, root);
+  graph_grads_.clear();  // gradient Vars of an earlier create_graph pass are stale now
 
   for (std::size_t i = 0; i < size_; ++i)
     if (!node_at(i).is_leaf) node_at(i).grad_ready = false;
@@ -290,8 +292,10 @@ template <class T>
 void Tape<T>::clear() {
   for (std::size_t i = 0; i < size_; ++i) {
     node_at(i).backward = nullptr;  // drop captured buffers now, keep the node's own
+    node_at(i).grad_rule = nullptr;
     node_at(i).param = nullptr;
   }
+  graph_grads_.clear();
   size_ = 0;
   ++generation_;
 }

@@ -45,8 +45,10 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "anomaly_error.hpp"
 #include "backward_fn.hpp"
 #include "backward_observer.hpp"
+#include "grad_rule.hpp"
 #include "parameter.hpp"
 
 namespace xtgrad {
@@ -54,6 +56,19 @@ namespace xtgrad {
 template <class T>
 class Tape;
 class Profiler;  // engine/profiler.hpp
+
+// Options of Tape::backward. create_graph (PyTorch's create_graph=True):
+// backward records its own computation on the same tape through each node's
+// GradRule (grad_rule.hpp), so that gradients are Vars (Var::grad_var) that
+// can be differentiated again; .grad() and Parameter::grad get the values a
+// plain backward gives. Refused (std::logic_error, before anything changes)
+// when a node the gradients reach has no GradRule ("not twice
+// differentiable: <op>") or a BackwardObserver is added.
+struct BackwardOptions {
+  bool create_graph = false;
+};
+// tape.backward(y, xtgrad::create_graph).
+inline constexpr BackwardOptions create_graph{true};
 
 // Blocks template argument deduction, so that an argument declared
 // `const std::optional<Var<NoDeduce<T>>>&` accepts a plain Var<T>.
@@ -84,6 +99,13 @@ class Var {
     return tape_for("Var::dimension", "this").value(index_).dimension();
   }
   bool requires_grad() const;
+  // The gradient as a differentiable Var, after a backward with create_graph
+  // that reached this node (a leaf's or Parameter's sums the earlier
+  // create_graph backwards since its gradient was last zeroed; a gradient
+  // accumulated otherwise enters as a constant). std::logic_error when there
+  // is none: no such backward, a plain backward or clear() since, a zeroed
+  // gradient, or no gradient reached this node.
+  Var<T> grad_var() const;
 
   Tape<T>& tape() const { return tape_for("Var::tape", "this"); }
   // The tape, or std::logic_error naming `op` and `arg` for an empty handle
@@ -121,37 +143,6 @@ struct GradPointer {
 // tape.grad_slot(parent_index). Captures indices, shapes and evaluated
 // containers by value, never views or references.
 
-// Thrown in anomaly mode (Tape::set_detect_anomaly) for the first non-finite
-// value or gradient. what() is one readable paragraph; the fields let a test
-// or a training loop react to it.
-class AnomalyError : public std::runtime_error {
- public:
-  enum class Phase { forward, backward };
-
-  AnomalyError(const std::string& what, Phase phase, std::string op, std::size_t node,
-               std::size_t gradient_node)
-      : std::runtime_error(what),
-        phase_(phase),
-        op_(std::move(op)),
-        node_(node),
-        gradient_node_(gradient_node) {}
-
-  // forward: the node's value is non-finite; backward: the backward rule of
-  // `node` wrote a non-finite gradient into node `gradient_node()`.
-  Phase phase() const { return phase_; }
-  // The op of `node` ("linear", "leaf", "param", ...).
-  const std::string& op() const { return op_; }
-  std::size_t node() const { return node_; }
-  // backward: the parent whose gradient became non-finite; forward: node().
-  std::size_t gradient_node() const { return gradient_node_; }
-
- private:
-  Phase phase_;
-  std::string op_;
-  std::size_t node_;
-  std::size_t gradient_node_;
-};
-
 template <class T>
 class Tape {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -187,6 +178,8 @@ class Tape {
   // with an explicit upstream gradient dy of y's shape.
   void backward(const Var<T>& y);
   void backward(const Var<T>& y, const xt::xarray<T>& dy);
+  void backward(const Var<T>& y, const BackwardOptions& options);
+  void backward(const Var<T>& y, const xt::xarray<T>& dy, const BackwardOptions& options);
 
   // Zero the gradients of this tape's leaves (Parameters are zeroed by their
   // owner: Module::zero_grad or an optimizer's zero_grad).
@@ -291,6 +284,14 @@ class Tape {
     if (node.requires_grad) node.backward.emplace(std::forward<F>(backward));
     if (profiler_) profile_forward_end(index);
   }
+  // The differentiable form of the rule (GradRule, grad_rule.hpp), for
+  // backward with create_graph; set right after set_backward, dropped like it
+  // when the node needs no gradient.
+  template <class F>
+  void set_grad_rule(std::size_t index, F&& rule) {
+    Node& node = node_at(index);
+    if (node.requires_grad) node.grad_rule.emplace(std::forward<F>(rule));
+  }
 
   // Memory for what a backward rule reads beside values (row statistics, a
   // copy of integer targets): `count` elements of a trivially copyable U,
@@ -344,6 +345,7 @@ class Tape {
 
  private:
   friend class Var<T>;
+  friend struct detail::GraphPass<T>;
   struct Node {
     const char* op = "";
     xt::xarray<T> value;  // unused for Parameter nodes
@@ -351,6 +353,7 @@ class Tape {
     Parameter<T>* param = nullptr;
     Shape param_shape;  // param->value's shape when recorded
     BackwardFn<T> backward;
+    GradRule<T> grad_rule;  // empty unless the op set one
     std::vector<std::size_t> parents;
     std::unique_ptr<std::max_align_t[]> saved;  // Tape::save, kept across clear()
     std::size_t saved_blocks = 0;
@@ -392,6 +395,9 @@ class Tape {
   bool detect_anomaly_ = false;
   Profiler* profiler_ = nullptr;
   std::vector<BackwardObserver<T>*> observers_;
+  // Node -> the node holding its gradient Var after the last create_graph
+  // backward (Var::grad_var); emptied by a plain backward and by clear().
+  std::vector<std::size_t> graph_grads_;
 };
 
 // Turns recording off for a scope (like torch::NoGradGuard), restoring the

@@ -4,6 +4,7 @@
 
 #include "../check.hpp"
 #include "../kernels/broadcast.hpp"
+#include "sum_to.hpp"
 
 namespace xtgrad {
 
@@ -90,6 +91,23 @@ Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b)
         detail::sum_to_shape(dy, t.grad_slot(bi), kind == Arithmetic::sub ? T(-1) : T(1));
     }
   });
+  // The same formulas as ops, each summed back to its operand's shape.
+  tape.set_grad_rule(yi, [kind](GradSink<T>& g) {
+    const Var<T> dy = g.grad_output(), a = g.input(0), b = g.input(1);
+    if (g.needs_grad(0)) {
+      const Var<T> da = kind == Arithmetic::mul   ? mul(dy, b)
+                        : kind == Arithmetic::div ? div(dy, b)
+                                                  : dy;
+      g.add(0, detail::sum_to(da, a.shape()));
+    }
+    if (g.needs_grad(1)) {
+      const Var<T> db = kind == Arithmetic::mul   ? mul(dy, a)
+                        : kind == Arithmetic::div ? scale(div(mul(dy, g.output()), b), T(-1))
+                        : kind == Arithmetic::sub ? scale(dy, T(-1))
+                                                  : dy;
+      g.add(1, detail::sum_to(db, b.shape()));
+    }
+  });
   return tape.var(yi);
 }
 
@@ -157,6 +175,23 @@ Var<T> with_scalar(const char* op, WithScalar kind, const Var<T>& x, T s) {
       }
     }
   });
+  tape.set_grad_rule(yi, [s, kind](GradSink<T>& g) {
+    const Var<T> dy = g.grad_output();
+    switch (kind) {
+      case WithScalar::add:  // dx = dy
+        g.add(0, dy);
+        break;
+      case WithScalar::rsub:  // dx = -dy
+        g.add(0, scale(dy, T(-1)));
+        break;
+      case WithScalar::div:  // dx = dy / s
+        g.add(0, div_scalar(dy, s));
+        break;
+      case WithScalar::rdiv:  // dx = -(dy s) / x^2 = -(dy y) / x, y = s / x
+        g.add(0, scale(div(mul(dy, g.output()), g.input(0)), T(-1)));
+        break;
+    }
+  });
   return tape.var(yi);
 }
 
@@ -198,6 +233,7 @@ Var<T> scale(const Var<T>& a, NoDeduce<T> s) {
     // da[a] (+)= s * dy[a]
     if (t.requires_grad(ai)) detail::sum_to_shape(dy, t.grad_slot(ai), s);
   });
+  tape.set_grad_rule(yi, [s](GradSink<T>& g) { g.add(0, scale(g.grad_output(), s)); });
   return tape.var(yi);
 }
 
