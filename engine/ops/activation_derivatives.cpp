@@ -4,6 +4,7 @@
 
 #include "../check.hpp"
 #include "../kernels/activation_derivative_kernels.hpp"
+#include "elementwise.hpp"
 
 namespace xtgrad {
 
@@ -48,6 +49,13 @@ Var<T> activation_derivative(const Var<T>& x, Activation a, int order) {
     detail::activation_derivative_backward(a, order, t.value(xi).data(), dy.data(), dx.data,
                                            dy.size(), dx.accumulate);
   });
+  // create_graph, order 1 only: dx = dy * f''(x), through the order-2 op. The
+  // order-2 op sets no rule (f''' exists as a kernel, not as an op), so a
+  // fourth derivative is refused as "not twice differentiable".
+  if (order == 1)
+    tape.set_grad_rule(yi, [a](GradSink<T>& g) {
+      if (g.needs_grad(0)) g.add(0, mul(g.grad_output(), activation_derivative(g.input(0), a, 2)));
+    });
   return tape.var(yi);
 }
 

@@ -7,6 +7,7 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
+#include "mask.hpp"
 
 namespace xtgrad {
 
@@ -89,6 +90,21 @@ std::int64_t padding_row(const char* op, std::optional<std::int64_t> padding_idx
   return *padding_idx < 0 ? *padding_idx + v : *padding_idx;
 }
 
+// The indices kept in node `index`'s saved memory, in the shape of `rows`
+// ([indices.shape..., D]) without its last axis.
+template <class T>
+Indices saved_indices(const Tape<T>& tape, std::size_t index, const Shape& rows) {
+  Indices kept = xt::empty<std::int64_t>(Shape(rows.begin(), rows.end() - 1));
+  const std::int64_t* saved = tape.template saved<std::int64_t>(index);
+  std::copy_n(saved, kept.size(), kept.data());
+  return kept;
+}
+
+// A padding row (or -1, none) as the optional argument of the ops.
+std::optional<std::int64_t> padding_option(std::int64_t padding) {
+  return padding < 0 ? std::nullopt : std::optional<std::int64_t>(padding);
+}
+
 }  // namespace
 
 template <class T>
@@ -126,6 +142,15 @@ Var<T> embedding(const Indices& indices, const Var<T>& weight,
     GradSlot<T> dw = t.grad_slot(wi);
     // dw[v, :] (+)= sum over p with indices[p] == v of dy[p, :]
     scatter_rows(groups, dy.data(), dw.buffer.data(), dw.accumulate, rows, dim, sum.data());
+  });
+  // create_graph: dweight = embedding_dense_backward(dy, indices), the indices
+  // kept in this node's saved memory
+  std::copy_n(idx, indices.size(), tape.template save<std::int64_t>(yi, indices.size()));
+  tape.set_grad_rule(yi, [rows, padding](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    const Var<T> dy = g.grad_output();
+    const Indices kept = saved_indices(g.tape(), g.output().index(), dy.shape());
+    g.add(0, embedding_dense_backward(dy, kept, rows, padding_option(padding)));
   });
   return tape.var(yi);
 }
@@ -174,6 +199,23 @@ Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indice
       else  // dg[p, :] = dy[indices[p], :]
         std::copy_n(row, dim, out);
     }
+  });
+  // create_graph: dgrad_output = the lookup of dy, 0 at the padding positions
+  tape.set_grad_rule(yi, [padding](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    const Shape& g_shape = g.input(0).shape();
+    const Indices kept = saved_indices(g.tape(), g.output().index(), g_shape);
+    const Var<T> rows = embedding(kept, g.grad_output());
+    if (padding < 0) {
+      g.add(0, rows);
+      return;
+    }
+    Shape mask_shape(kept.shape().begin(), kept.shape().end());
+    mask_shape.push_back(1);
+    xt::xarray<bool> at_padding = xt::empty<bool>(mask_shape);
+    std::transform(kept.begin(), kept.end(), at_padding.begin(),
+                   [padding](std::int64_t v) { return v == padding; });
+    g.add(0, masked_fill(rows, at_padding, 0.0));
   });
   return tape.var(yi);
 }

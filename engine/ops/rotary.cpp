@@ -143,6 +143,11 @@ Var<T> record_rotation(const Var<T>& x, std::size_t position_offset, double thet
       rotate_rows<!inverse, false>(dy.data(), dx.data, tab, tab + seq * half, rows_total, seq,
                                    half);
   });
+  // create_graph: dx = the inverse rotation of dy (of the inverse: the rotation)
+  tape.set_grad_rule(yi, [position_offset, theta](GradSink<T>& g) {
+    if (g.needs_grad(0))
+      g.add(0, record_rotation<!inverse>(g.grad_output(), position_offset, theta));
+  });
   return tape.var(yi);
 }
 
