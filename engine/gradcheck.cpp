@@ -27,6 +27,51 @@ double weighted_output(const GradcheckFunction& f, const std::vector<xt::xarray<
   return total;
 }
 
+// The gradients d<v, f(inputs)>/d(inputs) of a plain backward (zeros for an
+// input no gradient reaches), weighted by us: sum_k <us[k], grad_k>.
+double weighted_gradient(const GradcheckFunction& f, const std::vector<xt::xarray<double>>& inputs,
+                         const xt::xarray<double>& v, const std::vector<xt::xarray<double>>& us) {
+  Tape<double> tape;
+  std::vector<Var<double>> vars;
+  vars.reserve(inputs.size());
+  for (const auto& input : inputs) vars.push_back(tape.leaf(input, true));
+  const Var<double> y = f(vars);
+  if (!y.requires_grad()) return 0.0;
+  tape.backward(y, v);
+  double total = 0.0;
+  for (std::size_t k = 0; k < vars.size(); ++k) {
+    const xt::xarray<double>& g = vars[k].grad();
+    for (std::size_t i = 0; i < g.size(); ++i) total += us[k].data()[i] * g.data()[i];
+  }
+  return total;
+}
+
+xt::xarray<double> uniform_like(const Shape& shape, std::mt19937& generator) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  xt::xarray<double> a = xt::empty<double>(shape);
+  for (auto& element : a) element = uniform(generator);
+  return a;
+}
+
+void check_options(const char* function, const GradcheckOptions& options) {
+  const auto check_option = [function](const char* name, double value, bool ok,
+                                       const char* expected) {
+    if (!ok)
+      detail::fail_argument(function, std::string("options.") + name,
+                            "is " + detail::number_str(value) + ", expected " + expected);
+  };
+  check_option("eps", options.eps, std::isfinite(options.eps) && options.eps > 0.0,
+               "a finite number > 0");
+  check_option("atol", options.atol, std::isfinite(options.atol) && options.atol >= 0.0,
+               "a finite number >= 0");
+  check_option("rtol", options.rtol, std::isfinite(options.rtol) && options.rtol >= 0.0,
+               "a finite number >= 0");
+}
+
+// Records |analytic - numeric| against the tolerance into result.
+void compare(GradcheckResult& result, const GradcheckOptions& options, std::size_t input,
+             const Shape& shape, std::size_t j, double exact, double numeric);
+
 std::vector<std::size_t> unravel(std::size_t flat, const Shape& shape) {
   std::vector<std::size_t> index(shape.size());
   for (std::size_t d = shape.size(); d-- > 0;) {
@@ -54,17 +99,7 @@ std::string GradcheckResult::report() const {
 
 GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarray<double>>& inputs,
                           const GradcheckOptions& options) {
-  const auto check_option = [](const char* name, double value, bool ok, const char* expected) {
-    if (!ok)
-      detail::fail_argument("gradcheck", std::string("options.") + name,
-                            "is " + detail::number_str(value) + ", expected " + expected);
-  };
-  check_option("eps", options.eps, std::isfinite(options.eps) && options.eps > 0.0,
-               "a finite number > 0");
-  check_option("atol", options.atol, std::isfinite(options.atol) && options.atol >= 0.0,
-               "a finite number >= 0");
-  check_option("rtol", options.rtol, std::isfinite(options.rtol) && options.rtol >= 0.0,
-               "a finite number >= 0");
+  check_options("gradcheck", options);
 
   Tape<double> tape;
   std::vector<Var<double>> vars;
@@ -107,22 +142,83 @@ GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarr
       perturbed[i].data()[j] = original;
 
       const double numeric = (plus - minus) / (2.0 * options.eps);
-      const double exact = analytic[i].data()[j];
-      const double tolerance = options.atol + options.rtol * std::abs(numeric);
-      double ratio = std::abs(exact - numeric) / tolerance;
-      if (std::isnan(ratio)) ratio = INFINITY;
-      ++result.elements_checked;
-      if (result.elements_checked == 1 || ratio > result.worst_ratio) {
-        result.worst_ratio = ratio;
-        result.worst_input = i;
-        result.worst_index = unravel(j, inputs[i].shape());
-        result.worst_analytic = exact;
-        result.worst_numeric = numeric;
-      }
+      compare(result, options, i, inputs[i].shape(), j, analytic[i].data()[j], numeric);
     }
   }
   result.within_tolerance = result.worst_ratio <= 1.0;
   result.passed = result.within_tolerance && result.reentrant && result.zero_upstream_gives_zero;
+  return result;
+}
+
+namespace {
+
+void compare(GradcheckResult& result, const GradcheckOptions& options, std::size_t input,
+             const Shape& shape, std::size_t j, double exact, double numeric) {
+  const double tolerance = options.atol + options.rtol * std::abs(numeric);
+  double ratio = std::abs(exact - numeric) / tolerance;
+  if (std::isnan(ratio)) ratio = INFINITY;
+  ++result.elements_checked;
+  if (result.elements_checked == 1 || ratio > result.worst_ratio) {
+    result.worst_ratio = ratio;
+    result.worst_input = input;
+    result.worst_index = unravel(j, shape);
+    result.worst_analytic = exact;
+    result.worst_numeric = numeric;
+  }
+}
+
+}  // namespace
+
+GradcheckResult gradgradcheck(const GradcheckFunction& f,
+                              const std::vector<xt::xarray<double>>& inputs,
+                              const GradcheckOptions& options) {
+  check_options("gradgradcheck", options);
+  Tape<double> tape;
+  std::vector<Var<double>> vars;
+  vars.reserve(inputs.size());
+  for (const auto& input : inputs) vars.push_back(tape.leaf(input, true));
+  const Var<double> y = f(vars);
+  if (&y.tape() != &tape)
+    detail::fail_logic("gradgradcheck", "f must record on the tape of its arguments");
+  std::mt19937 generator(options.seed);
+  const xt::xarray<double> v = uniform_like(y.shape(), generator);
+  std::vector<xt::xarray<double>> us;
+  for (const auto& input : inputs) us.push_back(uniform_like(input.shape(), generator));
+
+  // Analytic: g_k = d<v, y>/dx_k as Vars, then the sum over k of backward(g_k, u_k)
+  // (leaves accumulate across the backward calls).
+  std::vector<xt::xarray<double>> analytic;
+  for (const auto& input : inputs) analytic.push_back(xt::zeros<double>(input.shape()));
+  if (y.requires_grad()) {
+    tape.backward(y, v, create_graph);
+    std::vector<Var<double>> gs;  // the gradients that depend on an input
+    std::vector<std::size_t> of;
+    for (std::size_t k = 0; k < vars.size(); ++k)
+      if (tape.node_has_grad(vars[k].index()) && vars[k].grad_var().requires_grad()) {
+        gs.push_back(vars[k].grad_var());
+        of.push_back(k);
+      }
+    tape.zero_grad();
+    for (std::size_t n = 0; n < gs.size(); ++n) tape.backward(gs[n], us[of[n]]);
+    for (std::size_t k = 0; k < vars.size(); ++k) analytic[k] = vars[k].grad();
+  }
+
+  GradcheckResult result;
+  std::vector<xt::xarray<double>> perturbed = inputs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    for (std::size_t j = 0; j < inputs[i].size(); ++j) {
+      const double original = inputs[i].data()[j];
+      perturbed[i].data()[j] = original + options.eps;
+      const double plus = weighted_gradient(f, perturbed, v, us);
+      perturbed[i].data()[j] = original - options.eps;
+      const double minus = weighted_gradient(f, perturbed, v, us);
+      perturbed[i].data()[j] = original;
+      const double numeric = (plus - minus) / (2.0 * options.eps);
+      compare(result, options, i, inputs[i].shape(), j, analytic[i].data()[j], numeric);
+    }
+  }
+  result.within_tolerance = result.worst_ratio <= 1.0;
+  result.passed = result.within_tolerance;
   return result;
 }
 

@@ -54,4 +54,21 @@ using GradcheckFunction = std::function<Var<double>(const std::vector<Var<double
 GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarray<double>>& inputs,
                           const GradcheckOptions& options = {});
 
+// gradgradcheck (torch.autograd.gradgradcheck): validates second derivatives,
+// i.e. the GradRules (grad_rule.hpp) that backward with create_graph runs.
+// With random v (for y) and u (for each input's gradient), both uniform in
+// [-1, 1], g(x) = d<v, f(x)>/dx is recorded by tape.backward(y, v,
+// xtgrad::create_graph), and the analytic d<u, g(x)>/dx (a backward through
+// the recorded gradients) is compared, element by element of every input,
+// with
+//   numeric = (<u, g(x + eps e)> - <u, g(x - eps e)>) / (2 eps)
+// where g is the first-order gradient of a plain backward; the same
+// tolerance as gradcheck. An input that g does not depend on (f linear in it)
+// gets 0. reentrant and zero_upstream_gives_zero are not checked (true).
+// f is called once with create_graph and 2 * (number of input elements) more
+// times with a plain backward.
+GradcheckResult gradgradcheck(const GradcheckFunction& f,
+                              const std::vector<xt::xarray<double>>& inputs,
+                              const GradcheckOptions& options = {});
+
 }  // namespace xtgrad

@@ -10,6 +10,7 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
+#include "elementwise.hpp"
 
 namespace xtgrad {
 
@@ -56,9 +57,10 @@ enum class Saves { input, output };
 
 // Records y = forward(x) (forward fills n elements of y from x) with the
 // backward rule dx (+)= term(dy, s), elementwise, where s is the input x or
-// the output y as `saves` says. term is captured by value: only scalars.
-template <class T, class Forward, class Term>
-Var<T> unary(const char* op, const Var<T>& x, Saves saves, Forward forward, Term term) {
+// the output y as `saves` says, and `rule`, the same derivative as ops
+// (GradRule, grad_rule.hpp). term and rule capture scalars only.
+template <class T, class Forward, class Term, class Rule>
+Var<T> unary(const char* op, const Var<T>& x, Saves saves, Forward forward, Term term, Rule rule) {
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
@@ -78,7 +80,14 @@ Var<T> unary(const char* op, const Var<T>& x, Saves saves, Forward forward, Term
     else
       backward_loop<false>(dy.data(), s, dx.data, dy.size(), term);
   });
+  tape.set_grad_rule(yi, rule);
   return tape.var(yi);
+}
+
+// A constant (no gradient) on the sink's tape: a mask or a sign.
+template <class T, class E>
+Var<T> constant(GradSink<T>& g, const E& expr) {
+  return g.tape().leaf(xt::xarray<T>(expr), false);
 }
 
 // v with NaN lanes replaced by 0 and the rest clamped to [-limit, limit], for
@@ -126,7 +135,11 @@ Var<T> clamp_op(const char* op, const Var<T>& x, T lo, T hi) {
         map_plain(xs, y, n, [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
       },
       // dx[x] (+)= dy[x] where lo <= x[x] <= hi, else 0 (torch's clamp_backward mask)
-      [lo, hi](T g, T v) { return v >= lo && v <= hi ? g : T(0); });
+      [lo, hi](T g, T v) { return v >= lo && v <= hi ? g : T(0); },
+      [lo, hi](GradSink<T>& g) {  // dx = dy * mask, the mask a constant
+        const xt::xarray<T>& xv = g.input(0).value();
+        g.add(0, mul(g.grad_output(), constant(g, xt::cast<T>(xv >= lo && xv <= hi))));
+      });
 }
 
 }  // namespace
@@ -138,7 +151,8 @@ Var<T> exp(const Var<T>& x) {
       [](const T* xs, T* y, std::size_t n) {
         map_batches(xs, y, n, [](const Batch<T>& v) { return detail::simd_math::exp_no_ub(v); });
       },
-      [](T g, T y) { return g * y; });  // dx[x] (+)= dy[x] * y[x]
+      [](T g, T y) { return g * y; },  // dx[x] (+)= dy[x] * y[x]
+      [](GradSink<T>& g) { g.add(0, mul(g.grad_output(), g.output())); });
 }
 
 template <class T>
@@ -148,7 +162,8 @@ Var<T> log(const Var<T>& x) {
       [](const T* xs, T* y, std::size_t n) {
         map_batches(xs, y, n, [](const Batch<T>& v) { return xsimd::log(v); });
       },
-      [](T g, T v) { return g / v; });  // dx[x] (+)= dy[x] / x[x]
+      [](T g, T v) { return g / v; },  // dx[x] (+)= dy[x] / x[x]
+      [](GradSink<T>& g) { g.add(0, div(g.grad_output(), g.input(0))); });
 }
 
 template <class T>
@@ -158,7 +173,8 @@ Var<T> sqrt(const Var<T>& x) {
       [](const T* xs, T* y, std::size_t n) {
         map_batches(xs, y, n, [](const Batch<T>& v) { return xsimd::sqrt(v); });
       },
-      [](T g, T y) { return g / (T(2) * y); });  // dx[x] (+)= dy[x] / (2 y[x])
+      [](T g, T y) { return g / (T(2) * y); },  // dx[x] (+)= dy[x] / (2 y[x])
+      [](GradSink<T>& g) { g.add(0, div(g.grad_output(), scale(g.output(), T(2)))); });
 }
 
 template <class T>
@@ -170,7 +186,11 @@ Var<T> rsqrt(const Var<T>& x) {
         map_batches(xs, y, n,
                     [](const Batch<T>& v) { return broadcast<Batch<T>>(1) / xsimd::sqrt(v); });
       },
-      [](T g, T y) { return T(-0.5) * g * (y * y * y); });  // dx[x] (+)= -0.5 dy[x] y[x]^3
+      [](T g, T y) { return T(-0.5) * g * (y * y * y); },  // dx[x] (+)= -0.5 dy[x] y[x]^3
+      [](GradSink<T>& g) {
+        const Var<T> y = g.output();
+        g.add(0, scale(mul(g.grad_output(), mul(mul(y, y), y)), T(-0.5)));
+      });
 }
 
 template <class T>
@@ -185,7 +205,11 @@ Var<T> tanh(const Var<T>& x) {
           return xsimd::select(xsimd::isnan(v), v, xsimd::tanh(tame(v, limit)));
         });
       },
-      [](T g, T y) { return g * (T(1) - y * y); });  // dx[x] (+)= dy[x] (1 - y[x]^2)
+      [](T g, T y) { return g * (T(1) - y * y); },  // dx[x] (+)= dy[x] (1 - y[x]^2)
+      [](GradSink<T>& g) {
+        const Var<T> y = g.output();
+        g.add(0, mul(g.grad_output(), rsub(mul(y, y), T(1))));
+      });
 }
 
 template <class T>
@@ -201,7 +225,11 @@ Var<T> sigmoid(const Var<T>& x) {
           return xsimd::select(v >= broadcast<Batch<T>>(0), r, e * r);
         });
       },
-      [](T g, T y) { return g * ((T(1) - y) * y); });  // dx[x] (+)= dy[x] (1 - y[x]) y[x]
+      [](T g, T y) { return g * ((T(1) - y) * y); },  // dx[x] (+)= dy[x] (1 - y[x]) y[x]
+      [](GradSink<T>& g) {
+        const Var<T> y = g.output();
+        g.add(0, mul(g.grad_output(), mul(rsub(y, T(1)), y)));
+      });
 }
 
 template <class T>
@@ -214,6 +242,9 @@ Var<T> abs(const Var<T>& x) {
       // dx[x] (+)= dy[x] * sign(x[x]), sign(0) = sign(NaN) = 0
       [](T g, T v) {
         return g * (v > T(0) ? T(1) : v < T(0) ? T(-1) : T(0));
+      },
+      [](GradSink<T>& g) {  // dx = dy * sign(x), the sign a constant
+        g.add(0, mul(g.grad_output(), constant(g, xt::sign(g.input(0).value()))));
       });
 }
 
@@ -222,7 +253,8 @@ Var<T> square(const Var<T>& x) {
   return unary(
       "square", x, Saves::input,
       [](const T* xs, T* y, std::size_t n) { map_plain(xs, y, n, [](T v) { return v * v; }); },
-      [](T g, T v) { return T(2) * v * g; });  // dx[x] (+)= 2 x[x] dy[x]
+      [](T g, T v) { return T(2) * v * g; },  // dx[x] (+)= 2 x[x] dy[x]
+      [](GradSink<T>& g) { g.add(0, scale(mul(g.grad_output(), g.input(0)), T(2))); });
 }
 
 template <class T>
@@ -255,6 +287,13 @@ Var<T> pow(const Var<T>& x, NoDeduce<T> exponent) {
       else
         backward_loop<false>(dy.data(), xs, dx.data, n, term);
     });
+  });
+  tape.set_grad_rule(yi, [p](GradSink<T>& g) {
+    const Var<T> x = g.input(0);
+    if (p == T(0))  // dx = 0 whatever dy holds
+      g.add(0, constant(g, xt::zeros<T>(x.shape())));
+    else  // dx = dy * (p x^(p-1))
+      g.add(0, mul(g.grad_output(), scale(pow(x, T(p - T(1))), p)));
   });
   return tape.var(yi);
 }

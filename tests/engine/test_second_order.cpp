@@ -54,3 +54,50 @@ TEST_CASE("second order: add of a broadcast bias, and a reused node") {
   check_close(b.grad(), 4.0 * v);
   check_close(a.grad(), xt::xarray<double>(2.0 * xt::ones<double>({2, 3}) * v));
 }
+
+namespace {
+
+using Dims = std::vector<std::size_t>;
+
+// gradgradcheck, failing the test with its report.
+void check_second_order(const GradcheckFunction& f, const std::vector<xt::xarray<double>>& inputs,
+                        const GradcheckOptions& options = {}) {
+  const GradcheckResult result = gradgradcheck(f, inputs, options);
+  INFO(result.report());
+  CHECK(result.passed);
+  CHECK(result.elements_checked > 0);
+}
+
+}  // namespace
+
+TEST_CASE("second order: elementwise arithmetic, with broadcasting") {
+  const xt::xarray<double> a = random_away_from_zero({2, 3}, 11, 0.5);
+  const xt::xarray<double> b = random_away_from_zero({3}, 12, 0.5);
+  const xt::xarray<double> c = random_away_from_zero({2, 1}, 13, 0.5);
+  using Inputs = const std::vector<Var<double>>&;
+  check_second_order([](Inputs x) { return mul(add(x[0], x[1]), mul(x[0], x[2])); }, {a, b, c});
+  check_second_order([](Inputs x) { return mul(sub(x[0], x[1]), sub(x[2], x[0])); }, {a, b, c});
+  check_second_order([](Inputs x) { return div(mul(x[0], x[0]), x[1]); }, {a, b});
+  check_second_order([](Inputs x) { return div(x[1], add(x[0], x[2])); }, {a, b, c});
+  check_second_order([](Inputs x) { return mul(scale(x[0], 1.5), add_scalar(x[0], 0.25)); }, {a});
+  check_second_order([](Inputs x) { return mul(rsub(x[0], 2.0), div_scalar(x[0], 3.0)); }, {a});
+  check_second_order([](Inputs x) { return mul(rdiv(x[0], 2.0), x[0]); }, {a});
+}
+
+TEST_CASE("second order: math functions") {
+  const xt::xarray<double> x = random_away_from_zero({2, 3}, 21, 0.2);
+  const xt::xarray<double> positive = random_array({2, 3}, 22, 0.5, 2.0);
+  using Inputs = const std::vector<Var<double>>&;
+  check_second_order([](Inputs v) { return mul(exp(v[0]), v[0]); }, {x});
+  check_second_order([](Inputs v) { return mul(log(v[0]), v[0]); }, {positive});
+  check_second_order([](Inputs v) { return mul(sqrt(v[0]), v[0]); }, {positive});
+  check_second_order([](Inputs v) { return rsqrt(v[0]); }, {positive});
+  check_second_order([](Inputs v) { return tanh(mul(v[0], v[0])); }, {x});
+  check_second_order([](Inputs v) { return sigmoid(mul(v[0], v[0])); }, {x});
+  check_second_order([](Inputs v) { return mul(abs(v[0]), v[0]); }, {x});
+  check_second_order([](Inputs v) { return mul(square(v[0]), v[0]); }, {x});
+  check_second_order([](Inputs v) { return pow(v[0], 3.5); }, {positive});
+  check_second_order([](Inputs v) { return mul(pow(v[0], 0.0), v[0]); }, {positive});
+  check_second_order([](Inputs v) { return mul(clamp(v[0], -0.5, 0.5), v[0]); }, {x});
+  check_second_order([](Inputs v) { return mul(clamp_min(v[0], 0.0), v[0]); }, {x});
+}
