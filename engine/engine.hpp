@@ -3,6 +3,8 @@
 
 #include "activation.hpp"
 #include "checkpoint.hpp"
+#include "grad.hpp"
+#include "grad_rule.hpp"
 #include "gradcheck.hpp"
 #include "graph_dot.hpp"
 #include "indices.hpp"

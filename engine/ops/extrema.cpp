@@ -7,6 +7,9 @@
 #include "../check.hpp"
 #include "../kernels/axes.hpp"
 #include "../kernels/reduce_plan.hpp"
+#include "elementwise.hpp"
+#include "shape.hpp"
+#include "sum_to.hpp"
 
 namespace xtgrad {
 
@@ -68,6 +71,19 @@ Var<T> extreme(const char* op, const Var<T>& x, const std::vector<std::int64_t>&
         detail::for_each_reduced(plan, base,
                                  [&](std::size_t i) { d[i] = x[i] == top ? share : other; });
     });
+  });
+  // dx = dy broadcast back, times the constant weights [x == y] / #ties
+  // (NaN over a row whose result is NaN, as above).
+  tape.set_grad_rule(yi, [axes = detail::reduced_axes(dims, x.dimension())](GradSink<T>& g) {
+    const Var<T> x = g.input(0);
+    const Shape& shape = x.shape();
+    Tape<T>& t = g.tape();
+    const Var<T> top = detail::unreduce(t.leaf(g.output().value(), false), shape, axes);
+    const Var<T> ties =
+        t.leaf(xt::xarray<T>(xt::cast<T>(xt::equal(x.value(), top.value()))), false);
+    const Var<T> count =
+        detail::unreduce(sum(ties, detail::axes_list(axes, shape.size()), true), shape, axes);
+    g.add(0, mul(detail::unreduce(g.grad_output(), shape, axes), div(ties, count)));
   });
   return tape.var(yi);
 }

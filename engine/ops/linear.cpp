@@ -6,6 +6,9 @@
 #include "../check.hpp"
 #include "../errors.hpp"
 #include "../kernels/gemm.hpp"
+#include "matmul.hpp"
+#include "reduce.hpp"
+#include "shape.hpp"
 
 namespace xtgrad {
 
@@ -117,6 +120,25 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
           detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
         }
       });
+  // The same products as ops, on dy and x seen as [N, out] and [N, in].
+  tape.set_grad_rule(yi, [n, in, out, out_in, has_bias = bi.has_value()](GradSink<T>& g) {
+    const auto rows = static_cast<std::int64_t>(n);
+    const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
+    const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(out)});
+    if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
+      const Var<T> dx = matmul(dy2, out_in ? w : transpose(w, 0, 1));
+      g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+    }
+    if (g.needs_grad(1)) {
+      const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(in)});
+      if (out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
+        g.add(1, matmul(transpose(dy2, 0, 1), x2));
+      else  // dW[in,out] = x^T[in,N] . dy[N,out]
+        g.add(1, matmul(transpose(x2, 0, 1), dy2));
+    }
+    if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
+      g.add(2, sum(dy2, 0));
+  });
   return tape.var(yi);
 }
 

@@ -6,6 +6,8 @@
 #include "../check.hpp"
 #include "../errors.hpp"
 #include "../kernels/gemm.hpp"
+#include "shape.hpp"
+#include "sum_to.hpp"
 
 namespace xtgrad {
 
@@ -189,6 +191,17 @@ Var<T> matmul(const Var<T>& a, const Var<T>& b) {
       }
     }
   });
+  // Both operands of rank >= 2: da = dy . b^T, db = a^T . dy, each summed back
+  // over the batch axes its operand was broadcast along. A vector operand has
+  // no rule (create_graph refuses it).
+  if (a.dimension() >= 2 && b.dimension() >= 2)
+    tape.set_grad_rule(yi, [](GradSink<T>& g) {
+      const Var<T> dy = g.grad_output(), a = g.input(0), b = g.input(1);
+      if (g.needs_grad(0))  // da[..., M, K] = dy[..., M, N] . b^T[..., N, K]
+        g.add(0, detail::sum_to(matmul(dy, transpose(b, -1, -2)), a.shape()));
+      if (g.needs_grad(1))  // db[..., K, N] = a^T[..., K, M] . dy[..., M, N]
+        g.add(1, detail::sum_to(matmul(transpose(a, -1, -2), dy), b.shape()));
+    });
   return tape.var(yi);
 }
 

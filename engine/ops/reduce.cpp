@@ -10,6 +10,8 @@
 #include "../check.hpp"
 #include "../kernels/broadcast.hpp"
 #include "../kernels/reduce_plan.hpp"
+#include "elementwise.hpp"
+#include "sum_to.hpp"
 
 namespace xtgrad {
 
@@ -46,6 +48,13 @@ Var<T> reduce_all(const char* op, const Var<T>& x, bool is_mean) {
     else
       std::fill(d, d + n, g);
   });
+  // dx = dy broadcast to x's shape (divided by n for mean)
+  tape.set_grad_rule(yi, [n, is_mean](GradSink<T>& g) {
+    const Shape& shape = g.input(0).shape();
+    const Var<T> dx =
+        detail::unreduce(g.grad_output(), shape, detail::reduced_axes({}, shape.size()));
+    g.add(0, is_mean ? div_scalar(dx, static_cast<T>(n)) : dx);
+  });
   return tape.var(yi);
 }
 
@@ -81,6 +90,12 @@ Var<T> reduce_dims(const char* op, const Var<T>& x, const std::vector<std::int64
                             [g, n = static_cast<T>(plan.reduced_size)](std::size_t o, std::size_t) {
                               return g[o] / n;
                             });
+  });
+  // dx = dy broadcast back over the reduced axes (divided by n for mean)
+  tape.set_grad_rule(yi, [axes = detail::reduced_axes(dims, x.dimension()), n = plan.reduced_size,
+                          is_mean](GradSink<T>& g) {
+    const Var<T> dx = detail::unreduce(g.grad_output(), g.input(0).shape(), axes);
+    g.add(0, is_mean ? div_scalar(dx, static_cast<T>(n)) : dx);
   });
   return tape.var(yi);
 }

@@ -8,6 +8,7 @@
 #include "../kernels/broadcast.hpp"
 #include "../kernels/copy.hpp"
 #include "../kernels/permute.hpp"
+#include "sum_to.hpp"
 
 namespace xtgrad {
 
@@ -30,6 +31,10 @@ Var<T> reshaped(const char* op, Tape<T>& tape, const Var<T>& x, const Shape& sha
     GradSlot<T> dx = t.grad_slot(xi);
     // dx[x.shape] (+)= dy[shape], element by element in row-major order
     detail::copy_or_add(dx.buffer.data(), dy.data(), dy.size(), dx.accumulate);
+  });
+  tape.set_grad_rule(yi, [](GradSink<T>& g) {  // dx = reshape(dy, x.shape)
+    const Shape& shape = g.input(0).shape();
+    g.add(0, reshape(g.grad_output(), std::vector<std::int64_t>(shape.begin(), shape.end())));
   });
   return tape.var(yi);
 }
@@ -58,6 +63,9 @@ Var<T> permuted(const char* op, Tape<T>& tape, const Var<T>& x, const Shape& dim
       detail::permute_into<true>(dy.data(), dy.shape(), inverse, dx.buffer.data(), dy.size());
     else
       detail::permute_into<false>(dy.data(), dy.shape(), inverse, dx.buffer.data(), dy.size());
+  });
+  tape.set_grad_rule(yi, [inverse](GradSink<T>& g) {  // dx = permute(dy, inverse)
+    g.add(0, permute(g.grad_output(), std::vector<std::int64_t>(inverse.begin(), inverse.end())));
   });
   return tape.var(yi);
 }
@@ -222,6 +230,9 @@ Var<T> expand(const Var<T>& x, const std::vector<std::int64_t>& shape) {
   tape.set_backward(yi, [xi](Tape<T>& t, const xt::xarray<T>& dy) {
     // dx[x.shape] (+)= dy[y_shape] summed over the axes x was repeated along
     if (t.requires_grad(xi)) detail::sum_to_shape(dy, t.grad_slot(xi));
+  });
+  tape.set_grad_rule(yi, [](GradSink<T>& g) {  // dx = dy summed back to x's shape
+    g.add(0, detail::sum_to(g.grad_output(), g.input(0).shape()));
   });
   return tape.var(yi);
 }

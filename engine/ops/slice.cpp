@@ -8,6 +8,7 @@
 #include "../indices.hpp"
 #include "../kernels/axes.hpp"
 #include "../kernels/copy.hpp"
+#include "shape.hpp"
 
 namespace xtgrad {
 
@@ -43,6 +44,20 @@ Var<T> take(const char* op, Tape<T>& tape, const Var<T>& x, std::size_t axis, st
                         dy.data() + o * length * s.inner, s.inner, length, s.inner,
                         slot.accumulate);
   });
+  // Step 1: dx = dy between zeros along the axis (x seen as [outer, extent,
+  // inner]); a strided slice has no rule and refuses create_graph.
+  if (step == 1)
+    tape.set_grad_rule(yi, [s, start, length](GradSink<T>& g) {
+      Tape<T>& t = g.tape();
+      const auto o = static_cast<std::int64_t>(s.outer), in = static_cast<std::int64_t>(s.inner);
+      const Var<T> before = t.leaf(xt::xarray<T>(xt::zeros<T>({s.outer, start, s.inner})), false);
+      const Var<T> after =
+          t.leaf(xt::xarray<T>(xt::zeros<T>({s.outer, s.extent - start - length, s.inner})), false);
+      const Var<T> dy = reshape(g.grad_output(), {o, static_cast<std::int64_t>(length), in});
+      const Shape& shape = g.input(0).shape();
+      g.add(0, reshape(concat({before, dy, after}, 1),
+                       std::vector<std::int64_t>(shape.begin(), shape.end())));
+    });
   return tape.var(yi);
 }
 
@@ -94,6 +109,20 @@ Var<T> join(const char* op, Tape<T>& tape, const std::vector<Piece>& pieces, std
                           dx.accumulate);
       }
       offset += p.chunk;
+    }
+  });
+  // dx_k = columns [offset_k, offset_k + chunk_k) of dy seen as [outer, row]
+  tape.set_grad_rule(yi, [outer, row](GradSink<T>& g) {
+    const Var<T> dy = reshape(g.grad_output(),
+                              {static_cast<std::int64_t>(outer), static_cast<std::int64_t>(row)});
+    std::int64_t offset = 0;
+    for (std::size_t k = 0; k < g.input_count(); ++k) {
+      const Var<T> x = g.input(k);
+      const auto chunk = static_cast<std::int64_t>(outer == 0 ? 0 : x.size() / outer);
+      if (g.needs_grad(k))
+        g.add(k, reshape(slice(dy, 1, offset, offset + chunk),
+                         std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+      offset += chunk;
     }
   });
   return tape.var(yi);

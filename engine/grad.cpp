@@ -1,0 +1,207 @@
+#include "grad.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "errors.hpp"
+#include "graph_pass.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/reduce.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+std::string nth(const char* name, std::size_t k) {
+  return name + ("[" + std::to_string(k) + "]");
+}
+
+// The nodes of each input (a Parameter's every node on the tape, in order).
+template <class T>
+std::vector<std::vector<std::size_t>> input_nodes(Tape<T>& tape,
+                                                  const std::vector<GradInput<T>>& inputs) {
+  static constexpr const char* fn = "grad";
+  std::vector<std::vector<std::size_t>> nodes(inputs.size());
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const std::string name = nth("inputs", k);
+    const Parameter<T>* p = inputs[k].param();
+    if (const Var<T>* v = inputs[k].var()) {
+      tape.check_owns(*v, fn, name.c_str());
+      p = tape.node_param(v->index());
+      if (p == nullptr) nodes[k].push_back(v->index());
+    }
+    if (p != nullptr)  // a Parameter, or a Var of one: every node that recorded it
+      for (std::size_t i = 0; i < tape.size(); ++i)
+        if (tape.node_param(i) == p) nodes[k].push_back(i);
+    for (const std::size_t i : nodes[k])
+      if (!tape.requires_grad(i))
+        detail::fail_logic(fn, "argument " + detail::quoted(name) +
+                                   " does not require a gradient (recorded with "
+                                   "requires_grad = false, or with recording off)");
+  }
+  return nodes;
+}
+
+}  // namespace
+
+template <class T>
+std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
+                         const std::vector<GradInput<T>>& inputs, const GradOptions<T>& options) {
+  static constexpr const char* fn = "grad";
+  using Pass = detail::GraphPass<T>;
+  if (outputs.empty()) detail::fail_argument(fn, "outputs", "is empty, expected at least one Var");
+  if (inputs.empty()) detail::fail_argument(fn, "inputs", "is empty, expected at least one input");
+  std::vector<std::size_t> roots;
+  std::size_t top = 0;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    const std::string name = nth("outputs", k);
+    tape.check_owns(outputs[k], fn, name.c_str());
+    if (!outputs[k].requires_grad())
+      detail::fail_logic(fn, "argument " + detail::quoted(name) +
+                                 " does not require a gradient (no input of it requires one)");
+    roots.push_back(outputs[k].index());
+    top = std::max(top, outputs[k].index());
+  }
+  const std::vector<xt::xarray<T>>& given = options.grad_outputs;
+  if (!given.empty() && given.size() != outputs.size())
+    detail::fail_argument(fn, "grad_outputs",
+                          "has " + std::to_string(given.size()) + " entries, expected " +
+                              std::to_string(outputs.size()) + " (one per output) or none");
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    if (given.empty() && outputs[k].size() != 1)
+      detail::fail_argument(fn, nth("outputs", k),
+                            "has shape " + detail::shape_str(outputs[k].shape()) +
+                                "; an output of more than one element needs grad_outputs");
+    if (!given.empty() && given[k].shape() != outputs[k].shape())
+      detail::fail_shape(fn, nth("grad_outputs", k), given[k].shape(),
+                         detail::shape_str(outputs[k].shape()) + " (the shape of outputs[" +
+                             std::to_string(k) + "])");
+  }
+  const std::vector<std::vector<std::size_t>> nodes = input_nodes(tape, inputs);
+  Pass::check_params(tape, top, fn);
+
+  // wanted: requires a gradient and leads to an input (a forward scan);
+  // reached: a gradient of the outputs flows into it (a reverse scan).
+  std::vector<char> wanted(top + 1, 0), reached(top + 1, 0);
+  for (const auto& list : nodes)
+    for (const std::size_t i : list)
+      if (i <= top) wanted[i] = 1;
+  for (std::size_t i = 0; i <= top; ++i) {
+    if (wanted[i] || !tape.requires_grad(i)) continue;
+    for (std::size_t k = 0; k < tape.node_parent_count(i) && !wanted[i]; ++k)
+      wanted[i] = wanted[tape.node_parent(i, k)];
+  }
+  for (const std::size_t r : roots) reached[r] = 1;
+  for (std::size_t i = top + 1; i-- > 0;) {
+    if (!reached[i] || !wanted[i]) continue;
+    for (std::size_t k = 0; k < tape.node_parent_count(i); ++k) reached[tape.node_parent(i, k)] = 1;
+  }
+  std::vector<char> used(inputs.size(), 0);
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    for (const std::size_t i : nodes[k]) used[k] = used[k] || (i <= top && reached[i] && wanted[i]);
+    if (!used[k] && !options.allow_unused)
+      detail::fail_argument(fn, nth("inputs", k),
+                            "is not used to compute the outputs (no gradient reaches it); pass "
+                            "allow_unused = true to get zeros for it");
+  }
+  Pass pass(tape, top, std::move(wanted));
+  if (options.create_graph) pass.check_rules(fn, roots);
+
+  // Nothing was changed so far.
+  const xt::xarray<T> one = xt::ones<T>(Shape{});
+  std::vector<Var<T>> out;
+  out.reserve(inputs.size());
+  auto zeros_for = [&](std::size_t k) {
+    const Shape shape =
+        inputs[k].param() ? inputs[k].param()->value.shape() : inputs[k].var()->shape();
+    return tape.leaf(xt::xarray<T>(xt::zeros<T>(shape)), false);
+  };
+  if (!options.create_graph) {
+    std::vector<const xt::xarray<T>*> seeds;
+    std::vector<xt::xarray<T>> ones;
+    ones.reserve(outputs.size());
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      if (!given.empty()) {
+        seeds.push_back(&given[k]);
+        continue;
+      }
+      ones.push_back(xt::ones<T>(outputs[k].shape()));
+      seeds.push_back(&ones.back());
+    }
+    const auto values = pass.first_order(roots, seeds, nodes);
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      out.push_back(values[k] ? tape.leaf(*values[k], false) : zeros_for(k));
+    return out;
+  }
+  detail::EnableGradGuard<T> recording(tape);
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    const Var<T> seed =
+        tape.leaf(given.empty() ? xt::xarray<T>(xt::ones<T>(outputs[k].shape())) : given[k], false);
+    pass.accumulate(roots[k], seed, roots[k]);
+  }
+  pass.run();
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    std::optional<Var<T>> sum;
+    for (const std::size_t i : nodes[k]) {
+      if (i > top || pass.grad_of(i) == Pass::k_none) continue;
+      const Var<T> g = tape.var(pass.grad_of(i));
+      sum = sum ? add(*sum, g) : g;
+    }
+    out.push_back(sum ? *sum : zeros_for(k));
+  }
+  return out;
+}
+
+template <class T>
+std::vector<Var<T>> hvp(Tape<T>& tape, const Var<T>& output,
+                        const std::vector<GradInput<T>>& inputs,
+                        const std::vector<xt::xarray<T>>& v, const HvpOptions& options) {
+  static constexpr const char* fn = "hvp";
+  tape.check_owns(output, fn, "output");
+  if (output.size() != 1)
+    detail::fail_shape(fn, "output", output.shape(), "one element (a scalar function)");
+  if (v.size() != inputs.size())
+    detail::fail_argument(fn, "v",
+                          "has " + std::to_string(v.size()) + " entries, expected " +
+                              std::to_string(inputs.size()) + " (one per input)");
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (const Var<T>* x = inputs[k].var()) tape.check_owns(*x, fn, nth("inputs", k).c_str());
+    const Shape& shape =
+        inputs[k].param() ? inputs[k].param()->value.shape() : inputs[k].var()->shape();
+    if (v[k].shape() != shape)
+      detail::fail_shape(
+          fn, nth("v", k), v[k].shape(),
+          detail::shape_str(shape) + " (the shape of inputs[" + std::to_string(k) + "])");
+  }
+  // g = df/dx, recorded; then H v = d<g, v>/dx.
+  const std::vector<Var<T>> g = grad(tape, {output}, inputs, GradOptions<T>{{}, true, true});
+  std::optional<Var<T>> dot;
+  {
+    detail::EnableGradGuard<T> recording(tape);
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      if (!g[k].requires_grad()) continue;  // constant in the inputs: no second derivative
+      const Var<T> term = sum(mul(g[k], tape.leaf(v[k], false)));
+      dot = dot ? add(*dot, term) : term;
+    }
+  }
+  if (!dot) {  // f is at most linear in the inputs: H = 0
+    std::vector<Var<T>> zeros;
+    for (const Var<T>& gk : g)
+      zeros.push_back(tape.leaf(xt::xarray<T>(xt::zeros<T>(gk.shape())), false));
+    return zeros;
+  }
+  return grad(tape, {*dot}, inputs, GradOptions<T>{{}, options.create_graph, true});
+}
+
+#define XTGRAD_GRAD_INSTANTIATE(T)                                                            \
+  template std::vector<Var<T>> grad(Tape<T>&, const std::vector<Var<T>>&,                     \
+                                    const std::vector<GradInput<T>>&, const GradOptions<T>&); \
+  template std::vector<Var<T>> hvp(Tape<T>&, const Var<T>&, const std::vector<GradInput<T>>&, \
+                                   const std::vector<xt::xarray<T>>&, const HvpOptions&);
+XTGRAD_GRAD_INSTANTIATE(float)
+XTGRAD_GRAD_INSTANTIATE(double)
+#undef XTGRAD_GRAD_INSTANTIATE
+
+}  // namespace xtgrad
