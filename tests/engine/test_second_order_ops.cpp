@@ -372,3 +372,21 @@ TEST_CASE("second order ops: attention has no second derivative and says so") {
       },
       "packed_qkv_attention");
 }
+
+TEST_CASE("second order ops: the other ops without a rule refuse by name") {
+  const auto x_of = [](Tape<double>& t) { return t.leaf(random_array({3, 4}, 86)); };
+  check_refused(
+      [&](Tape<double>& t) {
+        return index_select(x_of(t), 1, Indices{2, 0});
+      },
+      "index_select");
+  check_refused(
+      [&](Tape<double>& t) {
+        return gather(x_of(t), 1, Indices{{1, 0}, {0, 3}, {3, 2}});
+      },
+      "gather");
+  check_refused([&](Tape<double>& t) { return var(x_of(t), 1); }, "var");
+  check_refused([&](Tape<double>& t) { return logsumexp(x_of(t), 1); }, "logsumexp");
+  check_refused([&](Tape<double>& t) { return max(x_of(t), 1).values; }, "max");
+  check_refused([&](Tape<double>& t) { return slice(x_of(t), 1, 0, 4, 2); }, "slice");
+}
