@@ -11,6 +11,7 @@
 #include "../kernels/broadcast.hpp"
 #include "../kernels/reduce_plan.hpp"
 #include "elementwise.hpp"
+#include "math.hpp"
 #include "sum_to.hpp"
 
 namespace xtgrad {
@@ -164,6 +165,16 @@ Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t 
       return static_cast<T>(g[o] * factor * (x[i] - m[o]));
     });
   });
+  // dx = dy broadcast back * (2 / (n - c)) (x - mean(x)), the mean recorded
+  tape.set_grad_rule(yi, [axes = detail::reduced_axes(dims, x.dimension()),
+                          factor = static_cast<T>(2.0 / dof)](GradSink<T>& g) {
+    const Var<T> x = g.input(0);
+    const std::vector<std::int64_t> list = detail::axes_list(axes, x.dimension());
+    const Var<T> centered = list.empty()
+                                ? scale(x, T(0))
+                                : sub(x, detail::unreduce(mean(x, list, true), x.shape(), axes));
+    g.add(0, mul(detail::unreduce(g.grad_output(), x.shape(), axes), scale(centered, factor)));
+  });
   return tape.var(yi);
 }
 
@@ -236,6 +247,16 @@ Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool ke
       return yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
     });
   });
+  // dx = dy broadcast back * exp(x - y broadcast back). A row whose result is
+  // -inf (its gradient 0 above, exp(-inf + inf) here) gets no rule: create_graph
+  // refuses it rather than give NaN.
+  if (std::none_of(yd, yd + plan.out_size,
+                   [](T v) { return v == -std::numeric_limits<T>::infinity(); }))
+    tape.set_grad_rule(yi, [axes = detail::reduced_axes(dims, x.dimension())](GradSink<T>& g) {
+      const Shape& shape = g.input(0).shape();
+      const Var<T> top = detail::unreduce(g.output(), shape, axes);
+      g.add(0, mul(detail::unreduce(g.grad_output(), shape, axes), exp(sub(g.input(0), top))));
+    });
   return tape.var(yi);
 }
 

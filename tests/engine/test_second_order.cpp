@@ -102,7 +102,7 @@ TEST_CASE("second order: math functions") {
   check_second_order([](Inputs v) { return mul(clamp_min(v[0], 0.0), v[0]); }, {x});
 }
 
-TEST_CASE("second order: reductions (sum, mean, amax, amin), whole and along axes") {
+TEST_CASE("second order: reductions (sum, mean, amax, amin, var, logsumexp)") {
   const xt::xarray<double> x = random_away_from_zero({2, 3, 2}, 31, 0.2);
   using Inputs = const std::vector<Var<double>>&;
   check_second_order([](Inputs v) { return mul(sum(mul(v[0], v[0])), sum(v[0])); }, {x});
@@ -112,6 +112,10 @@ TEST_CASE("second order: reductions (sum, mean, amax, amin), whole and along axe
   check_second_order([](Inputs v) { return square(amax(v[0], {1})); }, {x});
   check_second_order([](Inputs v) { return mul(amin(v[0], 2, true), v[0]); }, {x});
   check_second_order([](Inputs v) { return square(amax(v[0], std::vector<std::int64_t>{})); }, {x});
+  check_second_order([](Inputs v) { return mul(var(v[0], {0, 2}), var(v[0], {0, 2}, 0)); }, {x});
+  check_second_order([](Inputs v) { return square(var(v[0], -1, 1, true)); }, {x});
+  check_second_order([](Inputs v) { return square(logsumexp(v[0], {1})); }, {x});
+  check_second_order([](Inputs v) { return mul(logsumexp(v[0], 0, true), v[0]); }, {x});
 }
 
 TEST_CASE("second order: shape ops (reshape, permute, transpose, expand, flatten)") {
@@ -221,6 +225,21 @@ TEST_CASE("second order: an op without a GradRule refuses create_graph and chang
   // grad without create_graph runs the fused backward: any op works.
   check_close(grad(tape, {y}, {x})[0].value(),
               xt::xarray<double>{2.0 * 2.0 * 0.5 * 1.5, 2.0 * 2.0 * 2.0 * -0.5});
+}
+
+TEST_CASE("second order: a strided slice and a matmul of a vector have no rule and refuse") {
+  Tape<double> tape;
+  const Var<double> x = tape.leaf(xt::xarray<double>{{0.5, 2.0, -1.0, 3.0}});
+  const Var<double> strided = sum(square(slice(x, 1, 0, 4, 2)));
+  const Var<double> vector_product =
+      sum(square(matmul(x, tape.leaf(xt::xarray<double>{1.0, 2.0, 3.0, 4.0}))));
+  const std::size_t before = tape.size();
+  CHECK_THROWS_WITH_PARTS(tape.backward(strided, create_graph), std::logic_error,
+                          {"not twice differentiable: slice"});
+  CHECK_THROWS_WITH_PARTS(tape.backward(vector_product, create_graph), std::logic_error,
+                          {"not twice differentiable: matmul"});
+  CHECK(tape.size() == before);
+  CHECK(x.grad() == xt::zeros<double>({1, 4}));
 }
 
 TEST_CASE("second order: create_graph refuses an added observer, a released tape, a stale y") {
