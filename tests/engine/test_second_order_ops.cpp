@@ -388,3 +388,23 @@ TEST_CASE("second order ops: the other ops without a rule refuse by name") {
   check_refused([&](Tape<double>& t) { return max(x_of(t), 1).values; }, "max");
   check_refused([&](Tape<double>& t) { return slice(x_of(t), 1, 0, 4, 2); }, "slice");
 }
+
+TEST_CASE("second order ops: float follows double within float rounding") {
+  // d/dx <u, d/dx <v, f(x)>> for a chain of the ops above, in both types
+  const auto run = [](auto zero) {
+    using T = decltype(zero);
+    Tape<T> tape;
+    const Var<T> x = tape.leaf(random_array<T>({3, 4}, 87));
+    const Var<T> w = tape.leaf(random_array<T>({4, 4}, 88));
+    const Var<T> h =
+        layer_norm(gated_linear(x, x, Activation::gelu, w), std::nullopt, std::nullopt, 1e-5);
+    const Var<T> loss = cross_entropy(softmax(h, -1), Indices{0, 3, 1}, {-100, 0.1});
+    const Var<T> g = grad(tape, {loss}, {x}, GradOptions<T>{{}, true})[0];
+    return xt::xarray<double>(xt::cast<double>(
+        grad(tape, {g}, {x}, GradOptions<T>{{random_array<T>({3, 4}, 89)}})[0].value()));
+  };
+  const xt::xarray<double> reference = run(0.0);
+  CHECK(xt::amax(xt::abs(reference))() > 1e-2);  // a second derivative that is not 0
+  check_close(run(0.0f), reference, 2e-3, 2e-4);
+
+}
