@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,18 +42,26 @@ struct Settings {
   std::uint64_t seed = 1;
 };
 
+// A whole decimal number (digits only), or nullopt.
+std::optional<std::uint64_t> number(const std::string& text) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoull(text);
+}
+
 Settings parse(int argc, char** argv) {
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("fit_pde: " + arg + " needs a value");
     const std::string value = argv[++i];
+    const std::optional<std::uint64_t> n = number(value);
     if (arg == "--activation" && (value == "silu" || value == "tanh"))
       s.activation = value;
-    else if (arg == "--steps" && std::stoi(value) > 0)
-      s.steps = std::stoi(value);
-    else if (arg == "--seed")
-      s.seed = std::stoull(value);
+    else if (arg == "--steps" && n && *n > 0)
+      s.steps = static_cast<int>(*n);
+    else if (arg == "--seed" && n)
+      s.seed = *n;
     else
       throw std::invalid_argument("fit_pde: bad argument " + arg + " " + value +
                                   " (expected --activation silu|tanh, --steps N > 0, --seed S)");
