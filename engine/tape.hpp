@@ -248,7 +248,8 @@ class Tape {
   //      bad call records nothing;
   //   2. `record` the node and fill its value through `value_mut`;
   //   3. hand over the backward rule with `set_backward` (always, also when
-  //      recording is off: the rule is then dropped);
+  //      recording is off: the rule is then dropped), and its differentiable
+  //      form with `set_grad_rule` (grad_rule.hpp) for create_graph;
   //   4. return `var(index)`.
   //
   // The rule gets d(output)/d(node) and adds each parent's share through
