@@ -100,7 +100,9 @@ struct SigmoidGated {
 };
 
 // gelu_tanh, torch gelu(approximate='tanh'): 0.5 (1 + tanh u) = sigmoid(2u),
-// u = sqrt(2/pi) (x + 0.044715 x^3), so z = 2u and z' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// u = sqrt(2/pi) (x + 0.044715 x^3), so z = 2u and z' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2),
+// z'' = 2 sqrt(2/pi) 6 * 0.044715 x, z''' = 2 sqrt(2/pi) 6 * 0.044715 (for the higher
+// derivatives of activation_derivatives.hpp).
 struct TanhGate {
   template <class B>
   static B z(const B& x) {
@@ -111,6 +113,14 @@ struct TanhGate {
   static B dz(const B& x) {
     return broadcast<B>(2 * k_sqrt_2_over_pi) *
            fused_multiply_add(broadcast<B>(3 * k_gelu_tanh_cubic), x * x, broadcast<B>(1));
+  }
+  template <class B>
+  static B d2z(const B& x) {
+    return broadcast<B>(2 * k_sqrt_2_over_pi * 6 * k_gelu_tanh_cubic) * x;
+  }
+  template <class B>
+  static B d3z(const B&) {
+    return broadcast<B>(2 * k_sqrt_2_over_pi * 6 * k_gelu_tanh_cubic);
   }
 };
 
@@ -124,6 +134,14 @@ struct ScaledGate {
   static B dz(const B&) {
     return broadcast<B>(k_gelu_sigmoid_scale);
   }
+  template <class B>
+  static B d2z(const B&) {
+    return broadcast<B>(0);
+  }
+  template <class B>
+  static B d3z(const B&) {
+    return broadcast<B>(0);
+  }
 };
 
 // silu: z = x.
@@ -135,6 +153,14 @@ struct IdentityGate {
   template <class B>
   static B dz(const B&) {
     return broadcast<B>(1);
+  }
+  template <class B>
+  static B d2z(const B&) {
+    return broadcast<B>(0);
+  }
+  template <class B>
+  static B d3z(const B&) {
+    return broadcast<B>(0);
   }
 };
 

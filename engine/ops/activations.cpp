@@ -2,6 +2,8 @@
 
 #include "../check.hpp"
 #include "../kernels/activation_kernels.hpp"
+#include "activation_derivatives.hpp"
+#include "elementwise.hpp"
 
 namespace xtgrad {
 
@@ -24,6 +26,10 @@ Var<T> activation(const Var<T>& x, Activation a) {
     // dx[...] (+)= dy[...] * f'(x[...])
     detail::activation_backward(a, t.value(xi).data(), dy.data(), dx.buffer.data(), dy.size(),
                                 dx.accumulate);
+  });
+  // create_graph: dx = dy * f'(x), f'(x) the differentiable op of activation_derivatives.hpp
+  tape.set_grad_rule(yi, [a](GradSink<T>& g) {
+    if (g.needs_grad(0)) g.add(0, mul(g.grad_output(), activation_derivative(g.input(0), a, 1)));
   });
   return tape.var(yi);
 }

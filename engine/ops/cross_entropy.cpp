@@ -12,6 +12,7 @@
 #include "../check.hpp"
 #include "../kernels/broadcast.hpp"
 #include "../kernels/parallel.hpp"
+#include "cross_entropy_rules.hpp"
 
 namespace xtgrad {
 
@@ -227,6 +228,14 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
       }
     });
   });
+  tape.set_grad_rule(yi, [options](GradSink<T>& g) {
+    const Var<T> x = g.input(0);
+    const bool single = x.dimension() == 1;
+    Indices kept = xt::empty<std::int64_t>(single ? Shape{} : Shape{x.shape()[0]});
+    const SavedRow<T>* saved = g.tape().template saved<SavedRow<T>>(g.output().index());
+    for (std::size_t r = 0; r < kept.size(); ++r) kept.data()[r] = saved[r].target;
+    detail::cross_entropy_class_rule(g, kept, options);
+  });
   return tape.var(yi);
 }
 
@@ -312,6 +321,8 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
       }
     }
   });
+  tape.set_grad_rule(yi,
+                     [options](GradSink<T>& g) { detail::cross_entropy_probs_rule(g, options); });
   return tape.var(yi);
 }
 
@@ -355,6 +366,13 @@ Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions o
       // dz[r, t_r] (+)= -g_r
       dz.data[r * c + tr] -= row_gradient(dy.data(), r, options.reduction, count);
     }
+  });
+  tape.set_grad_rule(yi, [options](GradSink<T>& g) {
+    const Var<T> z = g.input(0);
+    Indices kept = xt::empty<std::int64_t>(z.dimension() == 1 ? Shape{} : Shape{z.shape()[0]});
+    const std::int64_t* saved = g.tape().template saved<std::int64_t>(g.output().index());
+    std::copy_n(saved, kept.size(), kept.data());
+    detail::nll_loss_rule(g, kept, options);
   });
   return tape.var(yi);
 }

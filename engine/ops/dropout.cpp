@@ -61,6 +61,10 @@ Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) 
           detail::masked_scale<T, false>(key, threshold, scale, g, d, count);
         }
       });
+  // create_graph: dx = dy * m / (1 - p), the same mask (the same key and shape)
+  tape.set_grad_rule(yi, [p, training, key](GradSink<T>& g) {
+    if (g.needs_grad(0)) g.add(0, dropout(g.grad_output(), p, training, key));
+  });
   return tape.var(yi);
 }
 

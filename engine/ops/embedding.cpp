@@ -7,6 +7,7 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
+#include "mask.hpp"
 
 namespace xtgrad {
 
@@ -43,6 +44,67 @@ RowGroups group_by_row(const Indices& indices, std::size_t rows, std::int64_t pa
   return g;
 }
 
+// out[v, :] (+)= sum over the positions p of row v of src[p, :] (sums of two
+// or more rows in double, through `sum` [dim]), for every row v < rows: the
+// scatter-add of embedding's backward and of embedding_dense_backward.
+template <class T>
+void scatter_rows(const RowGroups& groups, const T* src, T* out_rows, bool accumulate,
+                  std::size_t rows, std::size_t dim, double* sum) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* out = out_rows + r * dim;
+    const std::size_t* first = groups.order.data() + groups.starts[r];
+    const std::size_t count = groups.starts[r + 1] - groups.starts[r];
+    if (count == 0) {  // out[r, :] (+)= 0: an unused row, or the padding row
+      if (!accumulate) std::fill_n(out, dim, T(0));
+    } else if (count == 1) {  // out[r, :] (+)= src[p, :]
+      const T* row = src + first[0] * dim;
+      if (accumulate)
+        for (std::size_t j = 0; j < dim; ++j) out[j] += row[j];
+      else
+        std::copy_n(row, dim, out);
+    } else {  // out[r, :] (+)= sum over p with indices[p] == r of src[p, :]   (in double)
+      const T* row = src + first[0] * dim;
+      for (std::size_t j = 0; j < dim; ++j) sum[j] = row[j];
+      for (std::size_t q = 1; q < count; ++q) {
+        row = src + first[q] * dim;
+        for (std::size_t j = 0; j < dim; ++j) sum[j] += row[j];
+      }
+      if (accumulate)
+        for (std::size_t j = 0; j < dim; ++j) out[j] = static_cast<T>(out[j] + sum[j]);
+      else
+        for (std::size_t j = 0; j < dim; ++j) out[j] = static_cast<T>(sum[j]);
+    }
+  }
+}
+
+// padding_idx as a row in [0, rows), or -1 (no row) when absent;
+// std::invalid_argument from `op` outside [-rows, rows).
+std::int64_t padding_row(const char* op, std::optional<std::int64_t> padding_idx, std::size_t rows,
+                         const std::string& of_what) {
+  const auto v = static_cast<std::int64_t>(rows);
+  if (!padding_idx) return -1;
+  if (*padding_idx < -v || *padding_idx >= v)
+    detail::fail_argument(op, "padding_idx",
+                          "is " + std::to_string(*padding_idx) + ", expected a row in [" +
+                              std::to_string(-v) + ", " + std::to_string(v) + ")" + of_what);
+  return *padding_idx < 0 ? *padding_idx + v : *padding_idx;
+}
+
+// The indices kept in node `index`'s saved memory, in the shape of `rows`
+// ([indices.shape..., D]) without its last axis.
+template <class T>
+Indices saved_indices(const Tape<T>& tape, std::size_t index, const Shape& rows) {
+  Indices kept = xt::empty<std::int64_t>(Shape(rows.begin(), rows.end() - 1));
+  const std::int64_t* saved = tape.template saved<std::int64_t>(index);
+  std::copy_n(saved, kept.size(), kept.data());
+  return kept;
+}
+
+// A padding row (or -1, none) as the optional argument of the ops.
+std::optional<std::int64_t> padding_option(std::int64_t padding) {
+  return padding < 0 ? std::nullopt : std::optional<std::int64_t>(padding);
+}
+
 }  // namespace
 
 template <class T>
@@ -53,16 +115,8 @@ Var<T> embedding(const Indices& indices, const Var<T>& weight,
   if (w_shape.size() != 2)
     detail::fail_shape(op_name, "weight", w_shape, "[num_embeddings, embedding_dim]");
   const std::size_t rows = w_shape[0], dim = w_shape[1];
-  const auto v = static_cast<std::int64_t>(rows);
-  std::int64_t padding = -1;  // no row
-  if (padding_idx) {
-    if (*padding_idx < -v || *padding_idx >= v)
-      detail::fail_argument(op_name, "padding_idx",
-                            "is " + std::to_string(*padding_idx) + ", expected a row in [" +
-                                std::to_string(-v) + ", " + std::to_string(v) + ") of weight " +
-                                detail::shape_str(w_shape));
-    padding = *padding_idx < 0 ? *padding_idx + v : *padding_idx;
-  }
+  const std::int64_t padding =
+      padding_row(op_name, padding_idx, rows, " of weight " + detail::shape_str(w_shape));
   detail::check_indices(op_name, "indices", indices, rows);
 
   Shape y_shape(indices.shape().begin(), indices.shape().end());
@@ -86,37 +140,91 @@ Var<T> embedding(const Indices& indices, const Var<T>& weight,
   tape.set_backward(yi, [wi, rows, dim, groups = std::move(groups), sum = std::move(sum)](
                             Tape<T>& t, const xt::xarray<T>& dy) mutable {
     GradSlot<T> dw = t.grad_slot(wi);
-    const T* g = dy.data();
-    for (std::size_t r = 0; r < rows; ++r) {
-      T* out = dw.buffer.data() + r * dim;
-      const std::size_t* first = groups.order.data() + groups.starts[r];
-      const std::size_t count = groups.starts[r + 1] - groups.starts[r];
-      if (count == 0) {  // dw[r, :] (+)= 0: an unused row, or the padding row
-        if (!dw.accumulate) std::fill_n(out, dim, T(0));
-      } else if (count == 1) {  // dw[r, :] (+)= dy[p, :]
-        const T* src = g + first[0] * dim;
-        if (dw.accumulate)
-          for (std::size_t j = 0; j < dim; ++j) out[j] += src[j];
-        else
-          std::copy_n(src, dim, out);
-      } else {  // dw[r, :] (+)= sum over p with indices[p] == r of dy[p, :]   (in double)
-        const T* src = g + first[0] * dim;
-        for (std::size_t j = 0; j < dim; ++j) sum[j] = src[j];
-        for (std::size_t q = 1; q < count; ++q) {
-          src = g + first[q] * dim;
-          for (std::size_t j = 0; j < dim; ++j) sum[j] += src[j];
-        }
-        if (dw.accumulate)
-          for (std::size_t j = 0; j < dim; ++j) out[j] = static_cast<T>(out[j] + sum[j]);
-        else
-          for (std::size_t j = 0; j < dim; ++j) out[j] = static_cast<T>(sum[j]);
+    // dw[v, :] (+)= sum over p with indices[p] == v of dy[p, :]
+    scatter_rows(groups, dy.data(), dw.buffer.data(), dw.accumulate, rows, dim, sum.data());
+  });
+  // create_graph: dweight = embedding_dense_backward(dy, indices), the indices
+  // kept in this node's saved memory
+  std::copy_n(idx, indices.size(), tape.template save<std::int64_t>(yi, indices.size()));
+  tape.set_grad_rule(yi, [rows, padding](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    const Var<T> dy = g.grad_output();
+    const Indices kept = saved_indices(g.tape(), g.output().index(), dy.shape());
+    g.add(0, embedding_dense_backward(dy, kept, rows, padding_option(padding)));
+  });
+  return tape.var(yi);
+}
+
+template <class T>
+Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indices,
+                                std::size_t num_weights, std::optional<std::int64_t> padding_idx) {
+  static constexpr const char* op = "embedding_dense_backward";
+  Tape<T>& tape = detail::common_tape<T>(op, {{"grad_output", &grad_output}});
+  const Shape& g_shape = grad_output.shape();
+  const Shape& i_shape = indices.shape();
+  if (g_shape.size() != i_shape.size() + 1 ||
+      !std::equal(i_shape.begin(), i_shape.end(), g_shape.begin()))
+    detail::fail_shape(op, "grad_output", g_shape,
+                       "the shape " + detail::shape_str(i_shape) +
+                           " of 'indices' followed by the embedding dimension");
+  const std::int64_t padding = padding_row(op, padding_idx, num_weights, "");
+  detail::check_indices(op, "indices", indices, num_weights);
+
+  const std::size_t dim = g_shape.back(), n = indices.size();
+  const std::size_t gi = grad_output.index();
+  const std::size_t yi = tape.record(op, {gi}, grad_output.requires_grad());
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(Shape{num_weights, dim});
+  std::vector<double> sum(dim);
+  // y[v, :] = sum over p with indices[p] == v (not padding_idx) of grad_output[p, :]
+  scatter_rows(group_by_row(indices, num_weights, padding), tape.value(gi).data(), y.data(), false,
+               num_weights, dim, sum.data());
+  // Backward reads the indices from this node's saved memory.
+  if (tape.requires_grad(yi))
+    std::copy_n(indices.data(), n, tape.template save<std::int64_t>(yi, n));
+
+  tape.set_backward(yi, [gi, yi, n, dim, padding](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (!t.requires_grad(gi)) return;
+    const GradPointer<T> dg = t.grad_pointer(gi);
+    const std::int64_t* idx = t.template saved<std::int64_t>(yi);
+    for (std::size_t p = 0; p < n; ++p) {
+      T* out = dg.data + p * dim;
+      if (idx[p] == padding) {  // dg[p, :] (+)= 0
+        if (!dg.accumulate) std::fill_n(out, dim, T(0));
+        continue;
       }
+      const T* row = dy.data() + static_cast<std::size_t>(idx[p]) * dim;
+      if (dg.accumulate)  // dg[p, :] += dy[indices[p], :]
+        for (std::size_t j = 0; j < dim; ++j) out[j] += row[j];
+      else  // dg[p, :] = dy[indices[p], :]
+        std::copy_n(row, dim, out);
     }
+  });
+  // create_graph: dgrad_output = the lookup of dy, 0 at the padding positions
+  tape.set_grad_rule(yi, [padding](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    const Shape& g_shape = g.input(0).shape();
+    const Indices kept = saved_indices(g.tape(), g.output().index(), g_shape);
+    const Var<T> rows = embedding(kept, g.grad_output());
+    if (padding < 0) {
+      g.add(0, rows);
+      return;
+    }
+    Shape mask_shape(kept.shape().begin(), kept.shape().end());
+    mask_shape.push_back(1);
+    xt::xarray<bool> at_padding = xt::empty<bool>(mask_shape);
+    std::transform(kept.begin(), kept.end(), at_padding.begin(),
+                   [padding](std::int64_t v) { return v == padding; });
+    g.add(0, masked_fill(rows, at_padding, 0.0));
   });
   return tape.var(yi);
 }
 
 template Var<float> embedding(const Indices&, const Var<float>&, std::optional<std::int64_t>);
 template Var<double> embedding(const Indices&, const Var<double>&, std::optional<std::int64_t>);
+template Var<float> embedding_dense_backward(const Var<float>&, const Indices&, std::size_t,
+                                             std::optional<std::int64_t>);
+template Var<double> embedding_dense_backward(const Var<double>&, const Indices&, std::size_t,
+                                              std::optional<std::int64_t>);
 
 }  // namespace xtgrad

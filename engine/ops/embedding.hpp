@@ -32,4 +32,21 @@ template <class T>
 Var<T> embedding(const Indices& indices, const Var<T>& weight,
                  std::optional<std::int64_t> padding_idx = std::nullopt);
 
+// embedding_dense_backward: embedding's gradient with respect to the table as
+// an op of its own (torch.ops.aten.embedding_dense_backward, without
+// scale_grad_by_freq), the scatter-add that the rules of backward with
+// create_graph use, so that the gradient of an embedding can be
+// differentiated again:
+//   y[v, :] = sum over the positions p with indices[p] == v of grad_output[p, :]
+//   grad_output [indices.shape..., D], y [num_weights, D]; the padding row is 0.
+// Its own derivative is the lookup: dgrad_output[p, :] = dy[indices[p], :]
+// (0 at positions holding padding_idx). Sums of repeated rows in double.
+// Throws std::invalid_argument naming the op and the argument: grad_output's
+// shape not indices.shape + [D], an index outside [0, num_weights),
+// padding_idx outside [-num_weights, num_weights).
+template <class T>
+Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indices,
+                                std::size_t num_weights,
+                                std::optional<std::int64_t> padding_idx = std::nullopt);
+
 }  // namespace xtgrad

@@ -9,6 +9,13 @@
 #include "../kernels/gemm.hpp"
 #include "../kernels/parallel.hpp"
 #include "../kernels/scratch.hpp"
+#include "activation_derivatives.hpp"
+#include "activations.hpp"
+#include "elementwise.hpp"
+#include "gated.hpp"
+#include "matmul.hpp"
+#include "reduce.hpp"
+#include "shape.hpp"
 
 namespace xtgrad {
 
@@ -57,7 +64,44 @@ struct BlockDropout {
   }
 };
 
+// The create_graph rule of both ops (grad_rule.hpp): the backward of the
+// unfused composition as differentiable ops, a = f(h) or u * f(g) (then
+// dropped) recomputed as ops where dW needs it:
+//   da' = dy . op(W)^T = linear(dy, W) in the other layout,  da = m / (1 - p) * da'
+//   dh = da * f'(h);  du = da * f(g) = gated(da, g);  dg = (da * u) * f'(g)
+//   dW = dy^T . a' (out_in) or a'^T . dy (in_out) over the N rows;  db = sum of dy's rows
+// Parents: (h, W, b) or (u, g, W, b), the last being g (or h) again without a bias.
+template <class T>
+void fused_grad_rule(GradSink<T>& s, bool gated_op, Activation f, WeightLayout layout,
+                     bool has_bias, const std::optional<HiddenDropout>& hidden) {
+  const std::size_t gk = gated_op ? 1 : 0, wk = gk + 1, bk = gk + 2;
+  const Var<T> dy = s.grad_output(), g = s.input(gk), w = s.input(wk);
+  const auto drop = [&hidden](const Var<T>& v) {
+    return hidden ? dropout(v, hidden->p, true, hidden->key) : v;
+  };
+  if (s.needs_grad(gk) || (gated_op && s.needs_grad(0))) {
+    const WeightLayout other =
+        layout == WeightLayout::out_in ? WeightLayout::in_out : WeightLayout::out_in;
+    const Var<T> da = drop(linear(dy, w, std::nullopt, other));  // [..., in]
+    if (gated_op && s.needs_grad(0)) s.add(0, gated(da, g, f));
+    const Var<T> scaled = gated_op ? mul(da, s.input(0)) : da;
+    if (s.needs_grad(gk)) s.add(gk, mul(scaled, activation_derivative(g, f, 1)));
+  }
+  const auto rows = static_cast<std::int64_t>(detail::leading_rows(dy.shape()));
+  const auto out = static_cast<std::int64_t>(dy.shape().back());
+  const auto in = static_cast<std::int64_t>(g.shape().back());
+  const Var<T> dy2 = reshape(dy, {rows, out});  // [N, out]
+  if (s.needs_grad(wk)) {
+    const Var<T> a = drop(gated_op ? gated(s.input(0), g, f) : activation(g, f));
+    const Var<T> a2 = reshape(a, {rows, in});                                      // [N, in]
+    s.add(wk, layout == WeightLayout::out_in ? matmul(transpose(dy2, 0, 1), a2)    // [out, in]
+                                             : matmul(transpose(a2, 0, 1), dy2));  // [in, out]
+  }
+  if (has_bias && s.needs_grad(bk)) s.add(bk, sum(dy2, std::vector<std::int64_t>{0}));  // [out]
+}
+
 // The two ops differ only in the input a: f(h) (u null, g = h) or u * f(g).
+
 // f and f' are the formulas of kernels/activation_formulas.hpp (one struct per
 // activation, value() and slope() side by side); the kernels called below
 // apply them a vector at a time.
@@ -172,6 +216,10 @@ Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>
       // db[out] (+)= sum_r dy[r, out]
       detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
     }
+  });
+  tape.set_grad_rule(yi, [gated_op = ui.has_value(), f, layout, has_bias = bi.has_value(),
+                          hidden = drop ? dropout : std::nullopt](GradSink<T>& s) {
+    fused_grad_rule(s, gated_op, f, layout, has_bias, hidden);
   });
   return tape.var(yi);
 }

@@ -2,6 +2,8 @@
 
 #include "../check.hpp"
 #include "../kernels/activation_kernels.hpp"
+#include "activation_derivatives.hpp"
+#include "elementwise.hpp"
 
 namespace xtgrad {
 
@@ -29,6 +31,12 @@ Var<T> gated(const Var<T>& u, const Var<T>& g, Activation a) {
     // du[...] (+)= dy[...] * f(g[...]);  dg[...] (+)= dy[...] * u[...] * f'(g[...])
     detail::gated_backward(a, t.value(ui).data(), t.value(gi).data(), dy.data(), du.data,
                            du.accumulate, dg.data, dg.accumulate, dy.size());
+  });
+  // create_graph: du = dy * f(g) = gated(dy, g), dg = (dy * u) * f'(g)
+  tape.set_grad_rule(yi, [a](GradSink<T>& s) {
+    const Var<T> dy = s.grad_output(), u = s.input(0), g = s.input(1);
+    if (s.needs_grad(0)) s.add(0, gated(dy, g, a));
+    if (s.needs_grad(1)) s.add(1, mul(mul(dy, u), activation_derivative(g, a, 1)));
   });
   return tape.var(yi);
 }

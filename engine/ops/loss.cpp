@@ -4,6 +4,7 @@
 
 #include "../check.hpp"
 #include "../kernels/broadcast.hpp"
+#include "elementwise.hpp"
 
 namespace xtgrad {
 
@@ -65,6 +66,13 @@ Var<T> mse(const Var<T>& prediction, const Var<T>& target) {
     };
     if (want_p) one_side(pi, T(1));
     if (want_t) one_side(ti, T(-1));
+  });
+  // create_graph: dp = (p - t) * dy * 2 / n, dt = -dp (empty when n = 0: no 2 / 0)
+  tape.set_grad_rule(yi, [n](GradSink<T>& g) {
+    const T c = n == 0 ? T(0) : T(2) / static_cast<T>(n);
+    const Var<T> dp = scale(mul(sub(g.input(0), g.input(1)), g.grad_output()), c);
+    if (g.needs_grad(0)) g.add(0, dp);
+    if (g.needs_grad(1)) g.add(1, scale(dp, T(-1)));
   });
   return tape.var(yi);
 }

@@ -10,6 +10,7 @@
 #include "../errors.hpp"
 #include "../kernels/broadcast.hpp"
 #include "../kernels/parallel.hpp"
+#include "sum_to.hpp"
 
 namespace xtgrad {
 
@@ -231,6 +232,14 @@ Var<T> triangle(const char* op, const Var<T>& x, std::int64_t diagonal) {
     else  // dx[.., i, j] = dy[.., i, j] where kept, 0 elsewhere
       triangle_pass<upper, false>(dy.data(), dx.data, rows, r_count, cols, d);
   });
+  // create_graph: dx = the same triangle of dy
+  tape.set_grad_rule(yi, [d](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    if constexpr (upper)
+      g.add(0, triu(g.grad_output(), d));
+    else
+      g.add(0, tril(g.grad_output(), d));
+  });
   return tape.var(yi);
 }
 
@@ -288,6 +297,14 @@ Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) 
                           select_grad<false>(dx.data + o, g + o, saved + m, step, false, n);
                       });
   });
+  // create_graph: dx = masked_fill(dy, mask, 0), the mask rebuilt from this node
+  tape.set_grad_rule(yi, [mask_shape](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    xt::xarray<bool> kept = xt::empty<bool>(mask_shape);
+    const bool* saved = g.tape().template saved<bool>(g.output().index());
+    std::copy(saved, saved + kept.size(), kept.data());
+    g.add(0, masked_fill(g.grad_output(), kept, 0.0));
+  });
   return tape.var(yi);
 }
 
@@ -326,6 +343,17 @@ Var<T> where(const xt::xarray<bool>& cond, const Var<T>& a, const Var<T>& b) {
     if (t.requires_grad(ai)) where_operand_backward(dy, saved, true, t.grad_slot(ai));
     // db[b] (+)= sum over b's repeated axes of c[y] ? 0 : dy[y]
     if (t.requires_grad(bi)) where_operand_backward(dy, saved, false, t.grad_slot(bi));
+  });
+  // create_graph: da = sum_to(where(c, dy, 0), a), db = sum_to(where(c, 0, dy), b),
+  // c the condition expanded to y's shape, rebuilt from this node
+  tape.set_grad_rule(yi, [](GradSink<T>& g) {
+    const Var<T> dy = g.grad_output();
+    xt::xarray<bool> c = xt::empty<bool>(dy.shape());
+    const bool* saved = g.tape().template saved<bool>(g.output().index());
+    std::copy(saved, saved + c.size(), c.data());
+    const Var<T> zero = g.tape().leaf(xt::xarray<T>(T(0)), false);
+    if (g.needs_grad(0)) g.add(0, detail::sum_to(xtgrad::where(c, dy, zero), g.input(0).shape()));
+    if (g.needs_grad(1)) g.add(1, detail::sum_to(xtgrad::where(c, zero, dy), g.input(1).shape()));
   });
   return tape.var(yi);
 }

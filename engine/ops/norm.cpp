@@ -10,6 +10,9 @@
 #include "../check.hpp"
 #include "../errors.hpp"
 #include "../kernels/parallel.hpp"
+#include "elementwise.hpp"
+#include "math.hpp"
+#include "reduce.hpp"
 
 namespace xtgrad {
 
@@ -148,7 +151,37 @@ void norm_forward(const T* x, const T* w, const T* b, T* y, std::size_t rows, st
   });
 }
 
+// The create_graph rule of both norms (grad_rule.hpp): the backward of the
+// header as differentiable ops, with the row statistics recomputed from x as
+// ops too (they depend on x):
+//   xc = x - mean_j(x) (layer_norm) or x (rms_norm),  rstd = rsqrt(mean_j(xc^2) + eps)
+//   xhat = xc * rstd,  dxhat = dy * w
+//   dx = rstd * (dxhat - mean_j(dxhat) - xhat * mean_j(dxhat * xhat))   (no mean_j(dxhat):
+//   rms_norm) dw = sum over rows of dy * xhat,  db = sum over rows of dy
+// Parents 1 and 2 are x again when weight or bias is absent.
+template <bool Centered, class T>
+void norm_grad_rule(GradSink<T>& s, bool has_weight, bool has_bias, double eps) {
+  const Var<T> dy = s.grad_output(), x = s.input(0);
+  const std::vector<std::int64_t> last{-1};
+  std::vector<std::int64_t> rows(x.dimension() - 1);  // the leading axes
+  for (std::size_t k = 0; k < rows.size(); ++k) rows[k] = static_cast<std::int64_t>(k);
+  // [..., D] -> [D]; a single row [D] has nothing to sum (sum over {} would sum all)
+  const auto sum_rows = [&rows](const Var<T>& v) { return rows.empty() ? v : sum(v, rows); };
+  const Var<T> xc = Centered ? sub(x, mean(x, last, true)) : x;                 // [..., D]
+  const Var<T> rstd = rsqrt(add_scalar(mean(square(xc), last, true), T(eps)));  // [..., 1]
+  const Var<T> xhat = mul(xc, rstd);                                            // [..., D]
+  if (s.needs_grad(0)) {
+    const Var<T> dxhat = has_weight ? mul(dy, s.input(1)) : dy;  // [..., D]
+    Var<T> inner = sub(dxhat, mul(xhat, mean(mul(dxhat, xhat), last, true)));
+    if (Centered) inner = sub(inner, mean(dxhat, last, true));
+    s.add(0, mul(rstd, inner));  // dx[..., D]
+  }
+  if (has_weight && s.needs_grad(1)) s.add(1, sum_rows(mul(dy, xhat)));  // dw[D]
+  if (has_bias && s.needs_grad(2)) s.add(2, sum_rows(dy));               // db[D]
+}
+
 // Records layer_norm (Centered) or rms_norm after the checks.
+
 template <bool Centered, class T>
 Var<T> record_norm(const char* op, const Var<T>& x, const std::optional<Var<T>>& weight,
                    const std::optional<Var<T>>& bias, double eps, std::size_t d) {
@@ -194,6 +227,10 @@ Var<T> record_norm(const char* op, const Var<T>& x, const std::optional<Var<T>>&
     else
       norm_backward<Centered, false, T>(x, nullptr, dy.data(), stats, rows, d, dx, dw, db);
   });
+  tape.set_grad_rule(yi,
+                     [has_weight = wi.has_value(), has_bias = bi.has_value(), eps](GradSink<T>& g) {
+                       norm_grad_rule<Centered>(g, has_weight, has_bias, eps);
+                     });
   return tape.var(yi);
 }
 

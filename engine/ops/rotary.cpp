@@ -108,27 +108,17 @@ void rotate_rows(const T* src, T* dst, const T* cos_table, const T* sin_table,
   });
 }
 
-}  // namespace
-
-template <class T>
-Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta) {
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x}});
+// Records the rotation of x (inverse == false: apply_rotary) or its inverse,
+// the transposed rotation by -angle (the op of apply_rotary's gradient),
+// after the checks.
+template <bool inverse, class T>
+Var<T> record_rotation(const Var<T>& x, std::size_t position_offset, double theta) {
+  Tape<T>& tape = x.tape();
   const Shape& shape = x.shape();
-  if (shape.size() < 2)
-    detail::fail_shape(op_name, "x", shape, "[..., T, Dh] (rank >= 2: positions, head dimension)");
-  const std::size_t dh = shape.back(), seq = shape[shape.size() - 2];
-  if (dh % 2 != 0)
-    detail::fail_shape(
-        op_name, "x", shape,
-        "[..., T, Dh] with Dh even (the two halves are rotated together), got Dh = " +
-            std::to_string(dh));
-  if (!(std::isfinite(theta) && theta > 0.0))
-    detail::fail_argument(op_name, "theta",
-                          "is " + detail::number_str(theta) + ", expected a finite value > 0");
-  const std::size_t half = dh / 2;
-
+  const std::size_t dh = shape.back(), seq = shape[shape.size() - 2], half = dh / 2;
   const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op_name, {xi}, x.requires_grad());
+  const std::size_t yi =
+      tape.record(inverse ? "apply_rotary_inverse" : op_name, {xi}, x.requires_grad());
   const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(shape);
@@ -138,21 +128,47 @@ Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta) 
   T* tables = tape.template save<T>(yi, 2 * seq * half);
   const T* computed = cached_tables<T>(seq, half, position_offset, theta);
   std::copy(computed, computed + 2 * seq * half, tables);
-  // y[.., t, :] = x * cos[t] + rotate_half(x) * sin[t]
-  rotate_rows<false, false>(xv.data(), y.data(), tables, tables + seq * half, rows_total, seq,
-                            half);
+  // y[.., t, :] = x * cos[t] + rotate_half(x) * sin[t]   (inverse: the transpose)
+  rotate_rows<inverse, false>(xv.data(), y.data(), tables, tables + seq * half, rows_total, seq,
+                              half);
 
   tape.set_backward(yi, [xi, yi, rows_total, seq, half](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     const GradPointer<T> dx = t.grad_pointer(xi);
     const T* tab = t.template saved<T>(yi);
-    // dx[.., t, :] (+)= dy * cos[t] + rotate_half^T(dy * sin[t])
+    // dx[.., t, :] (+)= dy * cos[t] + rotate_half^T(dy * sin[t])   (inverse: the rotation)
     if (dx.accumulate)
-      rotate_rows<true, true>(dy.data(), dx.data, tab, tab + seq * half, rows_total, seq, half);
+      rotate_rows<!inverse, true>(dy.data(), dx.data, tab, tab + seq * half, rows_total, seq, half);
     else
-      rotate_rows<true, false>(dy.data(), dx.data, tab, tab + seq * half, rows_total, seq, half);
+      rotate_rows<!inverse, false>(dy.data(), dx.data, tab, tab + seq * half, rows_total, seq,
+                                   half);
+  });
+  // create_graph: dx = the inverse rotation of dy (of the inverse: the rotation)
+  tape.set_grad_rule(yi, [position_offset, theta](GradSink<T>& g) {
+    if (g.needs_grad(0))
+      g.add(0, record_rotation<!inverse>(g.grad_output(), position_offset, theta));
   });
   return tape.var(yi);
+}
+
+}  // namespace
+
+template <class T>
+Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta) {
+  detail::common_tape<T>(op_name, {{"x", &x}});
+  const Shape& shape = x.shape();
+  if (shape.size() < 2)
+    detail::fail_shape(op_name, "x", shape, "[..., T, Dh] (rank >= 2: positions, head dimension)");
+  const std::size_t dh = shape.back();
+  if (dh % 2 != 0)
+    detail::fail_shape(
+        op_name, "x", shape,
+        "[..., T, Dh] with Dh even (the two halves are rotated together), got Dh = " +
+            std::to_string(dh));
+  if (!(std::isfinite(theta) && theta > 0.0))
+    detail::fail_argument(op_name, "theta",
+                          "is " + detail::number_str(theta) + ", expected a finite value > 0");
+  return record_rotation<false>(x, position_offset, theta);
 }
 
 template Var<float> apply_rotary(const Var<float>&, std::size_t, double);

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "../check.hpp"
 #include "../indices.hpp"
 #include "../kernels/axes.hpp"
 #include "../kernels/parallel.hpp"
+#include "elementwise.hpp"
+#include "math.hpp"
+#include "reduce.hpp"
 
 namespace xtgrad {
 
@@ -213,6 +217,18 @@ Var<T> softmax_op(const char* op, const Var<T>& x, std::int64_t dim) {
       backward<T, log, true>(yv, dy.data(), dx.data, split);
     else  // dx[x] = J^T dy along `dim`
       backward<T, log, false>(yv, dy.data(), dx.data, split);
+  });
+  // create_graph, with y = g.output() differentiable through this node:
+  //   softmax:      dx = y * (dy - sum(dy * y, dim))
+  //   log_softmax:  dx = dy - exp(y) * sum(dy, dim)
+  tape.set_grad_rule(yi, [axis](GradSink<T>& g) {
+    if (!g.needs_grad(0)) return;
+    const Var<T> dy = g.grad_output(), y = g.output();
+    const std::vector<std::int64_t> dims{static_cast<std::int64_t>(axis)};
+    if constexpr (log)
+      g.add(0, sub(dy, mul(exp(y), sum(dy, dims, true))));
+    else
+      g.add(0, mul(y, sub(dy, sum(mul(dy, y), dims, true))));
   });
   return tape.var(yi);
 }

@@ -258,3 +258,84 @@ TEST_CASE_TEMPLATE("bad input: embedding", T, float, double) {
       [good](const std::vector<Var<T>>& v) { embedding(good, v[0]); }, other, stale);
   report("embedding", run_rows(rows, snapshot));
 }
+
+TEST_CASE_TEMPLATE("embedding_dense_backward: the scatter-add of embedding's gradient", T, float,
+                   double) {
+  struct Case {
+    Dims indices;
+    std::size_t rows, dim;
+    std::optional<std::int64_t> padding;
+  };
+  std::uint32_t seed = 60;
+  for (const Case& c : std::vector<Case>{{{7}, 5, 3, std::nullopt},
+                                         {{2, 3, 4}, 6, 2, std::int64_t(2)},
+                                         {{4, 5}, 3, 4, std::int64_t(-3)},
+                                         {{}, 4, 3, std::nullopt},
+                                         {{0}, 4, 3, std::int64_t(1)}}) {
+    INFO("indices ", detail::shape_str(c.indices), " rows ", c.rows);
+    Indices idx = xt::empty<std::int64_t>(c.indices);
+    std::mt19937 generator(++seed);
+    for (auto& v : idx) v = static_cast<std::int64_t>(generator() % c.rows);
+    const std::int64_t padding =
+        c.padding ? (*c.padding < 0 ? *c.padding + std::int64_t(c.rows) : *c.padding) : -1;
+    Dims g_dims = c.indices;
+    g_dims.push_back(c.dim);
+    const xt::xarray<T> g = random_array<T>(g_dims, ++seed);
+    const xt::xarray<T> w = random_array<T>({c.rows, c.dim}, ++seed);
+    const xt::xarray<T> dy = random_array<T>({c.rows, c.dim}, ++seed);
+    // y is the gradient `reference` gives the table; its own gradient is the
+    // lookup of dy, 0 at the padding positions
+    const Reference r = reference(idx, w, g, padding);
+    xt::xarray<double> dg = xt::zeros<double>(g_dims);
+    for (std::size_t p = 0; p < idx.size(); ++p)
+      for (std::size_t j = 0; j < c.dim; ++j)
+        if (idx.data()[p] != padding)
+          dg.data()[p * c.dim + j] = dy(static_cast<std::size_t>(idx.data()[p]), j);
+    Tape<T> tape;
+    auto gv = tape.leaf(g);
+    auto y = embedding_dense_backward(gv, idx, c.rows, c.padding);
+    check_close(y.value(), r.dw, tolerance<T>(), tolerance<T>());
+    tape.backward(y, dy);
+    CHECK(gv.grad() == xt::xarray<T>(xt::cast<T>(dg)));
+  }
+}
+
+TEST_CASE("embedding_dense_backward: gradcheck, with and without padding_idx") {
+  const Indices idx = {{2, 0, 2}, {3, 2, 0}};
+  for (std::optional<std::int64_t> padding : {std::optional<std::int64_t>{}, {std::int64_t(2)}})
+    check_gradients(
+        [idx, padding](const std::vector<Var<double>>& v) {
+          return embedding_dense_backward(v[0], idx, 4, padding);
+        },
+        {random_array({2, 3, 5}, 6)});
+}
+
+TEST_CASE_TEMPLATE("bad input: embedding_dense_backward", T, float, double) {
+  Tape<T> tape, other, cleared;
+  const Var<T> stale = cleared.leaf(xt::xarray<T>{{1, 2}});
+  cleared.clear();
+  Var<T> g = tape.leaf(random_array<T>({2, 3}, 1));
+  Var<T> g3 = tape.leaf(random_array<T>({3, 2, 3}, 2));
+  const std::vector<Var<T>> leaves = {g, g3};
+  const Indices good = {0, 4};
+
+  const auto snapshot = snapshot_of<T>({&tape, &other}, leaves);
+  std::vector<Row> rows;
+  const auto bad = row_adder(rows);
+  const auto IA = Expect::invalid_argument;
+  bad("grad_output not indices.shape + [D]", [&] { embedding_dense_backward(g3, good, 5); }, IA,
+      {"xtgrad::embedding_dense_backward", "'grad_output'", "[3, 2, 3]", "[2]"});
+  bad("an index equal to num_weights",
+      [&] {
+        embedding_dense_backward(g, Indices{0, 5}, 5);
+      },
+      IA, {"xtgrad::embedding_dense_backward", "'indices'", "holds 5", "[0, 5)"});
+  bad("padding_idx equal to num_weights",
+      [&] { embedding_dense_backward(g, good, 5, std::int64_t(5)); }, IA,
+      {"xtgrad::embedding_dense_backward", "'padding_idx'", "is 5", "[-5, 5)"});
+  add_handle_rows<T>(
+      rows, "embedding_dense_backward", {"grad_output"}, {g},
+      [good](const std::vector<Var<T>>& v) { embedding_dense_backward(v[0], good, 5); }, other,
+      stale);
+  report("embedding_dense_backward", run_rows(rows, snapshot));
+}

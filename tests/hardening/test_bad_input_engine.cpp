@@ -108,7 +108,22 @@ TEST_CASE_TEMPLATE("bad input: engine ops and the Tape API", T, float, double) {
   bad("activation: an Activation outside the enumeration",
       [&] { activation(x, static_cast<Activation>(7)); }, IA,
       {"activation", "'a'", "Activation(7)", "relu, gelu, gelu_tanh, gelu_sigmoid, silu"});
+  bad("activation_derivative: order 3", [&] { activation_derivative(x, Activation::gelu, 3); }, IA,
+      {"activation_derivative", "'order'", "is 3", "expected 1 (f') or 2 (f'')"});
+  bad("activation_derivative: order 0", [&] { activation_derivative(x, Activation::silu, 0); }, IA,
+      {"activation_derivative", "'order'", "is 0"});
+  bad("activation_derivative: an Activation outside the enumeration",
+      [&] { activation_derivative(x, static_cast<Activation>(7), 1); }, IA,
+      {"activation_derivative", "'a'", "Activation(7)"});
+  for (int order : {1, 2})
+    add_handle_rows<T>(
+        rows, "activation_derivative", {"x"}, {x},
+        [order](const std::vector<Var<T>>& v) {
+          activation_derivative(v[0], Activation::silu, order);
+        },
+        other, stale);
   bad("gated: g of another shape", [&] { gated(x, m32, Activation::silu); }, IA,
+
       {"gated", "'g'", "[3, 2]", "expected [2, 3]"});
   bad("gated: g of another rank", [&] { gated(x, c3, Activation::gelu); }, IA,
       {"gated", "'g'", "[2, 3, 4]", "expected [2, 3]"});

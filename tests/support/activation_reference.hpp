@@ -86,6 +86,50 @@ inline Real reference_slope(Activation a, Real x) {
   return std::numeric_limits<Real>::quiet_NaN();
 }
 
+// The second and third derivatives by Faa di Bruno's formula on f = x g(x):
+// f'' = 2 g' + x g'', f''' = 3 g'' + x g''' (another route than the engine's
+// chain rule on f'), with g = Phi (gelu), (1 + tanh u) / 2 (gelu_tanh) or
+// sigmoid(k x) (gelu_sigmoid, silu). relu's are 0.
+struct GateDerivatives {
+  Real d1, d2, d3;  // g', g'', g'''
+};
+
+inline GateDerivatives gate_derivatives(Activation a, Real x) {
+  switch (a) {
+    case Activation::relu:
+      return {0, 0, 0};
+    case Activation::gelu: {  // phi' = -x phi, phi'' = (x^2 - 1) phi
+      const Real phi = std::exp(-x * x / 2) / std::sqrt(2 * k_pi);
+      return {phi, -x * phi, (x * x - 1) * phi};
+    }
+    case Activation::gelu_tanh: {  // with t = tanh u, v = 1 - t^2 = tanh'(u)
+      const Real c = std::sqrt(2 / k_pi), k = 0.044715L;
+      const Real t = tanh_u(x), v = 1 - t * t;
+      const Real u1 = c * (1 + 3 * k * x * x), u2 = c * 6 * k * x, u3 = c * 6 * k;
+      const Real th2 = -2 * t * v, th3 = v * (6 * t * t - 2);  // tanh'', tanh'''
+      return {v * u1 / 2, (th2 * u1 * u1 + v * u2) / 2,
+              (th3 * u1 * u1 * u1 + 3 * th2 * u1 * u2 + v * u3) / 2};
+    }
+    case Activation::gelu_sigmoid:
+    case Activation::silu: {  // sigmoid' = d = s (1 - s), '' = d (1 - 2s), ''' = d (1 - 6s + 6s^2)
+      const Real k = a == Activation::silu ? 1 : 1.702L;
+      const Real s = sigmoid(k * x), d = s * (1 - s);
+      return {k * d, k * k * d * (1 - 2 * s), k * k * k * d * (1 - 6 * s + 6 * s * s)};
+    }
+  }
+  return {0, 0, 0};
+}
+
+inline Real reference_second_derivative(Activation a, Real x) {
+  const GateDerivatives g = gate_derivatives(a, x);
+  return 2 * g.d1 + x * g.d2;
+}
+
+inline Real reference_third_derivative(Activation a, Real x) {
+  const GateDerivatives g = gate_derivatives(a, x);
+  return 3 * g.d2 + x * g.d3;
+}
+
 // The activation a test names as a string, mapped here independently of
 // parse_activation (whose own tests live in test_activations.cpp).
 inline Activation activation_named(const std::string& name) {
