@@ -49,6 +49,13 @@ namespace inference {
 extern xt::xarray<float> x;  // [..., 512]
 }
 
+// The training step of demos/fit_pde.cpp (docs/higher_order_gradients.md).
+namespace pde {
+extern Tape<double> tape;
+extern Var<double> x, y;         // collocation points [48, 1], the network's output
+extern xt::xarray<double> ones;  // x's shape
+}  // namespace pde
+
 // A data set in memory (docs/training.md).
 namespace data_set {
 extern xt::xarray<float> images;  // [N, 784]
