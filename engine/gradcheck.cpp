@@ -53,6 +53,19 @@ xt::xarray<double> uniform_like(const Shape& shape, std::mt19937& generator) {
   return a;
 }
 
+// Records the inputs as leaves that require gradients and f over them;
+// refuses an f that records elsewhere.
+Var<double> record_function(const char* function, const GradcheckFunction& f,
+                            const std::vector<xt::xarray<double>>& inputs, Tape<double>& tape,
+                            std::vector<Var<double>>& vars) {
+  vars.reserve(inputs.size());
+  for (const auto& input : inputs) vars.push_back(tape.leaf(input, true));
+  const Var<double> y = f(vars);
+  if (&y.tape() != &tape)
+    detail::fail_logic(function, "f must record on the tape of its arguments");
+  return y;
+}
+
 void check_options(const char* function, const GradcheckOptions& options) {
   const auto check_option = [function](const char* name, double value, bool ok,
                                        const char* expected) {
@@ -103,11 +116,7 @@ GradcheckResult gradcheck(const GradcheckFunction& f, const std::vector<xt::xarr
 
   Tape<double> tape;
   std::vector<Var<double>> vars;
-  vars.reserve(inputs.size());
-  for (const auto& input : inputs) vars.push_back(tape.leaf(input, true));
-  const Var<double> y = f(vars);
-  if (&y.tape() != &tape)
-    detail::fail_logic("gradcheck", "f must record on the tape of its arguments");
+  const Var<double> y = record_function("gradcheck", f, inputs, tape, vars);
 
   std::mt19937 generator(options.seed);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
@@ -175,11 +184,7 @@ GradcheckResult gradgradcheck(const GradcheckFunction& f,
   check_options("gradgradcheck", options);
   Tape<double> tape;
   std::vector<Var<double>> vars;
-  vars.reserve(inputs.size());
-  for (const auto& input : inputs) vars.push_back(tape.leaf(input, true));
-  const Var<double> y = f(vars);
-  if (&y.tape() != &tape)
-    detail::fail_logic("gradgradcheck", "f must record on the tape of its arguments");
+  const Var<double> y = record_function("gradgradcheck", f, inputs, tape, vars);
   std::mt19937 generator(options.seed);
   const xt::xarray<double> v = uniform_like(y.shape(), generator);
   std::vector<xt::xarray<double>> us;
