@@ -32,14 +32,16 @@ std::vector<std::vector<std::size_t>> input_nodes(Tape<T>& tape,
       p = tape.node_param(v->index());
       if (p == nullptr) nodes[k].push_back(v->index());
     }
-    if (p != nullptr)  // a Parameter, or a Var of one: every node that recorded it
+    // A Parameter, or a Var of one: every node that recorded it for a
+    // gradient (one read under NoGradGuard, for evaluation, is not a use).
+    if (p != nullptr) {
       for (std::size_t i = 0; i < tape.size(); ++i)
-        if (tape.node_param(i) == p) nodes[k].push_back(i);
-    for (const std::size_t i : nodes[k])
-      if (!tape.requires_grad(i))
-        detail::fail_logic(fn, "argument " + detail::quoted(name) +
-                                   " does not require a gradient (recorded with "
-                                   "requires_grad = false, or with recording off)");
+        if (tape.node_param(i) == p && tape.requires_grad(i)) nodes[k].push_back(i);
+    } else if (!tape.requires_grad(nodes[k].front())) {
+      detail::fail_logic(fn, "argument " + detail::quoted(name) +
+                                 " does not require a gradient (recorded with "
+                                 "requires_grad = false, or with recording off)");
+    }
   }
   return nodes;
 }
@@ -110,7 +112,6 @@ std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
   if (options.create_graph) pass.check_rules(fn, roots);
 
   // Nothing was changed so far.
-  const xt::xarray<T> one = xt::ones<T>(Shape{});
   std::vector<Var<T>> out;
   out.reserve(inputs.size());
   auto zeros_for = [&](std::size_t k) {

@@ -22,7 +22,10 @@
 //     create_graph), then grad(sum_k <g_k, v_k>, inputs). Entries of v have
 //     the inputs' shapes. An input f does not depend on, or a function
 //     linear in the inputs, gives zeros. With options.create_graph the result
-//     is differentiable again.
+//     is differentiable again; an op it would then need a rule of, but which
+//     has none (a third derivative), is found only by the second pass, after
+//     the first has appended g's nodes: the refusal leaves those nodes on the
+//     tape (no value, .grad or Parameter::grad is changed).
 //
 // Errors: std::invalid_argument naming the function and the argument (outputs,
 // inputs[k], grad_outputs[k], v[k]) and the shapes; std::logic_error for tape

@@ -57,6 +57,28 @@ TEST_CASE("grad api: a Parameter recorded twice gets the sum over its nodes") {
   CHECK(!p.has_grad);
 }
 
+TEST_CASE("grad api: a Parameter also read under NoGradGuard is differentiated where it was used") {
+  Tape<double> tape;
+  Parameter<double> p("p", xt::xarray<double>{2.0, -1.0});
+  const Var<double> a = tape.param(p);
+  const Var<double> y = sum(mul(a, a));  // p^2: 2 p
+  {
+    NoGradGuard<double> evaluation(tape);
+    const Var<double> z = sum(tape.param(p));  // a read for evaluation, after y
+    CHECK(!z.requires_grad());
+  }
+  check_close(grad(tape, {y}, {p})[0].value(), xt::xarray<double>{4.0, -2.0});
+  Parameter<double> unused("unused", xt::xarray<double>{1.0});
+  {
+    NoGradGuard<double> evaluation(tape);
+    tape.param(unused);
+  }
+  CHECK_THROWS_WITH_PARTS(grad(tape, {y}, {unused}), std::invalid_argument,
+                          {"xtgrad::grad", "'inputs[0]'", "not used"});
+  check_close(grad(tape, {y}, {unused}, GradOptions<double>{{}, false, true})[0].value(),
+              xt::xarray<double>{0.0});
+}
+
 TEST_CASE("grad api: second and third derivatives by repeated create_graph") {
   Tape<double> tape;
   const xt::xarray<double> xv = {0.5, -1.5, 2.0};
