@@ -15,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace xtgrad::detail {
 
@@ -94,6 +96,72 @@ template <class S>
 [[noreturn]] inline void fail_io(const std::string& function, const std::string& message) {
   throw std::runtime_error("xtgrad::" + function + ": " + message);
 }
+
+// One part of a message: text as is, an integer in decimal, a floating-point
+// value as number_str prints it, a shape (any container of integers) as
+// shape_str prints it.
+inline std::string message_part(const char* text) {
+  return text;
+}
+inline std::string message_part(const std::string& text) {
+  return text;
+}
+template <class V, std::enable_if_t<std::is_arithmetic_v<V>, int> = 0>
+std::string message_part(V value) {
+  if constexpr (std::is_same_v<V, bool>) return value ? "true" : "false";
+  if constexpr (std::is_integral_v<V>) return std::to_string(value);
+  return number_str(static_cast<double>(value));
+}
+template <class S, class = decltype(std::declval<const S&>().size()),
+          std::enable_if_t<std::is_integral_v<std::decay_t<decltype(std::declval<const S&>()[0])>>,
+                           int> = 0>
+std::string message_part(const S& shape) {
+  return shape_str(shape);
+}
+
+template <class... Parts>
+std::string message(const Parts&... parts) {
+  return (std::string() + ... + message_part(parts));
+}
+
+// The declarative argument checks of one function, in the spirit of
+// PyTorch's TORCH_CHECK: a condition and the parts of the message, with the
+// function named once. The message is built only when the check fails, so a
+// check costs one branch. Each throws through the fail_* helpers above:
+//
+//   const detail::Check check("linear");
+//   check.shape(w.dimension() == 2, "weight", w.shape(), "rank 2 [out, in]");
+//   check.argument(p >= 0 && p < 1, "p", "is ", p, ", expected a value in [0, 1)");
+class Check {
+ public:
+  explicit Check(const char* function) : function_(function) {}
+
+  const char* function() const { return function_; }
+
+  // std::invalid_argument "xtgrad::f: argument 'arg' <parts...>".
+  template <class... Parts>
+  void argument(bool ok, const char* arg, const Parts&... parts) const {
+    if (!ok) fail_argument(function_, arg, message(parts...));
+  }
+  // std::invalid_argument "xtgrad::f: argument 'arg' has shape [..], expected <parts...>".
+  template <class S, class... Parts>
+  void shape(bool ok, const char* arg, const S& got, const Parts&... expected) const {
+    if (!ok) fail_shape(function_, arg, got, message(expected...));
+  }
+  // std::invalid_argument "xtgrad::f: <parts...>", for bad content that is not one argument.
+  template <class... Parts>
+  void value(bool ok, const Parts&... parts) const {
+    if (!ok) fail_value(function_, message(parts...));
+  }
+  // std::logic_error "xtgrad::f: <parts...>", for misuse of a tape or an object's protocol.
+  template <class... Parts>
+  void logic(bool ok, const Parts&... parts) const {
+    if (!ok) fail_logic(function_, message(parts...));
+  }
+
+ private:
+  const char* function_;
+};
 
 // A size argument of a constructor: std::invalid_argument when it is 0.
 inline void check_positive_size(const std::string& function, const std::string& arg,
