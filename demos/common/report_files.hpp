@@ -32,4 +32,10 @@ bool have_gnuplot();
 // range of a short run) into `out`/gnuplot.log.
 PlotResult run_gnuplot(const std::filesystem::path& script, const std::filesystem::path& out);
 
+// Prints "wrote <out>: <files>" and then ", <pictures>" or why there are
+// none ("(no <noun>: gnuplot is not installed; ...)", "(gnuplot failed: no
+// <noun>; see gnuplot.log)"). The exit code: 1 when gnuplot failed, else 0.
+int print_wrote(const std::filesystem::path& out, const std::string& files, PlotResult plotted,
+                const std::string& pictures, const std::string& noun);
+
 }  // namespace demos

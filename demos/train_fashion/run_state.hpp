@@ -8,7 +8,7 @@
 // is a function of (seed, epoch). So a run resumed after epoch k continues
 // bit for bit as the uninterrupted run would have.
 // Under mpirun with --zero 1|2 the optimizer given is the consolidated one
-// (demos/zero_optimizer.hpp): the directory is the same as without.
+// (training/training_optimizer.hpp): the directory is the same as without.
 
 #include <cstdint>
 #include <filesystem>

@@ -15,8 +15,8 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
 
-#include "../zero_optimizer.hpp"
-#include "progress.hpp"
+#include <xtgrad/training/training_optimizer.hpp>
+#include "../common/progress.hpp"
 #include "run_state.hpp"
 
 namespace fashion {
@@ -72,11 +72,11 @@ std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, do
 }
 
 TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
-                  const TrainOptions& o, std::FILE* out, demo::Parallel& parallel) {
+                  const TrainOptions& o, std::FILE* out, training::Parallel& parallel) {
   const std::size_t train_images = data.train.labels.size();
   Batcher<float> batcher(std::move(data.train.images), data.train.labels,
                          {o.batch_size, /*shuffle=*/true, /*drop_last=*/false, o.seed});
-  demo::Shards shards(parallel, train_images, {o.batch_size, true, false, o.seed});
+  training::Shards shards(parallel, train_images, {o.batch_size, true, false, o.seed});
   const std::size_t steps_per_epoch = batcher.batches_per_epoch();
   const auto total_steps = static_cast<std::int64_t>(steps_per_epoch * o.epochs);
   const auto warmup = std::min<std::int64_t>(
@@ -84,9 +84,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
 
   // The synchronizer first: a sharded optimizer is built over it.
   Tape<float> tape;
-  demo::GradientAverager<float> gradients(parallel, model, tape);
-  demo::TrainingOptimizer<float> optimizer(parallel, gradients,
-                                           decay_groups(model, o.lr, o.weight_decay), o.zero);
+  training::GradientAverager<float> gradients(parallel, model, tape);
+  training::TrainingOptimizer<float> optimizer(parallel, gradients,
+                                               decay_groups(model, o.lr, o.weight_decay), o.zero);
   const auto make_schedule = [&](optim::Optimizer<float>& opt) {
     return std::make_unique<optim::WarmupCosineLR<float>>(
         opt, warmup, std::max<std::int64_t>(1, total_steps - warmup));
@@ -123,7 +123,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     model.train();
     batcher.start_epoch(epoch);
     shards.start_epoch(epoch);
-    Progress progress(epoch + 1, o.epochs, steps_per_epoch, out);
+    demos::Progress progress(0, steps_per_epoch, steps_per_epoch, out, "img/s",
+                             "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
+                             demos::LossMean::run);
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
     while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {

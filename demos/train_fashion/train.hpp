@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "../data_parallel.hpp"
+#include <xtgrad/training/data_parallel.hpp>
 #include "../observe.hpp"
 #include "data.hpp"
 #include "zoo/fashion/models.hpp"
@@ -34,7 +34,7 @@ struct TrainOptions {
   std::filesystem::path save;    // after every epoch, when not empty
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this epoch of the run (0: train all --epochs)
-  int zero = 0;                  // --zero: ZeRO stage under mpirun (demos/zero_optimizer.hpp)
+  int zero = 0;  // --zero: ZeRO stage under mpirun (training/training_optimizer.hpp)
   xtgrad::demo::StepObserverOptions observe;  // --graph, --profile
 };
 
@@ -70,6 +70,7 @@ struct TrainResult {
 // the gradients averaged, and rank 0 alone saves; with options.zero 1 or 2
 // the optimizer is sharded (ZeRO), the saved state still the whole one.
 TrainResult train(xtgrad::Module<float>& model, const ModelConfig& config, FashionMnist& data,
-                  const TrainOptions& options, std::FILE* out, xtgrad::demo::Parallel& parallel);
+                  const TrainOptions& options, std::FILE* out,
+                  xtgrad::training::Parallel& parallel);
 
 }  // namespace fashion

@@ -10,7 +10,7 @@
 // of (seed, step, row) (batches.hpp). So a run resumed after step k
 // continues bit for bit as the uninterrupted run would have.
 // Under mpirun with --zero 1|2 the optimizer given is the consolidated one
-// (demos/zero_optimizer.hpp): the directory is the same as without.
+// (training/training_optimizer.hpp): the directory is the same as without.
 
 #include <cstddef>
 #include <filesystem>

@@ -13,11 +13,11 @@
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
 
-#include "../zero_optimizer.hpp"
+#include <xtgrad/training/training_optimizer.hpp>
+#include "../common/progress.hpp"
 #include "batches.hpp"
 #include "corpus.hpp"
 #include "evaluate.hpp"
-#include "progress.hpp"
 #include "run_state.hpp"
 #include "sampling.hpp"
 
@@ -38,7 +38,7 @@ std::string format(const char* pattern, double a, double b) {
 // One sample of generated text after step `step`, printed and appended to `samples`.
 void write_sample(const GPT<float>& model, const Vocabulary& vocab,
                   const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
-                  Progress& progress, std::FILE* samples) {
+                  demos::Progress& progress, std::FILE* samples) {
   const std::vector<std::int64_t> ids = generate_tokens(
       model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
   const std::string text = encode_utf8(vocab.decode(ids));
@@ -53,15 +53,15 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
                   const TrainOptions& o, std::FILE* out, std::FILE* samples,
-                  demo::Parallel& parallel) {
+                  training::Parallel& parallel) {
   const auto [first_row, rows] = parallel.slice(o.batch_size, "--batch-size");
   const std::size_t T = model_options.block_size;
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
   // The synchronizer first: a sharded optimizer is built over it.
   Tape<float> tape;
-  demo::GradientAverager<float> gradients(parallel, model, tape);
-  demo::TrainingOptimizer<float> optimizer(
+  training::GradientAverager<float> gradients(parallel, model, tape);
+  training::TrainingOptimizer<float> optimizer(
       parallel, gradients, decay_groups(model, o.lr, o.weight_decay, o.beta2), o.zero);
   const auto make_schedule = [&](optim::Optimizer<float>& opt) {
     return std::make_unique<optim::WarmupCosineLR<float>>(
@@ -98,7 +98,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (auto& [name, module] : model.named_modules())
     if (auto* dropout = dynamic_cast<Dropout<float>*>(module)) dropout->set_row_offset(first_row);
   model.train();
-  Progress progress(position.step, last, o.steps, out);
+  demos::Progress progress(position.step, last, o.steps, out, "tok/s");
   for (std::size_t step = position.step; step < last; ++step) {
     const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
     tape.clear();
@@ -149,7 +149,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   }
   progress.finish();
   TrainResult result;
-  result.tokens_per_second = progress.tokens_per_second();
+  result.tokens_per_second = progress.items_per_second();
   result.train_seconds = progress.train_seconds();
   model.eval();
   result.final_val_loss = evaluator.full(model, parallel);

@@ -23,7 +23,7 @@
 #include <xtgrad/engine/indices.hpp>
 #include <xtgrad/modules/gpt.hpp>
 
-#include "../data_parallel.hpp"
+#include <xtgrad/training/data_parallel.hpp>
 #include "model.hpp"
 #include "tokenizer.hpp"
 
@@ -47,7 +47,7 @@ struct TrainOptions {
   std::filesystem::path save;    // at every evaluation and at the end, when not empty
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this step (0: train all --steps)
-  int zero = 0;                  // --zero: ZeRO stage under mpirun (demos/zero_optimizer.hpp)
+  int zero = 0;  // --zero: ZeRO stage under mpirun (training/training_optimizer.hpp)
 };
 
 struct HistoryRecord {
@@ -87,6 +87,6 @@ struct TrainResult {
 // the saved state still the whole one.
 TrainResult train(xtgrad::GPT<float>& model, const ModelOptions& model_options,
                   const TrainData& data, const TrainOptions& options, std::FILE* out,
-                  std::FILE* samples, xtgrad::demo::Parallel& parallel);
+                  std::FILE* samples, xtgrad::training::Parallel& parallel);
 
 }  // namespace gpt_demo

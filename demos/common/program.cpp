@@ -1,0 +1,70 @@
+// demos::Program (program.hpp).
+
+#include "program.hpp"
+
+#include <utility>
+
+namespace demos {
+
+Program::Program(int& argc, char**& argv, std::string program, const std::string& description)
+    : parallel(argc, argv), app(description), name(std::move(program)) {}
+
+void Program::add_out(std::string& out) {
+  app.add_option("--out", out, "output directory")->capture_default_str();
+}
+
+void Program::add_threads(int& threads, const std::string& help) {
+  app.add_option("--threads", threads, help)->capture_default_str()->check(CLI::Range(1, 256));
+}
+
+void Program::add_save_resume(std::string& save, std::string& resume,
+                              const std::string& save_help) {
+  app.add_option("--save", save, save_help);
+  app.add_option("--resume", resume,
+                 "continue the run saved in DIR, bit for bit as if it had not stopped (the "
+                 "model and training options must be the same)")
+      ->check(CLI::ExistingDirectory);
+}
+
+void Program::add_stop_after(std::size_t& stop_after, const std::string& unit,
+                             const std::string& steps, int max) {
+  app.add_option("--stop-after", stop_after,
+                 "stop after this " + unit + " of the --" + steps + " run (the schedule still " +
+                     "spans --" + steps + "); --save then --resume continues it")
+      ->check(CLI::Range(1, max));
+}
+
+void Program::add_zero(int& zero, const std::string& stages) {
+  app.add_option("--zero", zero,
+                 "under mpirun, ZeRO: " + stages +
+                     " In one process 1 and 2 train as 0 (the one shard is everything), as "
+                     "DeepSpeed's ZeRO on one GPU does, so one command line serves any -np")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1, 2}));
+}
+
+std::optional<int> Program::parse(int argc, char** argv, const std::function<void()>& check) {
+  try {
+    app.parse(argc, argv);
+    if (check) check();
+  } catch (const CLI::CallForHelp&) {
+    if (!parallel.quiet()) std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (!parallel.quiet()) std::cerr << name << ": " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+int Program::threads(int given) const {
+  return parallel.active() && app.count("--threads") == 0 ? 1 : given;
+}
+
+int Program::fail(const std::string& what, int code) {
+  parallel.fail(name + ": " + what);  // ends the whole job under mpirun
+  std::cerr << name << ": " << what << "\n";
+  return code;
+}
+
+}  // namespace demos
