@@ -33,7 +33,6 @@
 #include <xtgrad/training/training_optimizer.hpp>
 
 #include "common/program.hpp"
-#include "observe.hpp"
 
 namespace {
 
@@ -58,7 +57,7 @@ struct Options {
   std::string load;
   int threads = 0;  // 0: leave the count as it is (OpenBLAS's default)
   int zero = 0;     // --zero: ZeRO stage under mpirun
-  demo::StepObserverOptions observe;
+  training::StepObserverOptions observe;
 };
 
 // The target of the experiment, computed from its equations.
@@ -207,7 +206,7 @@ int run(Options o, training::Parallel& parallel) {
     auto ffn_opt = make_optimizer<T>(o, parallel, ffn_sync, ffn.parameters());
     auto base_opt = make_optimizer<T>(o, parallel, base_sync, baseline.parameters());
     const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
-    demo::StepObserver<T> observer(o.observe, o.steps);
+    training::StepObserver<T> observer(o.observe, o.steps);
     ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
     for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
     for (auto& [name, p] : baseline.named_parameters()) names.emplace_back("baseline." + name, p);
@@ -356,7 +355,7 @@ void add_options(demos::Program& program, Options& o) {
                    "0 each process a full optimizer (data-parallel); 1 the optimizer's state "
                    "sharded across the processes; 2 the gradients too. The same numbers, to "
                    "rounding.");
-  demo::add_observer_options(app, o.observe);
+  program.add_observer(o.observe);
 }
 
 }  // namespace

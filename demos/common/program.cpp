@@ -43,6 +43,24 @@ void Program::add_zero(int& zero, const std::string& stages) {
       ->check(CLI::IsMember({0, 1, 2}));
 }
 
+void Program::add_observer(xtgrad::training::StepObserverOptions& o) {
+  app.add_option("--graph", o.graph,
+                 "write the tape of the first training step as a picture (.svg, .png, .pdf via "
+                 "Graphviz's dot, or .dot text)");
+  app.add_flag("--profile", o.profile, "print the per-op profile of the last training steps");
+  app.add_option("--profile-steps", o.profile_steps, "how many last steps --profile times")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--profile-sort", o.profile_sort,
+                 "sort the profile by name, calls, self, total, average, share, flops, gflops, "
+                 "bytes or gbytes")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"name", "calls", "self", "total", "average", "share", "flops",
+                             "gflops", "bytes", "gbytes"}));
+  app.add_option("--profile-csv", o.profile_csv, "also write the profile as CSV");
+  app.add_option("--profile-json", o.profile_json, "also write the profile as JSON");
+}
+
 std::optional<int> Program::parse(int argc, char** argv, const std::function<void()>& check) {
   try {
     app.parse(argc, argv);

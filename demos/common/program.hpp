@@ -25,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 #include <xtgrad/training/data_parallel.hpp>
+#include <xtgrad/training/step_observer.hpp>
 
 namespace demos {
 
@@ -51,6 +52,9 @@ class Program {
                       int max);
   // --zero 0|1|2; `stages` says what each stage is, the rest of the text is shared.
   void add_zero(int& zero, const std::string& stages);
+  // --graph FILE, --profile, --profile-steps, --profile-sort, --profile-csv,
+  // --profile-json (training::StepObserver).
+  void add_observer(xtgrad::training::StepObserverOptions& o);
 
   // Parses the command line, then runs `check` (which may throw
   // CLI::ValidationError). nullopt to go on; otherwise the exit code: 0

@@ -33,6 +33,8 @@
 #include <xtgrad/optim/optimizer.hpp>
 #include <xtgrad/training/training_state.hpp>
 
+#include "report_files.hpp"
+
 namespace demos {
 
 std::int64_t seed_bits(std::uint64_t seed);
@@ -60,13 +62,6 @@ std::invalid_argument option_mismatch(const std::string& key, V saved, V now) {
   message << "saved with --" << option << " " << saved << ", this run has " << now;
   return std::invalid_argument(message.str());
 }
-
-// The saved fields of a history record R: sizes and reals, by name.
-template <class R>
-struct HistoryFields {
-  std::vector<std::pair<const char*, std::size_t R::*>> sizes;
-  std::vector<std::pair<const char*, double R::*>> reals;
-};
 
 // Writes `history` into `extras`, its length under `count_key`.
 template <class R>

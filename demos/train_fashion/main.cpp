@@ -110,7 +110,9 @@ int run(const Options& o, xtgrad::training::Parallel& parallel) {
   if (parallel.quiet()) return 0;
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
-  write_history_csv(out / "history.csv", result.history);
+  demos::HistoryFields<EpochRecord> columns = epoch_fields();
+  columns.sizes = {{"epoch", &EpochRecord::epoch}};
+  demos::write_history_csv(out / "history.csv", result.history, columns);
   write_confusion_csv(out / "confusion.csv",
                       confusion_matrix(data.test, result.final_test.predictions));
   nlohmann::json summary = summary_of(o, parameters, data, result, data_seconds, total_seconds);
@@ -201,7 +203,7 @@ void add_options(demos::Program& program, Options& o) {
                    "0 each process a full AdamW (data-parallel); 1 AdamW's state sharded across "
                    "the processes; 2 the gradients too. The same numbers (to rounding) and --save "
                    "writes the whole state, as in one process.");
-  xtgrad::demo::add_observer_options(app, o.train.observe);
+  program.add_observer(o.train.observe);
 }
 
 }  // namespace

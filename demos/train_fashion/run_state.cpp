@@ -62,21 +62,25 @@ struct Mismatch {
   }
 };
 
-const demos::HistoryFields<EpochRecord> k_history{{},
-                                                  {{"train_loss", &EpochRecord::train_loss},
-                                                   {"test_loss", &EpochRecord::test_loss},
-                                                   {"test_accuracy", &EpochRecord::test_accuracy},
-                                                   {"lr", &EpochRecord::lr},
-                                                   {"seconds", &EpochRecord::seconds}}};
-
 }  // namespace
+
+const demos::HistoryFields<EpochRecord>& epoch_fields() {
+  static const demos::HistoryFields<EpochRecord> fields{
+      {},
+      {{"train_loss", &EpochRecord::train_loss},
+       {"test_loss", &EpochRecord::test_loss},
+       {"test_accuracy", &EpochRecord::test_accuracy},
+       {"lr", &EpochRecord::lr},
+       {"seconds", &EpochRecord::seconds}}};
+  return fields;
+}
 
 void save_run(const fs::path& dir, Module<float>& model, const optim::Optimizer<float>& optimizer,
               const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
               const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
-  demos::save_history(extras, "epochs_done", position.history, k_history);
+  demos::save_history(extras, "epochs_done", position.history, epoch_fields());
   demos::save_run(dir, model, optimizer, schedule, std::move(extras));
 }
 
@@ -88,7 +92,7 @@ RunPosition resume_run(const fs::path& dir, Module<float>& model,
   try {
     RunPosition position;
     position.step = static_cast<std::size_t>(required(saved.integers, "step"));
-    position.history = demos::load_history(saved, "epochs_done", k_history, k_program);
+    position.history = demos::load_history(saved, "epochs_done", epoch_fields(), k_program);
     for (std::size_t e = 0; e < position.history.size(); ++e) position.history[e].epoch = e + 1;
     return position;
   } catch (const std::invalid_argument& e) {

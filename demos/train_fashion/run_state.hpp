@@ -1,14 +1,8 @@
 #pragma once
-// Saving and resuming a train_fashion run: one training-state directory
-// (training/training_state.hpp, written atomically: a failed save leaves the
-// previous one whole) with the model's parameters, AdamW's moments and step
-// counts, the schedule's position and the loop's scalars: the epochs done and
-// their history, the step, every Dropout module's step (by its name in
-// named_modules) and the options that fix the run's numbers. The data order
-// is a function of (seed, epoch). So a run resumed after epoch k continues
-// bit for bit as the uninterrupted run would have.
-// Under mpirun with --zero 1|2 the optimizer given is the consolidated one
-// (training/training_optimizer.hpp): the directory is the same as without.
+// Saving and resuming a train_fashion run (demos/common/run_state.hpp):
+// beside the model, AdamW and the schedule, the epochs done and their
+// history, the step and the options that fix the run's numbers. The data
+// order is a function of (seed, epoch).
 
 #include <cstdint>
 #include <filesystem>

@@ -115,7 +115,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   loss_options.label_smoothing = o.label_smoothing;
   Batch<float> batch;
   // This call's steps, counted from 1, are the ones observed.
-  demo::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
+  training::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
   std::size_t observed = 0;
   Evaluation last_test;  // of the last epoch: the final one
   for (std::size_t epoch = first_epoch; epoch < last_epoch; ++epoch) {

@@ -16,7 +16,8 @@
 #include <vector>
 
 #include <xtgrad/training/data_parallel.hpp>
-#include "../observe.hpp"
+#include <xtgrad/training/step_observer.hpp>
+#include "../common/report_files.hpp"
 #include "data.hpp"
 #include "zoo/fashion/models.hpp"
 
@@ -35,7 +36,7 @@ struct TrainOptions {
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this epoch of the run (0: train all --epochs)
   int zero = 0;  // --zero: ZeRO stage under mpirun (training/training_optimizer.hpp)
-  xtgrad::demo::StepObserverOptions observe;  // --graph, --profile
+  xtgrad::training::StepObserverOptions observe;  // --graph, --profile
 };
 
 struct EpochRecord {
@@ -46,6 +47,9 @@ struct EpochRecord {
   double lr = 0.0;             // at the end of the epoch
   double seconds = 0.0;        // training, without the evaluation
 };
+
+// The saved history's fields (run_state.cpp); history.csv has the epoch first.
+const demos::HistoryFields<EpochRecord>& epoch_fields();
 
 struct Evaluation {
   double loss = 0.0, accuracy = 0.0;

@@ -141,7 +141,7 @@ int run_training(const Options& o, xtgrad::training::Parallel& parallel) {
   if (std::fclose(samples) != 0)
     throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
   const double total_seconds = seconds_since(start);
-  write_history_csv(out / "history.csv", result.history);
+  demos::write_history_csv(out / "history.csv", result.history, history_fields());
   write_summary_json(out / "summary.json",
                      summary_of(o, corpus, vocab, parameters, result, unigram, parallel.size(),
                                 data_seconds, total_seconds));

@@ -75,13 +75,17 @@ struct Mismatch {
   }
 };
 
-const demos::HistoryFields<HistoryRecord> k_history{{{"step", &HistoryRecord::step}},
-                                                    {{"train_loss", &HistoryRecord::train_loss},
-                                                     {"val_loss", &HistoryRecord::val_loss},
-                                                     {"lr", &HistoryRecord::lr},
-                                                     {"seconds", &HistoryRecord::seconds}}};
-
 }  // namespace
+
+const demos::HistoryFields<HistoryRecord>& history_fields() {
+  static const demos::HistoryFields<HistoryRecord> fields{
+      {{"step", &HistoryRecord::step}},
+      {{"train_loss", &HistoryRecord::train_loss},
+       {"val_loss", &HistoryRecord::val_loss},
+       {"lr", &HistoryRecord::lr},
+       {"seconds", &HistoryRecord::seconds}}};
+  return fields;
+}
 
 void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<float>& optimizer,
               const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
@@ -90,7 +94,7 @@ void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<flo
   extras.integers["step"] = as_integer(position.step);
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
-  demos::save_history(extras, "history.size", position.history, k_history);
+  demos::save_history(extras, "history.size", position.history, history_fields());
   demos::save_run(dir, model, optimizer, schedule, std::move(extras));
 }
 
@@ -105,7 +109,7 @@ RunPosition resume_run(const fs::path& dir, GPT<float>& model, optim::Optimizer<
     position.step = static_cast<std::size_t>(required(saved.integers, "step"));
     position.interval.steps = static_cast<std::size_t>(required(saved.integers, "interval.steps"));
     position.interval.loss_sum = required(saved.reals, "interval.loss_sum");
-    position.history = demos::load_history(saved, "history.size", k_history, k_program);
+    position.history = demos::load_history(saved, "history.size", history_fields(), k_program);
     return position;
   } catch (const std::invalid_argument& e) {
     demos::rethrow_resume_error(dir, e);

@@ -1,16 +1,11 @@
 #pragma once
-// Saving and resuming a train_gpt run: one training-state directory
-// (training/training_state.hpp, written atomically: a failed save leaves the
-// previous one whole) with the model's parameters, AdamW's moments and step
-// counts, the schedule's position and the loop's scalars: the step, the
-// history, the open interval's loss sum, the options that fix the run's
-// numbers, the model's sizes and the character vocabulary (as code points),
-// so that --generate rebuilds the model and its tokenizer from the directory
-// alone. The data position is the step: the windows of a step are a function
-// of (seed, step, row) (batches.hpp). So a run resumed after step k
-// continues bit for bit as the uninterrupted run would have.
-// Under mpirun with --zero 1|2 the optimizer given is the consolidated one
-// (training/training_optimizer.hpp): the directory is the same as without.
+// Saving and resuming a train_gpt run (demos/common/run_state.hpp): beside
+// the model, AdamW and the schedule, the step, the history, the open
+// interval's loss sum, the options that fix the run's numbers, the model's
+// sizes and the character vocabulary (as code points), so that --generate
+// rebuilds the model and its tokenizer from the directory alone. The data
+// position is the step: the windows of a step are a function of (seed,
+// step, row) (batches.hpp).
 
 #include <cstddef>
 #include <filesystem>

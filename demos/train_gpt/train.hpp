@@ -24,6 +24,7 @@
 #include <xtgrad/modules/gpt.hpp>
 
 #include <xtgrad/training/data_parallel.hpp>
+#include "../common/report_files.hpp"
 #include "model.hpp"
 #include "tokenizer.hpp"
 
@@ -57,6 +58,9 @@ struct HistoryRecord {
   double lr = 0.0;          // after the step
   double seconds = 0.0;     // training time of the run so far (resumed calls included)
 };
+
+// history.csv's columns and the saved history's fields (run_state.cpp).
+const demos::HistoryFields<HistoryRecord>& history_fields();
 
 // What a stopped run carries into the next: the steps since the last record.
 struct OpenInterval {
