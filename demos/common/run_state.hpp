@@ -99,6 +99,12 @@ void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
               const xtgrad::optim::Optimizer<float>& optimizer,
               const xtgrad::optim::LRScheduler<float>& schedule, xtgrad::TrainingExtras extras);
 
+// The steps of resume_run.
+void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
+                           const std::string& program);
+[[noreturn]] void rethrow_resume_error(const std::filesystem::path& dir,
+                                       const std::invalid_argument& e);
+
 // Loads the saved state into `model`, `optimizer` and `schedule` (built as
 // for the first run), checks that every entry of `identity` was saved with
 // the same value (the entry `first_key`, when given, first; a difference
@@ -111,21 +117,7 @@ xtgrad::TrainingExtras resume_run(const std::filesystem::path& dir, xtgrad::Modu
                                   xtgrad::optim::LRScheduler<float>& schedule,
                                   const xtgrad::TrainingExtras& identity,
                                   const std::string& program, Mismatch mismatch,
-                                  const std::string& first_key = "");
-
-// Implementation details of resume_run.
-void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
-                           const std::string& program);
-[[noreturn]] void rethrow_resume_error(const std::filesystem::path& dir,
-                                       const std::invalid_argument& e);
-
-template <class Mismatch>
-xtgrad::TrainingExtras resume_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
-                                  xtgrad::optim::Optimizer<float>& optimizer,
-                                  xtgrad::optim::LRScheduler<float>& schedule,
-                                  const xtgrad::TrainingExtras& identity,
-                                  const std::string& program, Mismatch mismatch,
-                                  const std::string& first_key) {
+                                  const std::string& first_key = "") {
   try {
     // The model, optimizer and schedule are loaded together (all or nothing);
     // the options are checked right after, before training starts.

@@ -75,20 +75,16 @@ const demos::HistoryFields<EpochRecord>& epoch_fields() {
   return fields;
 }
 
-void save_run(const fs::path& dir, Module<float>& model, const optim::Optimizer<float>& optimizer,
-              const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
+void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
   demos::save_history(extras, "epochs_done", position.history, epoch_fields());
-  demos::save_run(dir, model, optimizer, schedule, std::move(extras));
+  run.save(dir, extras);
 }
 
-RunPosition resume_run(const fs::path& dir, Module<float>& model,
-                       optim::Optimizer<float>& optimizer, optim::LRScheduler<float>& schedule,
-                       const RunIdentity& identity) {
-  const TrainingExtras saved = demos::resume_run(dir, model, optimizer, schedule,
-                                                 identity_extras(identity), k_program, Mismatch{});
+RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
+  const TrainingExtras saved = run.resume(dir, identity_extras(identity), k_program, Mismatch{});
   try {
     RunPosition position;
     position.step = static_cast<std::size_t>(required(saved.integers, "step"));

@@ -8,8 +8,7 @@
 #include <filesystem>
 #include <vector>
 
-#include <xtgrad/optim/optim.hpp>
-
+#include "../common/training_run.hpp"
 #include "train.hpp"
 #include "zoo/fashion/models.hpp"
 
@@ -27,16 +26,14 @@ struct RunPosition {
   std::size_t step = 0;              // optimizer steps done
 };
 
-void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
-              const xtgrad::optim::Optimizer<float>& optimizer,
-              const xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity,
-              const RunPosition& position);
+// Collective: `run`'s state and the position saved to `dir`.
+void save_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+              const RunIdentity& identity, const RunPosition& position);
 
-// Loads the saved state into `model`, `optimizer` and `schedule` (built as
-// for the first run) and returns the position. std::invalid_argument naming
-// the directory when it is not a saved run or was saved with other options.
-RunPosition resume_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
-                       xtgrad::optim::Optimizer<float>& optimizer,
-                       xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity);
+// Collective: loads the run saved in `dir` into `run` (built as for the
+// first run) and returns the position. std::invalid_argument naming the
+// directory when it is not a saved run or was saved with other options.
+RunPosition resume_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+                       const RunIdentity& identity);
 
 }  // namespace fashion

@@ -87,23 +87,20 @@ const demos::HistoryFields<HistoryRecord>& history_fields() {
   return fields;
 }
 
-void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<float>& optimizer,
-              const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
+void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
   demos::save_history(extras, "history.size", position.history, history_fields());
-  demos::save_run(dir, model, optimizer, schedule, std::move(extras));
+  run.save(dir, extras);
 }
 
-RunPosition resume_run(const fs::path& dir, GPT<float>& model, optim::Optimizer<float>& optimizer,
-                       optim::LRScheduler<float>& schedule, const RunIdentity& identity) {
+RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
   // The vocabulary's size first: its entries differ whenever it does.
   const TrainingExtras saved =
-      demos::resume_run(dir, model, optimizer, schedule, identity_extras(identity), k_program,
-                        Mismatch{}, k_vocab_size);
+      run.resume(dir, identity_extras(identity), k_program, Mismatch{}, k_vocab_size);
   try {
     RunPosition position;
     position.step = static_cast<std::size_t>(required(saved.integers, "step"));

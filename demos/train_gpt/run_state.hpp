@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <xtgrad/modules/gpt.hpp>
-#include <xtgrad/optim/optim.hpp>
 
+#include "../common/training_run.hpp"
 #include "model.hpp"
 #include "tokenizer.hpp"
 #include "train.hpp"
@@ -34,18 +34,15 @@ struct RunPosition {
   OpenInterval interval;
 };
 
-void save_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
-              const xtgrad::optim::Optimizer<float>& optimizer,
-              const xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity,
-              const RunPosition& position);
+// Collective: `run`'s state and the position saved to `dir`.
+void save_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+              const RunIdentity& identity, const RunPosition& position);
 
-// Loads the saved state into `model`, `optimizer` and `schedule` (built as
-// for the first run) and returns the position. std::invalid_argument naming
-// the directory when it is not a saved run or was saved with other options
-// or another corpus.
-RunPosition resume_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
-                       xtgrad::optim::Optimizer<float>& optimizer,
-                       xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity);
+// Collective: loads the run saved in `dir` into `run` (built as for the
+// first run) and returns the position. std::invalid_argument naming the
+// directory when it is not a saved run or was saved with other options or another corpus.
+RunPosition resume_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+                       const RunIdentity& identity);
 
 // The model of a saved run, for generation: its sizes and vocabulary, then
 // its parameters loaded into a GPT built from them.
