@@ -41,6 +41,22 @@ void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingE
           static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name, program)));
 }
 
+std::size_t SavedRun::size(const std::string& key) const {
+  try {
+    return static_cast<std::size_t>(required(extras.integers, key, program));
+  } catch (const std::invalid_argument& e) {
+    rethrow_resume_error(dir, e);
+  }
+}
+
+double SavedRun::real(const std::string& key) const {
+  try {
+    return required(extras.reals, key, program);
+  } catch (const std::invalid_argument& e) {
+    rethrow_resume_error(dir, e);
+  }
+}
+
 void rethrow_resume_error(const std::filesystem::path& dir, const std::invalid_argument& e) {
   throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());
 }

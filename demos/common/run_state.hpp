@@ -93,17 +93,38 @@ std::vector<R> load_history(const xtgrad::TrainingExtras& saved, const std::stri
   return history;
 }
 
+// `e` as "--resume '<dir>': <what>".
+[[noreturn]] void rethrow_resume_error(const std::filesystem::path& dir,
+                                       const std::invalid_argument& e);
+
+// The extras of a resumed run, read by key: a missing one throws
+// std::invalid_argument "--resume '<dir>': not a <program> run: no '<key>'".
+struct SavedRun {
+  xtgrad::TrainingExtras extras;
+  std::filesystem::path dir;
+  std::string program;
+
+  std::size_t size(const std::string& key) const;
+  double real(const std::string& key) const;
+  template <class R>
+  std::vector<R> history(const std::string& count_key, const HistoryFields<R>& fields) const {
+    try {
+      return load_history(extras, count_key, fields, program);
+    } catch (const std::invalid_argument& e) {
+      rethrow_resume_error(dir, e);
+    }
+  }
+};
+
 // Saves the run: `extras` (identity and position) and the dropout steps
 // beside the model, the optimizer and the schedule.
 void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
               const xtgrad::optim::Optimizer<float>& optimizer,
               const xtgrad::optim::LRScheduler<float>& schedule, xtgrad::TrainingExtras extras);
 
-// The steps of resume_run.
+// The step of resume_run after the load.
 void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
                            const std::string& program);
-[[noreturn]] void rethrow_resume_error(const std::filesystem::path& dir,
-                                       const std::invalid_argument& e);
 
 // Loads the saved state into `model`, `optimizer` and `schedule` (built as
 // for the first run), checks that every entry of `identity` was saved with

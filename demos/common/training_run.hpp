@@ -48,16 +48,18 @@ class TrainingRun {
 
   // Collective: demos::resume_run from `dir` into the model, the optimizer
   // and the schedule (the whole state read, then sharded by --zero);
-  // returns the saved extras.
+  // returns the saved run's extras.
   template <class Mismatch>
-  xtgrad::TrainingExtras resume(const std::filesystem::path& dir,
-                                const xtgrad::TrainingExtras& identity, const std::string& program,
-                                Mismatch mismatch, const std::string& first_key = "") {
-    return optimizer.resume(
-        *schedule, make_schedule_,
-        [&](xtgrad::optim::Optimizer<float>& opt, xtgrad::optim::LRScheduler<float>& sched) {
-          return resume_run(dir, model_, opt, sched, identity, program, mismatch, first_key);
-        });
+  SavedRun resume(const std::filesystem::path& dir, const xtgrad::TrainingExtras& identity,
+                  const std::string& program, Mismatch mismatch,
+                  const std::string& first_key = "") {
+    return {
+        optimizer.resume(
+            *schedule, make_schedule_,
+            [&](xtgrad::optim::Optimizer<float>& opt, xtgrad::optim::LRScheduler<float>& sched) {
+              return resume_run(dir, model_, opt, sched, identity, program, mismatch, first_key);
+            }),
+        dir, program};
   }
 
   // Collective: the whole state gathered to rank 0, which saves it with `extras`.

@@ -47,11 +47,6 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   return e;
 }
 
-template <class Map>
-auto required(const Map& map, const std::string& key) {
-  return demos::required(map, key, k_program);
-}
-
 // "saved with --epochs 2, this run has 3"; --augment by its names.
 struct Mismatch {
   template <class V>
@@ -84,16 +79,12 @@ void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& i
 }
 
 RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
-  const TrainingExtras saved = run.resume(dir, identity_extras(identity), k_program, Mismatch{});
-  try {
-    RunPosition position;
-    position.step = static_cast<std::size_t>(required(saved.integers, "step"));
-    position.history = demos::load_history(saved, "epochs_done", epoch_fields(), k_program);
-    for (std::size_t e = 0; e < position.history.size(); ++e) position.history[e].epoch = e + 1;
-    return position;
-  } catch (const std::invalid_argument& e) {
-    demos::rethrow_resume_error(dir, e);
-  }
+  const demos::SavedRun saved = run.resume(dir, identity_extras(identity), k_program, Mismatch{});
+  RunPosition position;
+  position.step = saved.size("step");
+  position.history = saved.history("epochs_done", epoch_fields());
+  for (std::size_t e = 0; e < position.history.size(); ++e) position.history[e].epoch = e + 1;
+  return position;
 }
 
 }  // namespace fashion

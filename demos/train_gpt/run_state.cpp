@@ -99,18 +99,14 @@ void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& i
 
 RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
   // The vocabulary's size first: its entries differ whenever it does.
-  const TrainingExtras saved =
+  const demos::SavedRun saved =
       run.resume(dir, identity_extras(identity), k_program, Mismatch{}, k_vocab_size);
-  try {
-    RunPosition position;
-    position.step = static_cast<std::size_t>(required(saved.integers, "step"));
-    position.interval.steps = static_cast<std::size_t>(required(saved.integers, "interval.steps"));
-    position.interval.loss_sum = required(saved.reals, "interval.loss_sum");
-    position.history = demos::load_history(saved, "history.size", history_fields(), k_program);
-    return position;
-  } catch (const std::invalid_argument& e) {
-    demos::rethrow_resume_error(dir, e);
-  }
+  RunPosition position;
+  position.step = saved.size("step");
+  position.interval.steps = saved.size("interval.steps");
+  position.interval.loss_sum = saved.real("interval.loss_sum");
+  position.history = saved.history("history.size", history_fields());
+  return position;
 }
 
 SavedModel read_saved_model(const fs::path& dir) {
