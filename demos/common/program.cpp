@@ -2,6 +2,7 @@
 
 #include "program.hpp"
 
+#include <cstdio>
 #include <utility>
 
 namespace demos {
@@ -17,7 +18,7 @@ void Program::add_threads(int& threads, const std::string& help) {
   app.add_option("--threads", threads, help)->capture_default_str()->check(CLI::Range(1, 256));
 }
 
-void Program::add_save_resume(std::string& save, std::string& resume,
+void Program::add_save_resume(std::filesystem::path& save, std::filesystem::path& resume,
                               const std::string& save_help) {
   app.add_option("--save", save, save_help);
   app.add_option("--resume", resume,
@@ -73,6 +74,16 @@ std::optional<int> Program::parse(int argc, char** argv, const std::function<voi
     return 2;
   }
   return std::nullopt;
+}
+
+void Program::print_processes(std::size_t batch, const std::string& items, int zero) const {
+  if (!parallel.active() || parallel.quiet()) return;
+  std::printf("%s: %d processes, %zu %s of each batch of %zu per process%s\n", name.c_str(),
+              parallel.size(), batch / static_cast<std::size_t>(parallel.size()), items.c_str(),
+              batch,
+              zero == 0   ? ""
+              : zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
+                          : "; ZeRO stage 2 (optimizer state and gradients sharded)");
 }
 
 int Program::threads(int given) const {

@@ -17,6 +17,7 @@
 //   }
 
 #include <cstddef>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -46,7 +47,8 @@ class Program {
   void add_out(std::string& out);                           // --out DIR, "output directory"
   void add_threads(int& threads, const std::string& help);  // --threads, 1 to 256
   // --save DIR and --resume DIR (an existing directory).
-  void add_save_resume(std::string& save, std::string& resume, const std::string& save_help);
+  void add_save_resume(std::filesystem::path& save, std::filesystem::path& resume,
+                       const std::string& save_help);
   // --stop-after N of a run of --<steps> <unit>s, 1 to max.
   void add_stop_after(std::size_t& stop_after, const std::string& unit, const std::string& steps,
                       int max);
@@ -60,6 +62,10 @@ class Program {
   // CLI::ValidationError). nullopt to go on; otherwise the exit code: 0
   // after --help, 2 after a bad option.
   std::optional<int> parse(int argc, char** argv, const std::function<void()>& check = {});
+
+  // Under mpirun (rank 0): "<name>: <P> processes, <batch / P> <items> of
+  // each batch of <batch> per process" and the ZeRO stage.
+  void print_processes(std::size_t batch, const std::string& items, int zero) const;
 
   // Under mpirun one OpenBLAS thread per process, unless --threads was given.
   int threads(int given) const;

@@ -14,6 +14,7 @@
 //     if (!o.save.empty()) run.save(o.save, extras_of(identity, position));
 //   }
 
+#include <cstddef>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -25,6 +26,15 @@
 #include "run_state.hpp"
 
 namespace demos {
+
+// The options of a run that its loop reads besides its own: where to save
+// and resume it, where to stop it and the ZeRO stage under mpirun.
+struct RunOptions {
+  std::filesystem::path save;    // saved here while training, when not empty
+  std::filesystem::path resume;  // a directory written by --save, when not empty
+  std::size_t stop_after = 0;    // stop after this step or epoch (0: run them all)
+  int zero = 0;                  // --zero (training/training_optimizer.hpp)
+};
 
 class TrainingRun {
   xtgrad::Module<float>& model_;

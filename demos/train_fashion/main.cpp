@@ -37,7 +37,6 @@ struct Options {
   std::string data_dir = k_default_data_dir;
   std::size_t train_limit = 0, test_limit = 0;
   std::string augment;  // empty: the model's default
-  std::string save, resume;
 };
 
 nlohmann::json summary_of(const Options& o, std::size_t parameters, const FashionMnist& data,
@@ -82,7 +81,8 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
           {"total_seconds", total_seconds}};
 }
 
-int run(const Options& o, xtgrad::training::Parallel& parallel) {
+int run(const Options& o, demos::Program& program) {
+  xtgrad::training::Parallel& parallel = program.parallel;
   const Clock::time_point start = Clock::now();
   xtgrad::set_num_threads(o.threads);
   FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
@@ -96,13 +96,7 @@ int run(const Options& o, xtgrad::training::Parallel& parallel) {
     std::printf(
         "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
         o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
-  if (parallel.active() && !parallel.quiet())
-    std::printf("train_fashion: %d processes, %zu images of each batch of %zu per process%s\n",
-                parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
-                o.train.batch_size,
-                o.train.zero == 0   ? ""
-                : o.train.zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
-                                    : "; ZeRO stage 2 (optimizer state and gradients sharded)");
+  program.print_processes(o.train.batch_size, "images", o.train.zero);
   const fs::path out(o.out);
   if (!parallel.quiet()) fs::create_directories(out);
 
@@ -195,7 +189,7 @@ void add_options(demos::Program& program, Options& o) {
   app.add_option("--test-limit", o.test_limit, "use only the first N test images (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  program.add_save_resume(o.save, o.resume,
+  program.add_save_resume(o.train.save, o.train.resume,
                           "save the run (model, optimizer, schedule, dropout and loop state) to "
                           "DIR after every epoch");
   program.add_stop_after(o.train.stop_after, "epoch", "epochs", 10000);
@@ -218,9 +212,7 @@ int main(int argc, char** argv) {
   const bool mixer = o.model.kind == "mixer";
   o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
   if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
-  o.train.save = o.save;
-  o.train.resume = o.resume;
   o.threads = program.threads(o.threads);
   if (program.parallel.quiet()) o.train.observe = {};
-  return program.run<DataError>([&] { return run(o, program.parallel); });
+  return program.run<DataError>([&] { return run(o, program); });
 }

@@ -18,12 +18,14 @@
 #include <xtgrad/training/data_parallel.hpp>
 #include <xtgrad/training/step_observer.hpp>
 #include "../common/report_files.hpp"
+#include "../common/training_run.hpp"
 #include "data.hpp"
 #include "zoo/fashion/models.hpp"
 
 namespace fashion {
 
-struct TrainOptions {
+// --save writes after every epoch; --stop-after is an epoch.
+struct TrainOptions : demos::RunOptions {
   std::size_t epochs = 10;
   std::size_t batch_size = 128;
   double lr = 1e-3;
@@ -32,10 +34,6 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   bool flip = false;  // random horizontal flips of the training images (random_flip)
   std::uint64_t seed = 0;
-  std::filesystem::path save;    // after every epoch, when not empty
-  std::filesystem::path resume;  // a directory written by --save, when not empty
-  std::size_t stop_after = 0;    // stop after this epoch of the run (0: train all --epochs)
-  int zero = 0;  // --zero: ZeRO stage under mpirun (training/training_optimizer.hpp)
   xtgrad::training::StepObserverOptions observe;  // --graph, --profile
 };
 

@@ -39,7 +39,7 @@ struct Options {
   int threads = 2;
   std::string out = "gpt_out";
   std::string data_dir = k_default_data_dir;
-  std::string save, resume, generate_from;  // --save, --resume, --generate
+  std::string generate_from;  // --generate
   std::size_t top_k = 0;
 };
 
@@ -90,7 +90,8 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
           {"total_seconds", total_seconds}};
 }
 
-int run_training(const Options& o, xtgrad::training::Parallel& parallel) {
+int run_training(const Options& o, demos::Program& program) {
+  xtgrad::training::Parallel& parallel = program.parallel;
   const Clock::time_point start = Clock::now();
   xtgrad::set_num_threads(o.threads);
   const Corpus corpus = load_corpus(o.data_dir);
@@ -120,13 +121,7 @@ int run_training(const Options& o, xtgrad::training::Parallel& parallel) {
         "train_gpt: unigram baseline (training character frequencies on the validation "
         "text) %.4f nats\n",
         unigram);
-    if (parallel.active())
-      std::printf("train_gpt: %d processes, %zu windows of each batch of %zu per process%s\n",
-                  parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
-                  o.train.batch_size,
-                  o.train.zero == 0   ? ""
-                  : o.train.zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
-                                      : "; ZeRO stage 2 (optimizer state and gradients sharded)");
+    program.print_processes(o.train.batch_size, "windows", o.train.zero);
     std::fflush(stdout);
     fs::create_directories(out);
     // A resumed run appends to the samples of the run it continues.
@@ -233,7 +228,7 @@ void add_options(demos::Program& program, Options& o) {
                       "process under mpirun unless given)");
   program.add_out(o.out);
   app.add_option("--data-dir", o.data_dir, "directory of the fortune files")->capture_default_str();
-  program.add_save_resume(o.save, o.resume,
+  program.add_save_resume(o.train.save, o.train.resume,
                           "save the run (model, vocabulary, optimizer, schedule, step) to DIR at "
                           "every evaluation and at the end");
   program.add_stop_after(o.train.stop_after, "step", "steps", 10000000);
@@ -284,13 +279,10 @@ int main(int argc, char** argv) {
   add_options(program, o);
   if (const auto code = program.parse(argc, argv, [&] { check_modes(program.app, o); }))
     return *code;
-  o.train.save = o.save;
-  o.train.resume = o.resume;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
   o.threads = program.threads(o.threads);
   return program.run<DataError>([&] {
-    return o.generate_from.empty() ? run_training(o, program.parallel)
-                                   : run_generation(o, program.parallel);
+    return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
   });
 }

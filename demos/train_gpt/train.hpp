@@ -25,12 +25,14 @@
 
 #include <xtgrad/training/data_parallel.hpp>
 #include "../common/report_files.hpp"
+#include "../common/training_run.hpp"
 #include "model.hpp"
 #include "tokenizer.hpp"
 
 namespace gpt_demo {
 
-struct TrainOptions {
+// --save writes at every evaluation and at the end; --stop-after is a step.
+struct TrainOptions : demos::RunOptions {
   std::size_t steps = 1500;
   std::size_t batch_size = 32;
   double lr = 3e-3;
@@ -45,10 +47,6 @@ struct TrainOptions {
   std::size_t sample_chars = 200;  // generated at each evaluation (0: none)
   std::string sample_prompt = "%\n";
   double sample_temperature = 0.8;
-  std::filesystem::path save;    // at every evaluation and at the end, when not empty
-  std::filesystem::path resume;  // a directory written by --save, when not empty
-  std::size_t stop_after = 0;    // stop after this step (0: train all --steps)
-  int zero = 0;  // --zero: ZeRO stage under mpirun (training/training_optimizer.hpp)
 };
 
 struct HistoryRecord {
