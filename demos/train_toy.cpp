@@ -30,9 +30,9 @@
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
 
-#include "data_parallel.hpp"
-#include "observe.hpp"
-#include "zero_optimizer.hpp"
+#include <xtgrad/training/training_optimizer.hpp>
+
+#include "common/program.hpp"
 
 namespace {
 
@@ -57,7 +57,7 @@ struct Options {
   std::string load;
   int threads = 0;  // 0: leave the count as it is (OpenBLAS's default)
   int zero = 0;     // --zero: ZeRO stage under mpirun
-  demo::StepObserverOptions observe;
+  training::StepObserverOptions observe;
 };
 
 // The target of the experiment, computed from its equations.
@@ -98,23 +98,22 @@ class LinearBaseline : public Module<T> {
 };
 
 // The optimizer of `gradients`' model by --optimizer, sharded with --zero
-// 1|2 under mpirun (demos/zero_optimizer.hpp).
+// 1|2 under mpirun (training/training_optimizer.hpp).
 template <class T>
-std::unique_ptr<demo::TrainingOptimizer<T>> make_optimizer(const Options& o,
-                                                           demo::Parallel& parallel,
-                                                           demo::GradientAverager<T>& gradients,
-                                                           std::vector<Parameter<T>*> params) {
+std::unique_ptr<training::TrainingOptimizer<T>> make_optimizer(
+    const Options& o, training::Parallel& parallel, training::GradientAverager<T>& gradients,
+    std::vector<Parameter<T>*> params) {
   if (o.optimizer == "adam")
-    return std::make_unique<demo::TrainingOptimizer<T>>(
+    return std::make_unique<training::TrainingOptimizer<T>>(
         parallel, gradients,
         std::vector<optim::ParamGroup<T, optim::AdamOptions>>{{params, optim::AdamOptions(o.lr)}},
         o.zero);
   if (o.optimizer == "adamw")
-    return std::make_unique<demo::TrainingOptimizer<T>>(
+    return std::make_unique<training::TrainingOptimizer<T>>(
         parallel, gradients,
         std::vector<optim::ParamGroup<T, optim::AdamWOptions>>{{params, optim::AdamWOptions(o.lr)}},
         o.zero);
-  return std::make_unique<demo::TrainingOptimizer<T>>(
+  return std::make_unique<training::TrainingOptimizer<T>>(
       parallel, gradients,
       std::vector<optim::ParamGroup<T, optim::SGDOptions>>{
           {params, optim::SGDOptions(o.lr).momentum(0.9)}},
@@ -174,7 +173,7 @@ bool plot(const fs::path& out, bool with_history) {  // history: a training run
 }
 
 template <class T>
-int run(Options o, demo::Parallel& parallel) {
+int run(Options o, training::Parallel& parallel) {
   std::mt19937_64 data_generator(o.seed);
   const xt::xarray<T> x_train = uniform_tokens<T>(k_train_tokens, data_generator);
   const xt::xarray<T> x_heldout = uniform_tokens<T>(k_heldout_tokens, data_generator);
@@ -184,7 +183,7 @@ int run(Options o, demo::Parallel& parallel) {
   FeedForward<T> ffn(2, o.hidden, parse_activation(o.activation), init_generator);
   LinearBaseline<T> baseline(2, o.hidden, init_generator);
   // Under mpirun each rank trains on its slice of the training tokens and
-  // the gradients are averaged (demo::GradientAverager): the same steps as
+  // the gradients are averaged (training::GradientAverager): the same steps as
   // one process on all of them. Rank 0 alone prints and writes.
   const auto [first, count] = parallel.slice(k_train_tokens, "the training batch");
   const xt::xarray<T> x_local = xt::view(x_train, xt::range(first, first + count));
@@ -202,11 +201,12 @@ int run(Options o, demo::Parallel& parallel) {
     final_train = evaluate(ffn, x_train, y_train);
   } else {
     Tape<T> tape;
-    demo::GradientAverager<T> ffn_sync(parallel, ffn, tape), base_sync(parallel, baseline, tape);
+    training::GradientAverager<T> ffn_sync(parallel, ffn, tape),
+        base_sync(parallel, baseline, tape);
     auto ffn_opt = make_optimizer<T>(o, parallel, ffn_sync, ffn.parameters());
     auto base_opt = make_optimizer<T>(o, parallel, base_sync, baseline.parameters());
     const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
-    demo::StepObserver<T> observer(o.observe, o.steps);
+    training::StepObserver<T> observer(o.observe, o.steps);
     ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
     for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
     for (auto& [name, p] : baseline.named_parameters()) names.emplace_back("baseline." + name, p);
@@ -322,12 +322,8 @@ int run(Options o, demo::Parallel& parallel) {
   return plotted ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  demo::Parallel parallel(argc, argv);  // the MPI job under mpirun, else nothing
-  Options o;
-  CLI::App app{"Train a position-wise FFN on the toy regression of AIAYN section 3.3"};
+void add_options(demos::Program& program, Options& o) {
+  CLI::App& app = program.app;
   app.add_option("--steps", o.steps, "training steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000000));
@@ -347,7 +343,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "float or double")
       ->capture_default_str()
       ->check(CLI::IsMember({"float", "double"}));
-  app.add_option("--out", o.out, "output directory")->capture_default_str();
+  program.add_out(o.out);
   app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
   app.add_option("--load", o.load, "evaluate a saved FFN instead of training")
       ->check(CLI::ExistingDirectory);
@@ -355,30 +351,26 @@ int main(int argc, char** argv) {
                  "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads); default: "
                  "OpenBLAS's own count")
       ->check(CLI::Range(1, 256));
-  app.add_option("--zero", o.zero,
-                 "under mpirun, ZeRO: 0 each process a full optimizer (data-parallel); 1 the "
-                 "optimizer's state sharded across the processes; 2 the gradients too. The same "
-                 "numbers, to rounding. In one process 1 and 2 train as 0 (the one shard is "
-                 "everything), as DeepSpeed's ZeRO on one GPU does, so one command line serves "
-                 "any -np")
-      ->capture_default_str()
-      ->check(CLI::IsMember({0, 1, 2}));
-  demo::add_observer_options(app, o.observe);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    if (!parallel.quiet()) std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    if (!parallel.quiet()) std::cerr << "train_toy: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  try {
-    if (o.threads > 0) xtgrad::set_num_threads(o.threads);
-    return o.dtype == "float" ? run<float>(o, parallel) : run<double>(o, parallel);
-  } catch (const std::exception& e) {
-    parallel.fail(std::string("train_toy: ") + e.what());  // ends the whole job under mpirun
-    std::cerr << "train_toy: " << e.what() << "\n";
-    return 1;
-  }
+  program.add_zero(o.zero,
+                   "0 each process a full optimizer (data-parallel); 1 the optimizer's state "
+                   "sharded across the processes; 2 the gradients too. The same numbers, to "
+                   "rounding.");
+  program.add_observer(o.observe);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  demos::Program program(argc, argv, "train_toy",
+                         "Train a position-wise FFN on the toy regression of AIAYN section 3.3");
+  Options o;
+  add_options(program, o);
+  if (const auto code = program.parse(argc, argv)) return *code;
+  return program.run(
+      [&] {
+        if (o.threads > 0) xtgrad::set_num_threads(o.threads);
+        return o.dtype == "float" ? run<float>(o, program.parallel)
+                                  : run<double>(o, program.parallel);
+      },
+      /*bad_input_exits_2=*/false);
 }

@@ -2,6 +2,7 @@
 
 #include "report_files.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -51,6 +52,17 @@ PlotResult run_gnuplot(const fs::path& script, const fs::path& out) {
   const std::string command = "gnuplot " + shell_quote(script.string()) + " > " +
                               shell_quote((out / "gnuplot.log").string()) + " 2>&1";
   return std::system(command.c_str()) == 0 ? PlotResult::written : PlotResult::failed;
+}
+
+int print_wrote(const fs::path& out, const std::string& files, PlotResult plotted,
+                const std::string& pictures, const std::string& noun) {
+  const std::string note =
+      plotted == PlotResult::written ? ", " + pictures
+      : plotted == PlotResult::no_gnuplot
+          ? " (no " + noun + ": gnuplot is not installed; apt-get install gnuplot-nox)"
+          : " (gnuplot failed: no " + noun + "; see gnuplot.log)";
+  std::printf("wrote %s: %s%s\n", out.string().c_str(), files.c_str(), note.c_str());
+  return plotted == PlotResult::failed ? 1 : 0;
 }
 
 }  // namespace demos

@@ -5,9 +5,13 @@
 // its pngcairo terminal, as gnuplot-nox has): without it a run says so and
 // writes the rest.
 
+#include <cstddef>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +26,40 @@ void check_written(std::ofstream& out, const std::filesystem::path& file);
 // A string as a gnuplot single-quoted literal.
 std::string gp_quote(const std::string& s);
 
+// The fields of a history record R (one row of history.csv, one record of
+// a saved run): sizes, then reals, by name.
+template <class R>
+struct HistoryFields {
+  std::vector<std::pair<const char*, std::size_t R::*>> sizes;
+  std::vector<std::pair<const char*, double R::*>> reals;
+};
+
+// history.csv: a header of the fields' names, then one row per record,
+// the reals to the last bit (%.17g) but "seconds" (%.3f).
+template <class R>
+void write_history_csv(const std::filesystem::path& file, const std::vector<R>& history,
+                       const HistoryFields<R>& fields) {
+  std::ofstream out = open_for_writing(file);
+  std::string line;
+  for (const auto& [name, field] : fields.sizes)
+    line += (line.empty() ? "" : ",") + std::string(name);
+  for (const auto& [name, field] : fields.reals)
+    line += (line.empty() ? "" : ",") + std::string(name);
+  out << line << "\n";
+  char cell[64];
+  for (const R& r : history) {
+    line.clear();
+    for (const auto& [name, field] : fields.sizes)
+      line += (line.empty() ? "" : ",") + std::to_string(r.*field);
+    for (const auto& [name, field] : fields.reals) {
+      std::snprintf(cell, sizeof cell, std::string(name) == "seconds" ? "%.3f" : "%.17g", r.*field);
+      line += (line.empty() ? "" : ",") + std::string(cell);
+    }
+    out << line << "\n";
+  }
+  check_written(out, file);
+}
+
 // `summary` as indented JSON.
 void write_summary_json(const std::filesystem::path& file, const nlohmann::json& summary);
 
@@ -31,5 +69,11 @@ bool have_gnuplot();
 // Runs gnuplot on `script`, its messages (warnings such as an empty axis
 // range of a short run) into `out`/gnuplot.log.
 PlotResult run_gnuplot(const std::filesystem::path& script, const std::filesystem::path& out);
+
+// Prints "wrote <out>: <files>" and then ", <pictures>" or why there are
+// none ("(no <noun>: gnuplot is not installed; ...)", "(gnuplot failed: no
+// <noun>; see gnuplot.log)"). The exit code: 1 when gnuplot failed, else 0.
+int print_wrote(const std::filesystem::path& out, const std::string& files, PlotResult plotted,
+                const std::string& pictures, const std::string& noun);
 
 }  // namespace demos

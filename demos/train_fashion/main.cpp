@@ -15,10 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../data_parallel.hpp"
+#include "../common/program.hpp"
 #include "data.hpp"
 #include "report.hpp"
 #include "train.hpp"
@@ -37,6 +36,7 @@ struct Options {
   std::string out = "fashion_out";
   std::string data_dir = k_default_data_dir;
   std::size_t train_limit = 0, test_limit = 0;
+  std::string augment;  // empty: the model's default
 };
 
 nlohmann::json summary_of(const Options& o, std::size_t parameters, const FashionMnist& data,
@@ -81,7 +81,8 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
           {"total_seconds", total_seconds}};
 }
 
-int run(const Options& o, xtgrad::demo::Parallel& parallel) {
+int run(const Options& o, demos::Program& program) {
+  xtgrad::training::Parallel& parallel = program.parallel;
   const Clock::time_point start = Clock::now();
   xtgrad::set_num_threads(o.threads);
   FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
@@ -91,30 +92,21 @@ int run(const Options& o, xtgrad::demo::Parallel& parallel) {
   auto model = make_model(o.model, generator);
   const std::size_t parameters = parameter_count(*model);
   // Under mpirun rank 0 alone prints and writes; the others train quietly.
-  std::FILE* const out_stream = parallel.quiet() ? std::fopen("/dev/null", "w") : stdout;
-  if (out_stream == nullptr) throw std::runtime_error("cannot open /dev/null");
   if (!parallel.quiet())
     std::printf(
         "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
         o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
-  if (parallel.active() && !parallel.quiet())
-    std::printf("train_fashion: %d processes, %zu images of each batch of %zu per process%s\n",
-                parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
-                o.train.batch_size,
-                o.train.zero == 0   ? ""
-                : o.train.zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
-                                    : "; ZeRO stage 2 (optimizer state and gradients sharded)");
+  program.print_processes(o.train.batch_size, "images", o.train.zero);
   const fs::path out(o.out);
   if (!parallel.quiet()) fs::create_directories(out);
 
-  const TrainResult result = train(*model, o.model, data, o.train, out_stream, parallel);
-  if (parallel.quiet()) {
-    std::fclose(out_stream);
-    return 0;
-  }
+  const TrainResult result = train(*model, o.model, data, o.train, parallel.out(), parallel);
+  if (parallel.quiet()) return 0;
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
-  write_history_csv(out / "history.csv", result.history);
+  demos::HistoryFields<EpochRecord> columns = epoch_fields();
+  columns.sizes = {{"epoch", &EpochRecord::epoch}};
+  demos::write_history_csv(out / "history.csv", result.history, columns);
   write_confusion_csv(out / "confusion.csv",
                       confusion_matrix(data.test, result.final_test.predictions));
   nlohmann::json summary = summary_of(o, parameters, data, result, data_seconds, total_seconds);
@@ -123,22 +115,12 @@ int run(const Options& o, xtgrad::demo::Parallel& parallel) {
   std::printf("test accuracy %.4f after %zu epochs; %.1f s in all (%.1f s per epoch)\n",
               result.final_test.accuracy, result.history.size(), total_seconds,
               summary["seconds_per_epoch"].get<double>());
-  std::printf("wrote %s: summary.json, history.csv, confusion.csv%s\n", out.string().c_str(),
-              plotted == PlotResult::written
-                  ? ", loss.png, accuracy.png, confusion.png, misclassified.png"
-              : plotted == PlotResult::no_gnuplot
-                  ? " (no pictures: gnuplot is not installed; apt-get install gnuplot-nox)"
-                  : " (gnuplot failed: no pictures; see gnuplot.log)");
-  return plotted == PlotResult::failed ? 1 : 0;
+  return demos::print_wrote(out, "summary.json, history.csv, confusion.csv", plotted,
+                            "loss.png, accuracy.png, confusion.png, misclassified.png", "pictures");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  xtgrad::demo::Parallel parallel(argc, argv);  // the MPI job under mpirun, else nothing
-  Options o;
-  std::string augment;  // empty: the model's default
-  CLI::App app{"Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST"};
+void add_options(demos::Program& program, Options& o) {
+  CLI::App& app = program.app;
   app.add_option("--model", o.model.kind,
                  "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)")
       ->capture_default_str()
@@ -149,11 +131,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", o.train.batch_size, "images per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
-  CLI::Option* lr = app.add_option("--lr", o.train.lr,
-                                   "peak learning rate of AdamW [default: 1e-3 for mlp, 2e-3 "
-                                   "for mixer, whose flipped images need the longer steps to "
-                                   "fit in 10 epochs]")
-                        ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.train.lr,
+                 "peak learning rate of AdamW [default: 1e-3 for mlp, 2e-3 "
+                 "for mixer, whose flipped images need the longer steps to "
+                 "fit in 10 epochs]")
+      ->check(CLI::PositiveNumber);
   app.add_option("--weight-decay", o.train.weight_decay,
                  "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
                  "and LayerNorm weights)")
@@ -166,7 +148,7 @@ int main(int argc, char** argv) {
   app.add_option("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--augment", augment,
+  app.add_option("--augment", o.augment,
                  "augmentation of the training images: flip (random horizontal flips) or none "
                  "[default: none for mlp, whose dropout is its regularizer; flip for mixer, which "
                  "overfits without it]")
@@ -193,14 +175,12 @@ int main(int argc, char** argv) {
                  "mixer: hidden width of channel mixing")
       ->capture_default_str()
       ->check(CLI::Range(1, 16384));
-  app.add_option("--threads", o.threads,
-                 "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+  program.add_threads(o.threads,
+                      "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)");
   app.add_option("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--out", o.out, "output directory")->capture_default_str();
+  program.add_out(o.out);
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "use only the first N training images (0: all)")
@@ -209,58 +189,30 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", o.test_limit, "use only the first N test images (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  std::string save, resume;
-  app.add_option("--save", save,
-                 "save the run (model, optimizer, schedule, dropout and loop state) to DIR "
-                 "after every epoch");
-  app.add_option("--resume", resume,
-                 "continue the run saved in DIR, bit for bit as if it had not stopped (the "
-                 "model and training options must be the same)")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--stop-after", o.train.stop_after,
-                 "stop after this epoch of the --epochs run (the schedule still spans "
-                 "--epochs); --save then --resume continues it")
-      ->check(CLI::Range(1, 10000));
-  app.add_option("--zero", o.train.zero,
-                 "under mpirun, ZeRO: 0 each process a full AdamW (data-parallel); 1 AdamW's "
-                 "state sharded across the processes; 2 the gradients too. The same numbers "
-                 "(to rounding) and --save writes the whole state, as in one process. In one "
-                 "process 1 and 2 train as 0 (the one shard is everything), as DeepSpeed's "
-                 "ZeRO on one GPU does, so one command line serves any -np")
-      ->capture_default_str()
-      ->check(CLI::IsMember({0, 1, 2}));
-  xtgrad::demo::add_observer_options(app, o.train.observe);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    if (!parallel.quiet()) std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    if (!parallel.quiet()) std::cerr << "train_fashion: " << e.what() << " (see --help)\n";
-    return 2;
-  }
+  program.add_save_resume(o.train.save, o.train.resume,
+                          "save the run (model, optimizer, schedule, dropout and loop state) to "
+                          "DIR after every epoch");
+  program.add_stop_after(o.train.stop_after, "epoch", "epochs", 10000);
+  program.add_zero(o.train.zero,
+                   "0 each process a full AdamW (data-parallel); 1 AdamW's state sharded across "
+                   "the processes; 2 the gradients too. The same numbers (to rounding) and --save "
+                   "writes the whole state, as in one process.");
+  program.add_observer(o.train.observe);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  demos::Program program(argc, argv, "train_fashion",
+                         "Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST");
+  Options o;
+  add_options(program, o);
+  if (const auto code = program.parse(argc, argv)) return *code;
   // The defaults that depend on the model.
   const bool mixer = o.model.kind == "mixer";
-  o.train.flip = augment.empty() ? mixer : augment == "flip";
-  if (lr->count() == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
-  o.train.save = save;
-  o.train.resume = resume;
-  // One OpenBLAS thread per process under mpirun, unless --threads says otherwise.
-  if (parallel.active() && app.count("--threads") == 0) o.threads = 1;
-  if (parallel.quiet()) o.train.observe = {};
-  try {
-    return run(o, parallel);
-  } catch (const DataError& e) {
-    parallel.fail(std::string("train_fashion: ") + e.what());  // ends the job under mpirun
-    std::cerr << "train_fashion: " << e.what() << "\n";
-    return 2;
-  } catch (const std::invalid_argument& e) {
-    parallel.fail(std::string("train_fashion: ") + e.what());
-    std::cerr << "train_fashion: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    parallel.fail(std::string("train_fashion: ") + e.what());
-    std::cerr << "train_fashion: " << e.what() << "\n";
-    return 1;
-  }
+  o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
+  if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
+  o.threads = program.threads(o.threads);
+  if (program.parallel.quiet()) o.train.observe = {};
+  return program.run<DataError>([&] { return run(o, program); });
 }

@@ -72,18 +72,6 @@ Confusion confusion_matrix(const Split& test, const std::vector<std::size_t>& pr
   return counts;
 }
 
-void write_history_csv(const fs::path& file, const std::vector<EpochRecord>& history) {
-  std::ofstream out = open_for_writing(file);
-  out << "epoch,train_loss,test_loss,test_accuracy,lr,seconds\n";
-  char line[256];
-  for (const EpochRecord& r : history) {
-    std::snprintf(line, sizeof line, "%zu,%.17g,%.17g,%.17g,%.17g,%.3f\n", r.epoch, r.train_loss,
-                  r.test_loss, r.test_accuracy, r.lr, r.seconds);
-    out << line;
-  }
-  check_written(out, file);
-}
-
 void write_confusion_csv(const fs::path& file, const Confusion& confusion) {
   std::ofstream out = open_for_writing(file);
   for (const auto& row : confusion)

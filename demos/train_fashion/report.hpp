@@ -25,7 +25,6 @@ namespace fashion {
 using Confusion = std::vector<std::vector<std::size_t>>;
 Confusion confusion_matrix(const Split& test, const std::vector<std::size_t>& predictions);
 
-void write_history_csv(const std::filesystem::path& file, const std::vector<EpochRecord>& history);
 void write_confusion_csv(const std::filesystem::path& file, const Confusion& confusion);
 using demos::PlotResult;
 using demos::write_summary_json;  // demos/common/report_files.hpp

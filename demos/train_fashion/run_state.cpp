@@ -4,10 +4,11 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <xtgrad/training/training_state.hpp>
 
-#include "../common/run_extras.hpp"
+#include "../common/run_state.hpp"
 
 namespace fashion {
 
@@ -15,7 +16,6 @@ namespace {
 
 using namespace xtgrad;
 using demos::as_integer;
-using demos::history_key;
 using demos::option_mismatch;
 namespace fs = std::filesystem;
 
@@ -47,68 +47,44 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   return e;
 }
 
-template <class Map>
-auto required(const Map& map, const std::string& key) {
-  return demos::required(map, key, k_program);
-}
+// "saved with --epochs 2, this run has 3"; --augment by its names.
+struct Mismatch {
+  template <class V>
+  std::invalid_argument operator()(const std::string& key, V saved, V now) const {
+    if (key != k_flip_key) return option_mismatch(key, saved, now);
+    return std::invalid_argument(std::string("saved with --augment ") + (now ? "none" : "flip") +
+                                 ", this run has " + (now ? "flip" : "none"));
+  }
+};
 
 }  // namespace
 
-void save_run(const fs::path& dir, Module<float>& model, const optim::Optimizer<float>& optimizer,
-              const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
-              const RunPosition& position) {
-  TrainingExtras extras = identity_extras(identity);
-  extras.integers["epochs_done"] = as_integer(position.history.size());
-  extras.integers["step"] = as_integer(position.step);
-  for (std::size_t i = 0; i < position.history.size(); ++i) {
-    const EpochRecord& r = position.history[i];
-    extras.reals[history_key(i, "train_loss")] = r.train_loss;
-    extras.reals[history_key(i, "test_loss")] = r.test_loss;
-    extras.reals[history_key(i, "test_accuracy")] = r.test_accuracy;
-    extras.reals[history_key(i, "lr")] = r.lr;
-    extras.reals[history_key(i, "seconds")] = r.seconds;
-  }
-  demos::save_dropout_steps(model, extras);
-  save_training_state(dir, model, optimizer, &schedule, extras);
+const demos::HistoryFields<EpochRecord>& epoch_fields() {
+  static const demos::HistoryFields<EpochRecord> fields{
+      {},
+      {{"train_loss", &EpochRecord::train_loss},
+       {"test_loss", &EpochRecord::test_loss},
+       {"test_accuracy", &EpochRecord::test_accuracy},
+       {"lr", &EpochRecord::lr},
+       {"seconds", &EpochRecord::seconds}}};
+  return fields;
 }
 
-RunPosition resume_run(const fs::path& dir, Module<float>& model,
-                       optim::Optimizer<float>& optimizer, optim::LRScheduler<float>& schedule,
-                       const RunIdentity& identity) {
-  try {
-    // The model, optimizer and schedule are loaded together (all or nothing);
-    // the options are checked right after, before training starts.
-    const TrainingExtras saved = load_training_state(dir, model, optimizer, &schedule);
-    const TrainingExtras now = identity_extras(identity);
-    for (const auto& [key, value] : now.integers)
-      if (required(saved.integers, key) != value)
-        throw key == k_flip_key
-            ? std::invalid_argument(std::string("saved with --augment ") +
-                                    (value ? "none" : "flip") + ", this run has " +
-                                    (value ? "flip" : "none"))
-            : option_mismatch(key, saved.integers.at(key), value);
-    for (const auto& [key, value] : now.reals)
-      if (required(saved.reals, key) != value)
-        throw option_mismatch(key, saved.reals.at(key), value);
-    RunPosition position;
-    position.step = static_cast<std::size_t>(required(saved.integers, "step"));
-    const std::int64_t epochs_done = required(saved.integers, "epochs_done");
-    for (std::int64_t i = 0; i < epochs_done; ++i) {
-      const auto e = static_cast<std::size_t>(i);
-      EpochRecord r;
-      r.epoch = e + 1;
-      r.train_loss = required(saved.reals, history_key(e, "train_loss"));
-      r.test_loss = required(saved.reals, history_key(e, "test_loss"));
-      r.test_accuracy = required(saved.reals, history_key(e, "test_accuracy"));
-      r.lr = required(saved.reals, history_key(e, "lr"));
-      r.seconds = required(saved.reals, history_key(e, "seconds"));
-      position.history.push_back(r);
-    }
-    demos::restore_dropout_steps(model, saved, k_program);
-    return position;
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());
-  }
+void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
+              const RunPosition& position) {
+  TrainingExtras extras = identity_extras(identity);
+  extras.integers["step"] = as_integer(position.step);
+  demos::save_history(extras, "epochs_done", position.history, epoch_fields());
+  run.save(dir, extras);
+}
+
+RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
+  const demos::SavedRun saved = run.resume(dir, identity_extras(identity), k_program, Mismatch{});
+  RunPosition position;
+  position.step = saved.size("step");
+  position.history = saved.history("epochs_done", epoch_fields());
+  for (std::size_t e = 0; e < position.history.size(); ++e) position.history[e].epoch = e + 1;
+  return position;
 }
 
 }  // namespace fashion

@@ -15,8 +15,7 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
 
-#include "../zero_optimizer.hpp"
-#include "progress.hpp"
+#include "../common/progress.hpp"
 #include "run_state.hpp"
 
 namespace fashion {
@@ -72,35 +71,27 @@ std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, do
 }
 
 TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
-                  const TrainOptions& o, std::FILE* out, demo::Parallel& parallel) {
+                  const TrainOptions& o, std::FILE* out, training::Parallel& parallel) {
   const std::size_t train_images = data.train.labels.size();
   Batcher<float> batcher(std::move(data.train.images), data.train.labels,
                          {o.batch_size, /*shuffle=*/true, /*drop_last=*/false, o.seed});
-  demo::Shards shards(parallel, train_images, {o.batch_size, true, false, o.seed});
+  training::Shards shards(parallel, train_images, {o.batch_size, true, false, o.seed});
   const std::size_t steps_per_epoch = batcher.batches_per_epoch();
   const auto total_steps = static_cast<std::int64_t>(steps_per_epoch * o.epochs);
   const auto warmup = std::min<std::int64_t>(
       static_cast<std::int64_t>(std::llround(o.warmup_epochs * steps_per_epoch)), total_steps / 2);
 
-  // The synchronizer first: a sharded optimizer is built over it.
-  Tape<float> tape;
-  demo::GradientAverager<float> gradients(parallel, model, tape);
-  demo::TrainingOptimizer<float> optimizer(parallel, gradients,
-                                           decay_groups(model, o.lr, o.weight_decay), o.zero);
-  const auto make_schedule = [&](optim::Optimizer<float>& opt) {
-    return std::make_unique<optim::WarmupCosineLR<float>>(
-        opt, warmup, std::max<std::int64_t>(1, total_steps - warmup));
-  };
-  const std::unique_ptr<optim::LRScheduler<float>> schedule = make_schedule(optimizer.optimizer());
+  demos::TrainingRun run(
+      parallel, model, decay_groups(model, o.lr, o.weight_decay), o.zero,
+      [&](optim::Optimizer<float>& opt) -> std::unique_ptr<optim::LRScheduler<float>> {
+        return std::make_unique<optim::WarmupCosineLR<float>>(
+            opt, warmup, std::max<std::int64_t>(1, total_steps - warmup));
+      });
   const RunIdentity identity{config, o, train_images};
   TrainResult result;
   std::size_t step = 0;
   if (!o.resume.empty()) {
-    RunPosition position =
-        optimizer.resume(*schedule, make_schedule,
-                         [&](optim::Optimizer<float>& opt, optim::LRScheduler<float>& sched) {
-                           return resume_run(o.resume, model, opt, sched, identity);
-                         });
+    RunPosition position = resume_run(run, o.resume, identity);
     result.history = std::move(position.history);
     step = position.step;
   }
@@ -115,7 +106,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   loss_options.label_smoothing = o.label_smoothing;
   Batch<float> batch;
   // This call's steps, counted from 1, are the ones observed.
-  demo::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
+  training::StepObserver<float> observer(o.observe, (last_epoch - first_epoch) * steps_per_epoch);
   std::size_t observed = 0;
   Evaluation last_test;  // of the last epoch: the final one
   for (std::size_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
@@ -123,7 +114,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     model.train();
     batcher.start_epoch(epoch);
     shards.start_epoch(epoch);
-    Progress progress(epoch + 1, o.epochs, steps_per_epoch, out);
+    demos::Progress progress(0, steps_per_epoch, steps_per_epoch, out, "img/s",
+                             "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
+                             demos::LossMean::run);
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
     while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {
@@ -131,19 +124,19 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
       Var<float> loss;
       ++observed;
       {
-        auto profiled = observer.step(tape, observed);
-        tape.clear();
-        const Var<float> x = tape.leaf(batch.inputs, false);
+        auto profiled = observer.step(run.tape, observed);
+        run.tape.clear();
+        const Var<float> x = run.tape.leaf(batch.inputs, false);
         loss = cross_entropy(model(x), batch.labels, loss_options);
-        tape.backward(loss);
-        optimizer.finish();
+        run.tape.backward(loss);
+        run.optimizer.finish();
         observer.region("optimizer.step", [&] {
-          optimizer.step();
-          optimizer.zero_grad();
-          schedule->step();
+          run.optimizer.step();
+          run.optimizer.zero_grad();
+          run.schedule->step();
         });
       }
-      observer.graph(tape, {loss}, model.named_parameters(), observed);
+      observer.graph(run.tape, {loss}, model.named_parameters(), observed);
       const double value = parallel.mean(loss.value()());  // the global batch's mean
       loss_sum += value;
       ++step;
@@ -157,7 +150,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     record.epoch = epoch + 1;
     record.train_loss = loss_sum / static_cast<double>(in_epoch);
     record.seconds = seconds_since(start);
-    record.lr = schedule->last_lr();
+    record.lr = run.schedule->last_lr();
     last_test = evaluate(model, data.test);
     record.test_loss = last_test.loss;
     record.test_accuracy = last_test.accuracy;
@@ -168,9 +161,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
                  record.seconds);
     std::fflush(out);
     if (!o.save.empty())  // collective: a sharded state is gathered to rank 0, which writes
-      optimizer.save([&](const optim::Optimizer<float>& full) {
-        save_run(o.save, model, full, *schedule, identity, {result.history, step});
-      });
+      save_run(run, o.save, identity, {result.history, step});
   }
   observer.report(std::cout);
   result.final_test = std::move(last_test);

@@ -15,14 +15,17 @@
 #include <string>
 #include <vector>
 
-#include "../data_parallel.hpp"
-#include "../observe.hpp"
+#include <xtgrad/training/data_parallel.hpp>
+#include <xtgrad/training/step_observer.hpp>
+#include "../common/report_files.hpp"
+#include "../common/training_run.hpp"
 #include "data.hpp"
 #include "zoo/fashion/models.hpp"
 
 namespace fashion {
 
-struct TrainOptions {
+// --save writes after every epoch; --stop-after is an epoch.
+struct TrainOptions : demos::RunOptions {
   std::size_t epochs = 10;
   std::size_t batch_size = 128;
   double lr = 1e-3;
@@ -31,11 +34,7 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   bool flip = false;  // random horizontal flips of the training images (random_flip)
   std::uint64_t seed = 0;
-  std::filesystem::path save;    // after every epoch, when not empty
-  std::filesystem::path resume;  // a directory written by --save, when not empty
-  std::size_t stop_after = 0;    // stop after this epoch of the run (0: train all --epochs)
-  int zero = 0;                  // --zero: ZeRO stage under mpirun (demos/zero_optimizer.hpp)
-  xtgrad::demo::StepObserverOptions observe;  // --graph, --profile
+  xtgrad::training::StepObserverOptions observe;  // --graph, --profile
 };
 
 struct EpochRecord {
@@ -46,6 +45,9 @@ struct EpochRecord {
   double lr = 0.0;             // at the end of the epoch
   double seconds = 0.0;        // training, without the evaluation
 };
+
+// The saved history's fields (run_state.cpp); history.csv has the epoch first.
+const demos::HistoryFields<EpochRecord>& epoch_fields();
 
 struct Evaluation {
   double loss = 0.0, accuracy = 0.0;
@@ -70,6 +72,7 @@ struct TrainResult {
 // the gradients averaged, and rank 0 alone saves; with options.zero 1 or 2
 // the optimizer is sharded (ZeRO), the saved state still the whole one.
 TrainResult train(xtgrad::Module<float>& model, const ModelConfig& config, FashionMnist& data,
-                  const TrainOptions& options, std::FILE* out, xtgrad::demo::Parallel& parallel);
+                  const TrainOptions& options, std::FILE* out,
+                  xtgrad::training::Parallel& parallel);
 
 }  // namespace fashion

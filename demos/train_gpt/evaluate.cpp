@@ -46,11 +46,12 @@ Evaluator::Evaluator(const xtgrad::Indices& text, std::size_t block_size, std::s
 }
 
 double Evaluator::periodic(const xtgrad::GPT<float>& model,
-                           xtgrad::demo::Parallel& parallel) const {
+                           xtgrad::training::Parallel& parallel) const {
   return loss(model, subset_, parallel);
 }
 
-double Evaluator::full(const xtgrad::GPT<float>& model, xtgrad::demo::Parallel& parallel) const {
+double Evaluator::full(const xtgrad::GPT<float>& model,
+                       xtgrad::training::Parallel& parallel) const {
   return loss(model, all_, parallel);
 }
 
@@ -67,7 +68,7 @@ std::size_t Evaluator::full_tokens() const {
 }
 
 double Evaluator::loss(const xtgrad::GPT<float>& model, const std::vector<std::size_t>& which,
-                       xtgrad::demo::Parallel& parallel) const {
+                       xtgrad::training::Parallel& parallel) const {
   // Batches of windows of one length, in order; batch b on rank b % P.
   std::vector<std::vector<std::size_t>> batches;
   for (const std::size_t w : which) {

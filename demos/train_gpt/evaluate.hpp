@@ -15,7 +15,7 @@
 #include <xtgrad/engine/indices.hpp>
 #include <xtgrad/modules/gpt.hpp>
 
-#include "../data_parallel.hpp"
+#include <xtgrad/training/data_parallel.hpp>
 
 namespace gpt_demo {
 
@@ -26,15 +26,15 @@ class Evaluator {
   Evaluator(const xtgrad::Indices& text, std::size_t block_size, std::size_t subset,
             std::size_t batch_rows);
 
-  double periodic(const xtgrad::GPT<float>& model, xtgrad::demo::Parallel& parallel) const;
-  double full(const xtgrad::GPT<float>& model, xtgrad::demo::Parallel& parallel) const;
+  double periodic(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
+  double full(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
 
   std::size_t periodic_tokens() const;
   std::size_t full_tokens() const;
 
  private:
   double loss(const xtgrad::GPT<float>& model, const std::vector<std::size_t>& which,
-              xtgrad::demo::Parallel& parallel) const;
+              xtgrad::training::Parallel& parallel) const;
 
   const xtgrad::Indices& text_;
   std::vector<std::pair<std::size_t, std::size_t>> windows_;  // (start, T)

@@ -16,10 +16,9 @@
 #include <stdexcept>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../data_parallel.hpp"
+#include "../common/program.hpp"
 #include "corpus.hpp"
 #include "generate.hpp"
 #include "model.hpp"
@@ -40,6 +39,8 @@ struct Options {
   int threads = 2;
   std::string out = "gpt_out";
   std::string data_dir = k_default_data_dir;
+  std::string generate_from;  // --generate
+  std::size_t top_k = 0;
 };
 
 double seconds_since(Clock::time_point start) {
@@ -89,7 +90,8 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
           {"total_seconds", total_seconds}};
 }
 
-int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
+int run_training(const Options& o, demos::Program& program) {
+  xtgrad::training::Parallel& parallel = program.parallel;
   const Clock::time_point start = Clock::now();
   xtgrad::set_num_threads(o.threads);
   const Corpus corpus = load_corpus(o.data_dir);
@@ -104,8 +106,6 @@ int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
   xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
   const std::size_t parameters = parameter_count(model);
   const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
-  std::FILE* const out_stream = quiet ? std::fopen("/dev/null", "w") : stdout;
-  if (out_stream == nullptr) throw std::runtime_error("cannot open /dev/null");
   const fs::path out(o.out);
   std::FILE* samples = nullptr;
   if (!quiet) {
@@ -121,13 +121,7 @@ int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
         "train_gpt: unigram baseline (training character frequencies on the validation "
         "text) %.4f nats\n",
         unigram);
-    if (parallel.active())
-      std::printf("train_gpt: %d processes, %zu windows of each batch of %zu per process%s\n",
-                  parallel.size(), o.train.batch_size / static_cast<std::size_t>(parallel.size()),
-                  o.train.batch_size,
-                  o.train.zero == 0   ? ""
-                  : o.train.zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
-                                      : "; ZeRO stage 2 (optimizer state and gradients sharded)");
+    program.print_processes(o.train.batch_size, "windows", o.train.zero);
     std::fflush(stdout);
     fs::create_directories(out);
     // A resumed run appends to the samples of the run it continues.
@@ -137,15 +131,12 @@ int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
       throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
   }
   const TrainResult result = train(model, o.model, {vocab, train_ids, validation_ids}, o.train,
-                                   out_stream, samples, parallel);
-  if (quiet) {
-    std::fclose(out_stream);
-    return 0;
-  }
+                                   parallel.out(), samples, parallel);
+  if (quiet) return 0;
   if (std::fclose(samples) != 0)
     throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
   const double total_seconds = seconds_since(start);
-  write_history_csv(out / "history.csv", result.history);
+  demos::write_history_csv(out / "history.csv", result.history, history_fields());
   write_summary_json(out / "summary.json",
                      summary_of(o, corpus, vocab, parameters, result, unigram, parallel.size(),
                                 data_seconds, total_seconds));
@@ -154,22 +145,24 @@ int run_training(const Options& o, xtgrad::demo::Parallel& parallel) {
       "validation loss %.4f nats per character (unigram baseline %.4f) after %zu steps; "
       "%.0f tokens/s, %.1f s in all\n",
       result.final_val_loss, unigram, result.step, result.tokens_per_second, total_seconds);
-  std::printf("wrote %s: summary.json, history.csv, samples.txt%s\n", out.string().c_str(),
-              plotted == PlotResult::written ? ", loss.png"
-              : plotted == PlotResult::no_gnuplot
-                  ? " (no picture: gnuplot is not installed; apt-get install gnuplot-nox)"
-                  : " (gnuplot failed: no picture; see gnuplot.log)");
-  return plotted == PlotResult::failed ? 1 : 0;
+  return demos::print_wrote(out, "summary.json, history.csv, samples.txt", plotted, "loss.png",
+                            "picture");
 }
 
-}  // namespace
+// Continues --prompt with the model saved in --generate.
+int run_generation(Options o, xtgrad::training::Parallel& parallel) {
+  xtgrad::set_num_threads(o.threads);
+  o.generate.checkpoint = o.generate_from;
+  o.generate.seed = o.train.seed;
+  if (o.top_k > 0) o.generate.top_k = o.top_k;
+  const std::string text = generate_text(o.generate);
+  if (!parallel.quiet()) std::cout << text << (text.empty() || text.back() != '\n' ? "\n" : "");
+  return 0;
+}
 
-int main(int argc, char** argv) {
-  xtgrad::demo::Parallel parallel(argc, argv);  // the MPI job under mpirun, else nothing
-  Options o;
-  CLI::App app{
-      "Train a character-level GPT on the fortunes of Debian's fortunes package, or "
-      "(--generate) continue a prompt with a saved one"};
+// The options of both modes; --generate's and training's exclude each other.
+void add_options(demos::Program& program, Options& o) {
+  CLI::App& app = program.app;
   app.add_option("--n-layer", o.model.n_layer, "Transformer blocks")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -230,36 +223,21 @@ int main(int argc, char** argv) {
                  "the draws)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", o.threads,
-                 "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per process "
-                 "under mpirun unless given)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  app.add_option("--out", o.out, "output directory")->capture_default_str();
+  program.add_threads(o.threads,
+                      "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
+                      "process under mpirun unless given)");
+  program.add_out(o.out);
   app.add_option("--data-dir", o.data_dir, "directory of the fortune files")->capture_default_str();
-  std::string save, resume;
-  app.add_option("--save", save,
-                 "save the run (model, vocabulary, optimizer, schedule, step) to DIR at every "
-                 "evaluation and at the end");
-  app.add_option("--resume", resume,
-                 "continue the run saved in DIR, bit for bit as if it had not stopped (the "
-                 "model and training options must be the same)")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--stop-after", o.train.stop_after,
-                 "stop after this step of the --steps run (the schedule still spans --steps); "
-                 "--save then --resume continues it")
-      ->check(CLI::Range(1, 10000000));
-  app.add_option("--zero", o.train.zero,
-                 "under mpirun, ZeRO: 0 each process a full AdamW (data-parallel); 1 AdamW's "
-                 "state sharded across the processes; 2 the gradients too; clipping by the norm "
-                 "over all shards. The same numbers (to rounding) and --save writes the whole "
-                 "state, as in one process. In one process 1 and 2 train as 0 (the one shard is "
-                 "everything), as DeepSpeed's ZeRO on one GPU does, so one command line serves "
-                 "any -np")
-      ->capture_default_str()
-      ->check(CLI::IsMember({0, 1, 2}));
-  std::string generate;
-  app.add_option("--generate", generate,
+  program.add_save_resume(o.train.save, o.train.resume,
+                          "save the run (model, vocabulary, optimizer, schedule, step) to DIR at "
+                          "every evaluation and at the end");
+  program.add_stop_after(o.train.stop_after, "step", "steps", 10000000);
+  program.add_zero(o.train.zero,
+                   "0 each process a full AdamW (data-parallel); 1 AdamW's state sharded across "
+                   "the processes; 2 the gradients too; clipping by the norm over all shards. The "
+                   "same numbers (to rounding) and --save writes the whole state, as in one "
+                   "process.");
+  app.add_option("--generate", o.generate_from,
                  "generate instead of training: continue --prompt with the model saved in DIR")
       ->check(CLI::ExistingDirectory);
   app.add_option("--prompt", o.generate.prompt,
@@ -273,57 +251,38 @@ int main(int argc, char** argv) {
                  "sampling temperature (0: greedy), also of the samples during training")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
-  std::size_t top_k = 0;
-  app.add_option("--top-k", top_k, "--generate: sample among the k most likely (0: all)")
+  app.add_option("--top-k", o.top_k, "--generate: sample among the k most likely (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-    // Training options make no sense with --generate, nor generation's without it.
-    if (!generate.empty())
-      for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out"})
-        if (app.count(name) > 0)
-          throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
-                                                       "--prompt, --max-new-chars, --temperature, "
-                                                       "--top-k, --seed and --threads"));
-    if (generate.empty())
-      for (const char* name : {"--max-new-chars", "--top-k"})
-        if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
-  } catch (const CLI::CallForHelp&) {
-    if (!parallel.quiet()) std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    if (!parallel.quiet()) std::cerr << "train_gpt: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  o.train.save = save;
-  o.train.resume = resume;
+}
+
+void check_modes(const CLI::App& app, const Options& o) {
+  // Training options make no sense with --generate, nor generation's without it.
+  if (!o.generate_from.empty())
+    for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out"})
+      if (app.count(name) > 0)
+        throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
+                                                     "--prompt, --max-new-chars, --temperature, "
+                                                     "--top-k, --seed and --threads"));
+  if (o.generate_from.empty())
+    for (const char* name : {"--max-new-chars", "--top-k"})
+      if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  demos::Program program(argc, argv, "train_gpt",
+                         "Train a character-level GPT on the fortunes of Debian's fortunes "
+                         "package, or (--generate) continue a prompt with a saved one");
+  Options o;
+  add_options(program, o);
+  if (const auto code = program.parse(argc, argv, [&] { check_modes(program.app, o); }))
+    return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  // One OpenBLAS thread per process under mpirun, unless --threads says otherwise.
-  if (parallel.active() && app.count("--threads") == 0) o.threads = 1;
-  try {
-    if (!generate.empty()) {
-      xtgrad::set_num_threads(o.threads);
-      o.generate.checkpoint = generate;
-      o.generate.seed = o.train.seed;
-      if (top_k > 0) o.generate.top_k = top_k;
-      const std::string text = generate_text(o.generate);
-      if (!parallel.quiet()) std::cout << text << (text.empty() || text.back() != '\n' ? "\n" : "");
-      return 0;
-    }
-    return run_training(o, parallel);
-  } catch (const DataError& e) {
-    parallel.fail(std::string("train_gpt: ") + e.what());  // ends the job under mpirun
-    std::cerr << "train_gpt: " << e.what() << "\n";
-    return 2;
-  } catch (const std::invalid_argument& e) {
-    parallel.fail(std::string("train_gpt: ") + e.what());
-    std::cerr << "train_gpt: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    parallel.fail(std::string("train_gpt: ") + e.what());
-    std::cerr << "train_gpt: " << e.what() << "\n";
-    return 1;
-  }
+  o.threads = program.threads(o.threads);
+  return program.run<DataError>([&] {
+    return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
+  });
 }

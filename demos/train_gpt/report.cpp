@@ -13,18 +13,6 @@ using demos::check_written;
 using demos::gp_quote;
 using demos::open_for_writing;
 
-void write_history_csv(const fs::path& file, const std::vector<HistoryRecord>& history) {
-  std::ofstream out = open_for_writing(file);
-  out << "step,train_loss,val_loss,lr,seconds\n";
-  char line[256];
-  for (const HistoryRecord& r : history) {
-    std::snprintf(line, sizeof line, "%zu,%.17g,%.17g,%.17g,%.3f\n", r.step, r.train_loss,
-                  r.val_loss, r.lr, r.seconds);
-    out << line;
-  }
-  check_written(out, file);
-}
-
 PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
   if (!demos::have_gnuplot()) return PlotResult::no_gnuplot;
   const fs::path script = out / "plots.gp";

@@ -19,8 +19,6 @@
 
 namespace gpt_demo {
 
-void write_history_csv(const std::filesystem::path& file,
-                       const std::vector<HistoryRecord>& history);
 using demos::PlotResult;
 using demos::write_summary_json;  // demos/common/report_files.hpp
 

@@ -5,11 +5,12 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <xtgrad/io/state_directory.hpp>
 #include <xtgrad/training/training_state.hpp>
 
-#include "../common/run_extras.hpp"
+#include "../common/run_state.hpp"
 
 namespace gpt_demo {
 
@@ -17,7 +18,6 @@ namespace {
 
 using namespace xtgrad;
 using demos::as_integer;
-using demos::history_key;
 namespace fs = std::filesystem;
 
 constexpr const char* k_program = "train_gpt";
@@ -63,72 +63,50 @@ auto required(const Map& map, const std::string& key) {
 
 // "saved with --batch-size 32, this run has 64" for the key "option.batch_size";
 // the model's sizes as "--n-layer"; the data's and the vocabulary as the corpus.
-template <class V>
-std::invalid_argument mismatch(const std::string& key, V saved, V now) {
-  if (key.rfind("data.", 0) != 0 && key.rfind("vocab.", 0) != 0)
-    return demos::option_mismatch(key, saved, now);
-  std::ostringstream message;
-  message << "saved from another corpus (" << key << " " << saved << ", this corpus " << now << ")";
-  return std::invalid_argument(message.str());
-}
+struct Mismatch {
+  template <class V>
+  std::invalid_argument operator()(const std::string& key, V saved, V now) const {
+    if (key.rfind("data.", 0) != 0 && key.rfind("vocab.", 0) != 0)
+      return demos::option_mismatch(key, saved, now);
+    std::ostringstream message;
+    message << "saved from another corpus (" << key << " " << saved << ", this corpus " << now
+            << ")";
+    return std::invalid_argument(message.str());
+  }
+};
 
 }  // namespace
 
-void save_run(const fs::path& dir, GPT<float>& model, const optim::Optimizer<float>& optimizer,
-              const optim::LRScheduler<float>& schedule, const RunIdentity& identity,
+const demos::HistoryFields<HistoryRecord>& history_fields() {
+  static const demos::HistoryFields<HistoryRecord> fields{
+      {{"step", &HistoryRecord::step}},
+      {{"train_loss", &HistoryRecord::train_loss},
+       {"val_loss", &HistoryRecord::val_loss},
+       {"lr", &HistoryRecord::lr},
+       {"seconds", &HistoryRecord::seconds}}};
+  return fields;
+}
+
+void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
-  extras.integers["history.size"] = as_integer(position.history.size());
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
-  for (std::size_t i = 0; i < position.history.size(); ++i) {
-    const HistoryRecord& r = position.history[i];
-    extras.integers[history_key(i, "step")] = as_integer(r.step);
-    extras.reals[history_key(i, "train_loss")] = r.train_loss;
-    extras.reals[history_key(i, "val_loss")] = r.val_loss;
-    extras.reals[history_key(i, "lr")] = r.lr;
-    extras.reals[history_key(i, "seconds")] = r.seconds;
-  }
-  demos::save_dropout_steps(model, extras);
-  save_training_state(dir, model, optimizer, &schedule, extras);
+  demos::save_history(extras, "history.size", position.history, history_fields());
+  run.save(dir, extras);
 }
 
-RunPosition resume_run(const fs::path& dir, GPT<float>& model, optim::Optimizer<float>& optimizer,
-                       optim::LRScheduler<float>& schedule, const RunIdentity& identity) {
-  try {
-    // The model, optimizer and schedule are loaded together (all or nothing);
-    // the options are checked right after, before training starts.
-    const TrainingExtras saved = load_training_state(dir, model, optimizer, &schedule);
-    const TrainingExtras now = identity_extras(identity);
-    // The vocabulary's size first: its entries differ whenever it does.
-    if (required(saved.integers, k_vocab_size) != now.integers.at(k_vocab_size))
-      throw mismatch(k_vocab_size, saved.integers.at(k_vocab_size), now.integers.at(k_vocab_size));
-    for (const auto& [key, value] : now.integers)
-      if (required(saved.integers, key) != value)
-        throw mismatch(key, saved.integers.at(key), value);
-    for (const auto& [key, value] : now.reals)
-      if (required(saved.reals, key) != value) throw mismatch(key, saved.reals.at(key), value);
-    RunPosition position;
-    position.step = static_cast<std::size_t>(required(saved.integers, "step"));
-    position.interval.steps = static_cast<std::size_t>(required(saved.integers, "interval.steps"));
-    position.interval.loss_sum = required(saved.reals, "interval.loss_sum");
-    const std::int64_t records = required(saved.integers, "history.size");
-    for (std::int64_t k = 0; k < records; ++k) {
-      const auto i = static_cast<std::size_t>(k);
-      HistoryRecord r;
-      r.step = static_cast<std::size_t>(required(saved.integers, history_key(i, "step")));
-      r.train_loss = required(saved.reals, history_key(i, "train_loss"));
-      r.val_loss = required(saved.reals, history_key(i, "val_loss"));
-      r.lr = required(saved.reals, history_key(i, "lr"));
-      r.seconds = required(saved.reals, history_key(i, "seconds"));
-      position.history.push_back(r);
-    }
-    demos::restore_dropout_steps(model, saved, k_program);
-    return position;
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());
-  }
+RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
+  // The vocabulary's size first: its entries differ whenever it does.
+  const demos::SavedRun saved =
+      run.resume(dir, identity_extras(identity), k_program, Mismatch{}, k_vocab_size);
+  RunPosition position;
+  position.step = saved.size("step");
+  position.interval.steps = saved.size("interval.steps");
+  position.interval.loss_sum = saved.real("interval.loss_sum");
+  position.history = saved.history("history.size", history_fields());
+  return position;
 }
 
 SavedModel read_saved_model(const fs::path& dir) {

@@ -1,24 +1,19 @@
 #pragma once
-// Saving and resuming a train_gpt run: one training-state directory
-// (training/training_state.hpp, written atomically: a failed save leaves the
-// previous one whole) with the model's parameters, AdamW's moments and step
-// counts, the schedule's position and the loop's scalars: the step, the
-// history, the open interval's loss sum, the options that fix the run's
-// numbers, the model's sizes and the character vocabulary (as code points),
-// so that --generate rebuilds the model and its tokenizer from the directory
-// alone. The data position is the step: the windows of a step are a function
-// of (seed, step, row) (batches.hpp). So a run resumed after step k
-// continues bit for bit as the uninterrupted run would have.
-// Under mpirun with --zero 1|2 the optimizer given is the consolidated one
-// (demos/zero_optimizer.hpp): the directory is the same as without.
+// Saving and resuming a train_gpt run (demos/common/run_state.hpp): beside
+// the model, AdamW and the schedule, the step, the history, the open
+// interval's loss sum, the options that fix the run's numbers, the model's
+// sizes and the character vocabulary (as code points), so that --generate
+// rebuilds the model and its tokenizer from the directory alone. The data
+// position is the step: the windows of a step are a function of (seed,
+// step, row) (batches.hpp).
 
 #include <cstddef>
 #include <filesystem>
 #include <vector>
 
 #include <xtgrad/modules/gpt.hpp>
-#include <xtgrad/optim/optim.hpp>
 
+#include "../common/training_run.hpp"
 #include "model.hpp"
 #include "tokenizer.hpp"
 #include "train.hpp"
@@ -39,18 +34,15 @@ struct RunPosition {
   OpenInterval interval;
 };
 
-void save_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
-              const xtgrad::optim::Optimizer<float>& optimizer,
-              const xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity,
-              const RunPosition& position);
+// Collective: `run`'s state and the position saved to `dir`.
+void save_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+              const RunIdentity& identity, const RunPosition& position);
 
-// Loads the saved state into `model`, `optimizer` and `schedule` (built as
-// for the first run) and returns the position. std::invalid_argument naming
-// the directory when it is not a saved run or was saved with other options
-// or another corpus.
-RunPosition resume_run(const std::filesystem::path& dir, xtgrad::GPT<float>& model,
-                       xtgrad::optim::Optimizer<float>& optimizer,
-                       xtgrad::optim::LRScheduler<float>& schedule, const RunIdentity& identity);
+// Collective: loads the run saved in `dir` into `run` (built as for the
+// first run) and returns the position. std::invalid_argument naming the
+// directory when it is not a saved run or was saved with other options or another corpus.
+RunPosition resume_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+                       const RunIdentity& identity);
 
 // The model of a saved run, for generation: its sizes and vocabulary, then
 // its parameters loaded into a GPT built from them.

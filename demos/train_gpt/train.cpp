@@ -13,11 +13,10 @@
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
 
-#include "../zero_optimizer.hpp"
+#include "../common/progress.hpp"
 #include "batches.hpp"
 #include "corpus.hpp"
 #include "evaluate.hpp"
-#include "progress.hpp"
 #include "run_state.hpp"
 #include "sampling.hpp"
 
@@ -38,7 +37,7 @@ std::string format(const char* pattern, double a, double b) {
 // One sample of generated text after step `step`, printed and appended to `samples`.
 void write_sample(const GPT<float>& model, const Vocabulary& vocab,
                   const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
-                  Progress& progress, std::FILE* samples) {
+                  demos::Progress& progress, std::FILE* samples) {
   const std::vector<std::int64_t> ids = generate_tokens(
       model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
   const std::string text = encode_utf8(vocab.decode(ids));
@@ -53,30 +52,21 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
                   const TrainOptions& o, std::FILE* out, std::FILE* samples,
-                  demo::Parallel& parallel) {
+                  training::Parallel& parallel) {
   const auto [first_row, rows] = parallel.slice(o.batch_size, "--batch-size");
   const std::size_t T = model_options.block_size;
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
-  // The synchronizer first: a sharded optimizer is built over it.
-  Tape<float> tape;
-  demo::GradientAverager<float> gradients(parallel, model, tape);
-  demo::TrainingOptimizer<float> optimizer(
-      parallel, gradients, decay_groups(model, o.lr, o.weight_decay, o.beta2), o.zero);
-  const auto make_schedule = [&](optim::Optimizer<float>& opt) {
-    return std::make_unique<optim::WarmupCosineLR<float>>(
-        opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
-  };
-  const std::unique_ptr<optim::LRScheduler<float>> schedule = make_schedule(optimizer.optimizer());
+  demos::TrainingRun run(
+      parallel, model, decay_groups(model, o.lr, o.weight_decay, o.beta2), o.zero,
+      [&](optim::Optimizer<float>& opt) -> std::unique_ptr<optim::LRScheduler<float>> {
+        return std::make_unique<optim::WarmupCosineLR<float>>(
+            opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
+      });
   const RunIdentity identity{model_options, o, data.vocab, data.train.size(),
                              data.validation.size()};
   RunPosition position;
-  if (!o.resume.empty())
-    position =
-        optimizer.resume(*schedule, make_schedule,
-                         [&](optim::Optimizer<float>& opt, optim::LRScheduler<float>& sched) {
-                           return resume_run(o.resume, model, opt, sched, identity);
-                         });
+  if (!o.resume.empty()) position = resume_run(run, o.resume, identity);
   const std::size_t last = o.stop_after == 0 ? o.steps : std::min(o.stop_after, o.steps);
   if (position.step >= last)
     throw std::invalid_argument("--resume: the run has " + std::to_string(position.step) +
@@ -98,23 +88,23 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (auto& [name, module] : model.named_modules())
     if (auto* dropout = dynamic_cast<Dropout<float>*>(module)) dropout->set_row_offset(first_row);
   model.train();
-  Progress progress(position.step, last, o.steps, out);
+  demos::Progress progress(position.step, last, o.steps, out, "tok/s");
   for (std::size_t step = position.step; step < last; ++step) {
     const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
-    tape.clear();
-    const Var<float> logits = model.forward(tape, batch.inputs);
+    run.tape.clear();
+    const Var<float> logits = model.forward(run.tape, batch.inputs);
     const auto V = static_cast<std::int64_t>(data.vocab.size());
     const Var<float> loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
-    tape.backward(loss);
-    optimizer.finish();
-    const double norm = optimizer.clip_grad_norm(params, o.grad_clip);
+    run.tape.backward(loss);
+    run.optimizer.finish();
+    const double norm = run.optimizer.clip_grad_norm(params, o.grad_clip);
     if (!std::isfinite(norm))
       throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
                                ": the gradient norm is " + std::to_string(norm) +
                                "; try a smaller --lr");
-    optimizer.step();
-    optimizer.zero_grad();
-    schedule->step();
+    run.optimizer.step();
+    run.optimizer.zero_grad();
+    run.schedule->step();
     const double value = parallel.mean(loss.value()());  // the global batch's mean
     position.interval.loss_sum += value;
     ++position.interval.steps;
@@ -128,7 +118,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       r.step = position.step;
       r.train_loss = position.interval.loss_sum / static_cast<double>(position.interval.steps);
       r.val_loss = evaluator.periodic(model, parallel);
-      r.lr = schedule->last_lr();
+      r.lr = run.schedule->last_lr();
       r.seconds = seconds_before + progress.train_seconds();
       position.history.push_back(r);
       position.interval = {};
@@ -142,14 +132,12 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       model.train();
     }
     if (!o.save.empty() && (record || position.step == last))
-      optimizer.save([&](const optim::Optimizer<float>& full) {  // collective
-        save_run(o.save, model, full, *schedule, identity, position);
-      });
+      save_run(run, o.save, identity, position);  // collective
     if (record) progress.skip_time();
   }
   progress.finish();
   TrainResult result;
-  result.tokens_per_second = progress.tokens_per_second();
+  result.tokens_per_second = progress.items_per_second();
   result.train_seconds = progress.train_seconds();
   model.eval();
   result.final_val_loss = evaluator.full(model, parallel);

@@ -23,13 +23,16 @@
 #include <xtgrad/engine/indices.hpp>
 #include <xtgrad/modules/gpt.hpp>
 
-#include "../data_parallel.hpp"
+#include <xtgrad/training/data_parallel.hpp>
+#include "../common/report_files.hpp"
+#include "../common/training_run.hpp"
 #include "model.hpp"
 #include "tokenizer.hpp"
 
 namespace gpt_demo {
 
-struct TrainOptions {
+// --save writes at every evaluation and at the end; --stop-after is a step.
+struct TrainOptions : demos::RunOptions {
   std::size_t steps = 1500;
   std::size_t batch_size = 32;
   double lr = 3e-3;
@@ -44,10 +47,6 @@ struct TrainOptions {
   std::size_t sample_chars = 200;  // generated at each evaluation (0: none)
   std::string sample_prompt = "%\n";
   double sample_temperature = 0.8;
-  std::filesystem::path save;    // at every evaluation and at the end, when not empty
-  std::filesystem::path resume;  // a directory written by --save, when not empty
-  std::size_t stop_after = 0;    // stop after this step (0: train all --steps)
-  int zero = 0;                  // --zero: ZeRO stage under mpirun (demos/zero_optimizer.hpp)
 };
 
 struct HistoryRecord {
@@ -57,6 +56,9 @@ struct HistoryRecord {
   double lr = 0.0;          // after the step
   double seconds = 0.0;     // training time of the run so far (resumed calls included)
 };
+
+// history.csv's columns and the saved history's fields (run_state.cpp).
+const demos::HistoryFields<HistoryRecord>& history_fields();
 
 // What a stopped run carries into the next: the steps since the last record.
 struct OpenInterval {
@@ -87,6 +89,6 @@ struct TrainResult {
 // the saved state still the whole one.
 TrainResult train(xtgrad::GPT<float>& model, const ModelOptions& model_options,
                   const TrainData& data, const TrainOptions& options, std::FILE* out,
-                  std::FILE* samples, xtgrad::demo::Parallel& parallel);
+                  std::FILE* samples, xtgrad::training::Parallel& parallel);
 
 }  // namespace gpt_demo

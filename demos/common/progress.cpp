@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
-namespace gpt_demo {
+#include <utility>
+
+namespace demos {
 
 namespace {
 
@@ -22,20 +24,23 @@ std::string clock_text(double seconds) {
 }  // namespace
 
 Progress::Progress(std::size_t first_step, std::size_t last_step, std::size_t total_steps,
-                   std::FILE* out)
+                   std::FILE* out, std::string unit, std::string label, LossMean mean)
     : first_(first_step),
       last_(last_step),
       total_(total_steps),
       out_(out),
+      unit_(std::move(unit)),
+      label_(std::move(label)),
+      mean_(mean),
       terminal_(::isatty(::fileno(out)) == 1),
       mark_(Clock::now()),
       last_draw_(mark_) {}
 
-void Progress::update(std::size_t step, std::size_t tokens, double loss) {
+void Progress::update(std::size_t step, std::size_t items, double loss) {
   const auto now = Clock::now();
   seconds_ += std::chrono::duration<double>(now - mark_).count();
   mark_ = now;
-  tokens_ += tokens;
+  items_ += items;
   loss_sum_ += loss;
   ++losses_;
   const std::size_t done = step - first_, steps = last_ - first_;
@@ -51,8 +56,8 @@ void Progress::update(std::size_t step, std::size_t tokens, double loss) {
   }
 }
 
-double Progress::tokens_per_second() const {
-  return seconds_ > 0 ? static_cast<double>(tokens_) / seconds_ : 0.0;
+double Progress::items_per_second() const {
+  return seconds_ > 0 ? static_cast<double>(items_) / seconds_ : 0.0;
 }
 
 void Progress::print(std::size_t step) {
@@ -61,11 +66,15 @@ void Progress::print(std::size_t step) {
   const std::size_t filled = total_ ? k_bar_width * step / total_ : k_bar_width;
   std::string bar(filled, '#');
   bar.resize(k_bar_width, '.');
-  std::fprintf(out_, "%sstep %zu/%zu [%s] loss %.4f  %.0f tok/s  ETA %s%s", terminal_ ? "\r" : "",
-               step, total_, bar.c_str(), losses_ ? loss_sum_ / losses_ : 0.0, tokens_per_second(),
-               clock_text(eta).c_str(), terminal_ ? "   " : "\n");
+  const std::string count = std::to_string(step) + "/" + std::to_string(total_);
+  const std::string head = label_.empty() ? "step " + count + " [" + bar + "]"
+                                          : label_ + " [" + bar + "] " + count + " ";
+  std::fprintf(out_, "%s%s loss %.4f  %.0f %s  ETA %s%s", terminal_ ? "\r" : "", head.c_str(),
+               losses_ ? loss_sum_ / losses_ : 0.0, items_per_second(), unit_.c_str(),
+               clock_text(eta).c_str(), terminal_ ? (step == last_ ? "" : "   ") : "\n");
   std::fflush(out_);
   drawn_ = terminal_;
+  if (mean_ == LossMean::run) return;
   loss_sum_ = 0.0;
   losses_ = 0;
 }
@@ -82,4 +91,4 @@ void Progress::finish() {
   std::fflush(out_);
 }
 
-}  // namespace gpt_demo
+}  // namespace demos

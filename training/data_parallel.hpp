@@ -1,24 +1,40 @@
 #pragma once
-// demo::Parallel: what a demo needs to train data-parallel under mpirun.
-// Built with distributed/ (XTGRAD_HAVE_MPI) and started by mpirun it is the
-// job (rank, size, a GradientSynchronizer per model); otherwise, and always
-// without MPI, it is rank 0 of 1 and every call is a no-op, so the demo is
-// the plain single process it always was.
+// training::Parallel and its helpers: one training program that runs as a
+// plain process or data-parallel under mpirun, with the same code.
+//
+//   training::Parallel parallel(argc, argv);       // the MPI job under mpirun
+//   training::GradientAverager<float> gradients(parallel, model, tape);
+//   ... tape.backward(loss); gradients.finish(); optimizer.step();
+//   std::fprintf(parallel.out(), ...);             // rank 0 prints, the others do not
+//   double loss = parallel.mean(local_loss);       // the global batch's mean
+//
+// Compiled with distributed/ (XTGRAD_HAVE_MPI, set by linking
+// xtgrad::distributed) and started by mpirun, Parallel is the job: rank,
+// size, a Communicator; GradientAverager broadcasts rank 0's parameters and
+// averages the gradients during the backward pass (GradientSynchronizer);
+// Shards cuts every mini-batch among the ranks (DistributedSampler).
+// Otherwise, and always without MPI, Parallel is rank 0 of 1 and every call
+// is a no-op, so the program is the plain single process it always was.
+// The header needs no MPI: a program built without distributed/ compiles it
+// as the single-process version. Every translation unit of one program must
+// see the same XTGRAD_HAVE_MPI (they do when the program links the same
+// libraries).
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-#include <xtgrad/data/data.hpp>
-#include <xtgrad/engine/engine.hpp>
-#include <xtgrad/modules/modules.hpp>
+#include "../data/data.hpp"
+#include "../engine/engine.hpp"
+#include "../modules/modules.hpp"
 #if XTGRAD_HAVE_MPI
-#include <xtgrad/distributed/distributed.hpp>
+#include "../distributed/distributed.hpp"
 #endif
 
-namespace xtgrad::demo {
+namespace xtgrad::training {
 
 class Parallel {
  public:
@@ -54,9 +70,21 @@ class Parallel {
   bool quiet() const {
     return rank() != 0;
   }
+  // Where a rank prints: stdout on rank 0, /dev/null on the others (opened
+  // on first use; std::runtime_error when it cannot be).
+  std::FILE* out() {
+    if (!quiet()) return stdout;
+    if (!null_) {
+      null_.reset(std::fopen("/dev/null", "w"));
+      if (!null_) throw std::runtime_error("cannot open /dev/null");
+    }
+    return null_.get();
+  }
 
   // This rank's rows [first, first + count) of a global batch of `rows`
-  // rows: rows / size() each; a batch that does not divide is refused.
+  // rows: rows / size() each; a batch that does not divide is refused
+  // (std::invalid_argument "<what> of <rows> rows does not divide among <p>
+  // processes; choose a multiple of the process count").
   std::pair<std::size_t, std::size_t> slice(std::size_t rows, const std::string& what) const {
     const auto p = static_cast<std::size_t>(size());
     if (rows % p != 0)
@@ -76,7 +104,7 @@ class Parallel {
 
   // An error on one rank ends the whole job with its message (an MPI job
   // cannot end one rank at a time); single-process, it returns and the
-  // demo reports as usual.
+  // program reports as usual.
   void fail(const std::string& message) const {
 #if XTGRAD_HAVE_MPI
     if (active()) world().abort(message);
@@ -92,6 +120,10 @@ class Parallel {
 #endif
 
  private:
+  struct CloseFile {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, CloseFile> null_;
 #if XTGRAD_HAVE_MPI
   std::unique_ptr<xtgrad::distributed::Communicator> comm_;
 #endif
@@ -135,7 +167,7 @@ class GradientAverager {
 // rank's slice of every batch (distributed::DistributedSampler over the
 // order Batcher would use), with the model's dropout row offset set to the
 // slice's first row. Inactive (active() false) in a single process, where
-// the demo uses its Batcher directly.
+// the program uses its Batcher directly.
 struct ShardOptions {
   std::size_t batch_size = 1;
   bool shuffle = true, drop_last = false;
@@ -193,4 +225,4 @@ class Shards {
 #endif
 };
 
-}  // namespace xtgrad::demo
+}  // namespace xtgrad::training

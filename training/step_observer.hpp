@@ -1,10 +1,10 @@
 #pragma once
-// Seeing what a training loop's tape did, for the demos: --graph FILE writes
-// the picture of the first training step (to_dot + write_graph), --profile
-// prints the per-op profile of the last steps (Profiler).
+// training::StepObserver: seeing what a training loop's tape did. With
+// options.graph it writes the picture of the first training step (to_dot +
+// write_graph); with options.profile it times the last profile_steps steps
+// per op (Profiler) and prints the table (the demos' --graph and --profile).
 //
-//   StepObserverOptions observe;
-//   add_observer_options(app, observe);                 // the CLI options
+//   StepObserverOptions observe;                        // filled from a command line
 //   StepObserver<T> observer(observe, steps);
 //   for (step = 1 ... steps) {
 //     auto profiled = observer.step(tape, step);        // profiles the last steps
@@ -19,10 +19,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <xtgrad/engine/engine.hpp>
+#include "../engine/engine.hpp"
 
-namespace xtgrad::demo {
+namespace xtgrad::training {
 
 struct StepObserverOptions {
   std::string graph;  // a .svg, .png, .pdf or .dot path; empty: no picture
@@ -31,24 +30,6 @@ struct StepObserverOptions {
   std::string profile_sort = "self";
   std::string profile_csv, profile_json;
 };
-
-inline void add_observer_options(CLI::App& app, StepObserverOptions& o) {
-  app.add_option("--graph", o.graph,
-                 "write the tape of the first training step as a picture (.svg, .png, .pdf via "
-                 "Graphviz's dot, or .dot text)");
-  app.add_flag("--profile", o.profile, "print the per-op profile of the last training steps");
-  app.add_option("--profile-steps", o.profile_steps, "how many last steps --profile times")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
-  app.add_option("--profile-sort", o.profile_sort,
-                 "sort the profile by name, calls, self, total, average, share, flops, gflops, "
-                 "bytes or gbytes")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"name", "calls", "self", "total", "average", "share", "flops",
-                             "gflops", "bytes", "gbytes"}));
-  app.add_option("--profile-csv", o.profile_csv, "also write the profile as CSV");
-  app.add_option("--profile-json", o.profile_json, "also write the profile as JSON");
-}
 
 template <class T>
 class StepObserver {
@@ -115,4 +96,4 @@ class StepObserver {
   bool profiling_ = false;
 };
 
-}  // namespace xtgrad::demo
+}  // namespace xtgrad::training

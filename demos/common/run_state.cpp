@@ -1,8 +1,10 @@
-// The helpers of run_extras.hpp.
+// The helpers of run_state.hpp.
 
-#include "run_extras.hpp"
+#include "run_state.hpp"
 
 #include <cstring>
+
+#include <xtgrad/modules/dropout.hpp>
 
 namespace demos {
 
@@ -22,10 +24,13 @@ std::string history_key(std::size_t i, const char* field) {
   return "history." + std::to_string(i) + "." + field;
 }
 
-void save_dropout_steps(xtgrad::Module<float>& model, xtgrad::TrainingExtras& extras) {
+void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
+              const xtgrad::optim::Optimizer<float>& optimizer,
+              const xtgrad::optim::LRScheduler<float>& schedule, xtgrad::TrainingExtras extras) {
   for (auto& [name, module] : model.named_modules())
     if (const auto* dropout = dynamic_cast<const xtgrad::Dropout<float>*>(module))
       extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
+  xtgrad::save_training_state(dir, model, optimizer, &schedule, extras);
 }
 
 void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
@@ -34,6 +39,26 @@ void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingE
     if (auto* dropout = dynamic_cast<xtgrad::Dropout<float>*>(module))
       dropout->set_step(
           static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name, program)));
+}
+
+std::size_t SavedRun::size(const std::string& key) const {
+  try {
+    return static_cast<std::size_t>(required(extras.integers, key, program));
+  } catch (const std::invalid_argument& e) {
+    rethrow_resume_error(dir, e);
+  }
+}
+
+double SavedRun::real(const std::string& key) const {
+  try {
+    return required(extras.reals, key, program);
+  } catch (const std::invalid_argument& e) {
+    rethrow_resume_error(dir, e);
+  }
+}
+
+void rethrow_resume_error(const std::filesystem::path& dir, const std::invalid_argument& e) {
+  throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());
 }
 
 }  // namespace demos

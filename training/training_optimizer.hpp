@@ -1,6 +1,7 @@
 #pragma once
-// demo::TrainingOptimizer: the optimizer of a demo's training loop, by
-// --zero. 0: the plain optimizer (SGD, Adam or AdamW by the options class)
+// training::TrainingOptimizer: the optimizer of a data-parallel training
+// loop (training/data_parallel.hpp), by ZeRO stage (a program's --zero).
+// 0: the plain optimizer (SGD, Adam or AdamW by the options class)
 // over the parameter groups, each rank a full copy under mpirun (today's
 // data-parallel training, gradients averaged by the GradientAverager).
 // 1 or 2 under mpirun: distributed::ShardedOptimizer over the same groups
@@ -26,11 +27,10 @@
 #include <string>
 #include <vector>
 
-#include <xtgrad/optim/optim.hpp>
-
+#include "../optim/optim.hpp"
 #include "data_parallel.hpp"
 
-namespace xtgrad::demo {
+namespace xtgrad::training {
 
 template <class T>
 class TrainingOptimizer {
@@ -152,4 +152,4 @@ class TrainingOptimizer {
 #endif
 };
 
-}  // namespace xtgrad::demo
+}  // namespace xtgrad::training

@@ -1,0 +1,94 @@
+#pragma once
+// demos::Program: what every training demo's main() does around its own
+// work. It joins the MPI job under mpirun (training::Parallel: rank 0 alone
+// prints and writes), holds the command line (CLI11) with the options the
+// demos share, parses it (--help: exit 0; a bad option: one line on stderr
+// and exit 2) and runs the demo, turning an exception into one line
+// "<program>: <what>" on stderr, the exit code and, under mpirun, the end of
+// the whole job.
+//
+//   int main(int argc, char** argv) {
+//     demos::Program program(argc, argv, "train_x", "Train x on y");
+//     Options o;
+//     program.app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+//     program.add_out(o.out);
+//     if (const auto code = program.parse(argc, argv)) return *code;
+//     return program.run<DataError>([&] { return train_and_report(o, program.parallel); });
+//   }
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <xtgrad/training/data_parallel.hpp>
+#include <xtgrad/training/step_observer.hpp>
+
+namespace demos {
+
+// No demo data error: the default of Program::run.
+struct NoDataError {
+  const char* what() const noexcept { return ""; }
+};
+
+class Program {
+ public:
+  Program(int& argc, char**& argv, std::string name, const std::string& description);
+
+  xtgrad::training::Parallel parallel;  // the MPI job under mpirun, else nothing
+  CLI::App app;
+  const std::string name;
+
+  // The shared options, each with its demo's help text where they differ.
+  void add_out(std::string& out);                           // --out DIR, "output directory"
+  void add_threads(int& threads, const std::string& help);  // --threads, 1 to 256
+  // --save DIR and --resume DIR (an existing directory).
+  void add_save_resume(std::filesystem::path& save, std::filesystem::path& resume,
+                       const std::string& save_help);
+  // --stop-after N of a run of --<steps> <unit>s, 1 to max.
+  void add_stop_after(std::size_t& stop_after, const std::string& unit, const std::string& steps,
+                      int max);
+  // --zero 0|1|2; `stages` says what each stage is, the rest of the text is shared.
+  void add_zero(int& zero, const std::string& stages);
+  // --graph FILE, --profile, --profile-steps, --profile-sort, --profile-csv,
+  // --profile-json (training::StepObserver).
+  void add_observer(xtgrad::training::StepObserverOptions& o);
+
+  // Parses the command line, then runs `check` (which may throw
+  // CLI::ValidationError). nullopt to go on; otherwise the exit code: 0
+  // after --help, 2 after a bad option.
+  std::optional<int> parse(int argc, char** argv, const std::function<void()>& check = {});
+
+  // Under mpirun (rank 0): "<name>: <P> processes, <batch / P> <items> of
+  // each batch of <batch> per process" and the ZeRO stage.
+  void print_processes(std::size_t batch, const std::string& items, int zero) const;
+
+  // Under mpirun one OpenBLAS thread per process, unless --threads was given.
+  int threads(int given) const;
+
+  // Runs `body` and returns its exit code. An exception prints
+  // "<name>: <what>" and exits 2 for bad input (std::invalid_argument,
+  // DataError: the demo's bad data) and 1 otherwise, or 1 for every
+  // exception when bad_input_exits_2 is false.
+  template <class DataError = NoDataError>
+  int run(const std::function<int()>& body, bool bad_input_exits_2 = true) {
+    try {
+      return body();
+    } catch (const DataError& e) {
+      return fail(e.what(), bad_input_exits_2 ? 2 : 1);
+    } catch (const std::invalid_argument& e) {
+      return fail(e.what(), bad_input_exits_2 ? 2 : 1);
+    } catch (const std::exception& e) {
+      return fail(e.what(), 1);
+    }
+  }
+
+ private:
+  int fail(const std::string& what, int code);
+};
+
+}  // namespace demos

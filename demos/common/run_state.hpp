@@ -1,0 +1,160 @@
+#pragma once
+// Saving and resuming a demo's run: one training-state directory
+// (training/training_state.hpp, written atomically: a failed save leaves the
+// previous one whole) with the model, the optimizer, the schedule and the
+// loop's own values as TrainingExtras: the options that fix the run's
+// numbers (its identity, checked on resume), its position (the step, the
+// history) and every Dropout module's step (by its name in named_modules:
+// the masks still to come). So a run resumed after step k continues bit for
+// bit as the uninterrupted run would have. Under mpirun with --zero 1|2 the
+// optimizer given is the consolidated one (training/training_optimizer.hpp):
+// the directory is the same as without.
+//
+//   seed_bits(seed)          a uint64 seed as the int64 of the same bits
+//   as_integer(n)            a size as int64
+//   required(map, key, who)  map[key], or std::invalid_argument
+//                            "not a <who> run: no '<key>'"
+//   option_mismatch(...)     "saved with --batch-size 128, this run has 64"
+//                            for the key "option.batch_size"
+//   HistoryFields            the fields of a history record, saved as
+//                            "history.<i>.<field>"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <xtgrad/modules/module.hpp>
+#include <xtgrad/optim/lr_scheduler.hpp>
+#include <xtgrad/optim/optimizer.hpp>
+#include <xtgrad/training/training_state.hpp>
+
+#include "report_files.hpp"
+
+namespace demos {
+
+std::int64_t seed_bits(std::uint64_t seed);
+
+inline std::int64_t as_integer(std::size_t v) {
+  return static_cast<std::int64_t>(v);
+}
+
+std::string history_key(std::size_t i, const char* field);
+
+template <class Map>
+auto required(const Map& map, const std::string& key, const std::string& program) {
+  const auto it = map.find(key);
+  if (it == map.end()) throw std::invalid_argument("not a " + program + " run: no '" + key + "'");
+  return it->second;
+}
+
+// The option is the key after its first '.', with '_' written '-'.
+template <class V>
+std::invalid_argument option_mismatch(const std::string& key, V saved, V now) {
+  std::string option = key.substr(key.find('.') + 1);
+  for (char& c : option)
+    if (c == '_') c = '-';
+  std::ostringstream message;
+  message << "saved with --" << option << " " << saved << ", this run has " << now;
+  return std::invalid_argument(message.str());
+}
+
+// Writes `history` into `extras`, its length under `count_key`.
+template <class R>
+void save_history(xtgrad::TrainingExtras& extras, const std::string& count_key,
+                  const std::vector<R>& history, const HistoryFields<R>& fields) {
+  extras.integers[count_key] = as_integer(history.size());
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    for (const auto& [name, field] : fields.sizes)
+      extras.integers[history_key(i, name)] = as_integer(history[i].*field);
+    for (const auto& [name, field] : fields.reals)
+      extras.reals[history_key(i, name)] = history[i].*field;
+  }
+}
+
+template <class R>
+std::vector<R> load_history(const xtgrad::TrainingExtras& saved, const std::string& count_key,
+                            const HistoryFields<R>& fields, const std::string& program) {
+  std::vector<R> history;
+  const std::int64_t records = required(saved.integers, count_key, program);
+  for (std::int64_t k = 0; k < records; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    R r;
+    for (const auto& [name, field] : fields.sizes)
+      r.*field = static_cast<std::size_t>(required(saved.integers, history_key(i, name), program));
+    for (const auto& [name, field] : fields.reals)
+      r.*field = required(saved.reals, history_key(i, name), program);
+    history.push_back(r);
+  }
+  return history;
+}
+
+// `e` as "--resume '<dir>': <what>".
+[[noreturn]] void rethrow_resume_error(const std::filesystem::path& dir,
+                                       const std::invalid_argument& e);
+
+// The extras of a resumed run, read by key: a missing one throws
+// std::invalid_argument "--resume '<dir>': not a <program> run: no '<key>'".
+struct SavedRun {
+  xtgrad::TrainingExtras extras;
+  std::filesystem::path dir;
+  std::string program;
+
+  std::size_t size(const std::string& key) const;
+  double real(const std::string& key) const;
+  template <class R>
+  std::vector<R> history(const std::string& count_key, const HistoryFields<R>& fields) const {
+    try {
+      return load_history(extras, count_key, fields, program);
+    } catch (const std::invalid_argument& e) {
+      rethrow_resume_error(dir, e);
+    }
+  }
+};
+
+// Saves the run: `extras` (identity and position) and the dropout steps
+// beside the model, the optimizer and the schedule.
+void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
+              const xtgrad::optim::Optimizer<float>& optimizer,
+              const xtgrad::optim::LRScheduler<float>& schedule, xtgrad::TrainingExtras extras);
+
+// The step of resume_run after the load.
+void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
+                           const std::string& program);
+
+// Loads the saved state into `model`, `optimizer` and `schedule` (built as
+// for the first run), checks that every entry of `identity` was saved with
+// the same value (the entry `first_key`, when given, first; a difference
+// throws mismatch(key, saved, now)), restores the dropout steps and returns
+// the saved extras. Every std::invalid_argument is rethrown as "--resume
+// '<dir>': <what>".
+template <class Mismatch>
+xtgrad::TrainingExtras resume_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
+                                  xtgrad::optim::Optimizer<float>& optimizer,
+                                  xtgrad::optim::LRScheduler<float>& schedule,
+                                  const xtgrad::TrainingExtras& identity,
+                                  const std::string& program, Mismatch mismatch,
+                                  const std::string& first_key = "") {
+  try {
+    // The model, optimizer and schedule are loaded together (all or nothing);
+    // the options are checked right after, before training starts.
+    xtgrad::TrainingExtras saved = xtgrad::load_training_state(dir, model, optimizer, &schedule);
+    const auto check = [&](const auto& now, const auto& was, const std::string& key) {
+      if (required(was, key, program) != now.at(key)) throw mismatch(key, was.at(key), now.at(key));
+    };
+    if (!first_key.empty()) check(identity.integers, saved.integers, first_key);
+    for (const auto& entry : identity.integers)
+      check(identity.integers, saved.integers, entry.first);
+    for (const auto& entry : identity.reals) check(identity.reals, saved.reals, entry.first);
+    restore_dropout_steps(model, saved, program);
+    return saved;
+  } catch (const std::invalid_argument& e) {
+    rethrow_resume_error(dir, e);
+  }
+}
+
+}  // namespace demos

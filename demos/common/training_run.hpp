@@ -1,0 +1,83 @@
+#pragma once
+// demos::TrainingRun: the objects of a demo's training loop, built in the
+// order they need each other: the tape, the gradients averaged over the job
+// (training::GradientAverager: rank 0's parameters broadcast first), the
+// optimizer over the parameter groups (sharded by --zero,
+// training::TrainingOptimizer) and its schedule; and the run saved and
+// resumed with them (run_state.hpp), collectively under mpirun.
+//
+//   demos::TrainingRun run(parallel, model, groups, o.zero, make_schedule);
+//   if (!o.resume.empty()) position = position_of(run.resume(o.resume, identity, "train_x", mismatch));
+//   for (...) {
+//     run.tape.clear(); loss = ...; run.tape.backward(loss);
+//     run.optimizer.finish(); run.optimizer.step(); run.optimizer.zero_grad(); run.schedule->step();
+//     if (!o.save.empty()) run.save(o.save, extras_of(identity, position));
+//   }
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <xtgrad/training/training_optimizer.hpp>
+
+#include "run_state.hpp"
+
+namespace demos {
+
+// The options of a run that its loop reads besides its own: where to save
+// and resume it, where to stop it and the ZeRO stage under mpirun.
+struct RunOptions {
+  std::filesystem::path save;    // saved here while training, when not empty
+  std::filesystem::path resume;  // a directory written by --save, when not empty
+  std::size_t stop_after = 0;    // stop after this step or epoch (0: run them all)
+  int zero = 0;                  // --zero (training/training_optimizer.hpp)
+};
+
+class TrainingRun {
+  xtgrad::Module<float>& model_;
+  xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule_;
+
+ public:
+  template <class Options>
+  TrainingRun(xtgrad::training::Parallel& parallel, xtgrad::Module<float>& model,
+              const std::vector<xtgrad::optim::ParamGroup<float, Options>>& groups, int zero,
+              xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule)
+      : model_(model),
+        make_schedule_(std::move(make_schedule)),
+        gradients(parallel, model, tape),
+        optimizer(parallel, gradients, groups, zero),
+        schedule(make_schedule_(optimizer.optimizer())) {}
+
+  xtgrad::Tape<float> tape;
+  xtgrad::training::GradientAverager<float> gradients;
+  xtgrad::training::TrainingOptimizer<float> optimizer;
+  std::unique_ptr<xtgrad::optim::LRScheduler<float>> schedule;
+
+  // Collective: demos::resume_run from `dir` into the model, the optimizer
+  // and the schedule (the whole state read, then sharded by --zero);
+  // returns the saved run's extras.
+  template <class Mismatch>
+  SavedRun resume(const std::filesystem::path& dir, const xtgrad::TrainingExtras& identity,
+                  const std::string& program, Mismatch mismatch,
+                  const std::string& first_key = "") {
+    return {
+        optimizer.resume(
+            *schedule, make_schedule_,
+            [&](xtgrad::optim::Optimizer<float>& opt, xtgrad::optim::LRScheduler<float>& sched) {
+              return resume_run(dir, model_, opt, sched, identity, program, mismatch, first_key);
+            }),
+        dir, program};
+  }
+
+  // Collective: the whole state gathered to rank 0, which saves it with `extras`.
+  void save(const std::filesystem::path& dir, const xtgrad::TrainingExtras& extras) {
+    optimizer.save([&](const xtgrad::optim::Optimizer<float>& full) {
+      save_run(dir, model_, full, *schedule, extras);
+    });
+  }
+};
+
+}  // namespace demos

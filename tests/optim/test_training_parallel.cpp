@@ -1,0 +1,118 @@
+// training/data_parallel.hpp and training/training_optimizer.hpp in one
+// process (a program built without distributed/, or not started by
+// mpirun): Parallel is rank 0 of 1, GradientAverager and Shards do nothing,
+// and TrainingOptimizer is the plain optimizer for every ZeRO stage, so a
+// loop written for mpirun trains bit for bit as the plain loop does. Their
+// MPI side runs in the demos' mpirun comparisons (tests/demos/demo_zero.cmake).
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <xtgrad/training/training_optimizer.hpp>
+
+#include "support/bit_equal.hpp"
+
+using namespace xtgrad;
+using xtgrad::testing::bit_equal;
+
+namespace {
+
+int g_argc = 1;
+char g_name[] = "test";
+char* g_args[] = {g_name, nullptr};
+char** g_argv = g_args;
+
+// Five steps of a Linear(3 -> 2) on fixed data, `step` after each backward
+// pass; returns the final weight.
+template <class Step>
+xt::xarray<float> train(Linear<float>& model, Tape<float>& tape, Step step) {
+  const xt::xarray<float> x = {{0.5f, -1.0f, 2.0f}, {1.5f, 0.25f, -0.75f}};
+  const xt::xarray<float> y = {{1.0f, 0.0f}, {-1.0f, 2.0f}};
+  for (int i = 0; i < 5; ++i) {
+    tape.clear();
+    const Var<float> loss = mse(model(tape.leaf(x, false)), tape.leaf(y, false));
+    tape.backward(loss);
+    step();
+  }
+  return model.weight.value;
+}
+
+}  // namespace
+
+TEST_CASE("training::Parallel: one process is rank 0 of 1 and every collective is the identity") {
+  training::Parallel parallel(g_argc, g_argv);
+  CHECK_FALSE(parallel.active());
+  CHECK(parallel.rank() == 0);
+  CHECK(parallel.size() == 1);
+  CHECK_FALSE(parallel.quiet());
+  CHECK(parallel.out() == stdout);
+  CHECK(parallel.mean(2.5) == 2.5);
+  CHECK(parallel.slice(12, "the batch") == std::pair<std::size_t, std::size_t>{0, 12});
+  parallel.fail("nothing happens in one process");
+  training::Shards shards(parallel, 10, {4, true, false, 0});
+  CHECK_FALSE(shards.active());
+}
+
+TEST_CASE(
+    "training::TrainingOptimizer: every ZeRO stage trains as the plain optimizer in one process") {
+  Generator g0(7);
+  Linear<float> plain_model(3, 2, true, g0);
+  Tape<float> plain_tape;
+  optim::AdamW<float> plain({{plain_model.parameters(), optim::AdamWOptions(1e-2)}});
+  const xt::xarray<float> expected = train(plain_model, plain_tape, [&] {
+    plain.step();
+    plain.zero_grad();
+  });
+  for (int zero : {0, 1, 2}) {
+    CAPTURE(zero);
+    Generator g(7);
+    Linear<float> m(3, 2, true, g);
+    Tape<float> t;
+    training::Parallel parallel(g_argc, g_argv);
+    training::GradientAverager<float> gradients(parallel, m, t);
+    training::TrainingOptimizer<float> optimizer(
+        parallel, gradients,
+        std::vector<optim::AdamWParamGroup<float>>{{m.parameters(), optim::AdamWOptions(1e-2)}},
+        zero);
+    CHECK_FALSE(optimizer.sharded());
+    const xt::xarray<float> got = train(m, t, [&] {
+      optimizer.finish();
+      optimizer.step();
+      optimizer.zero_grad();
+    });
+    CHECK(bit_equal(got, expected));
+  }
+}
+
+TEST_CASE(
+    "training::TrainingOptimizer: save and resume hand over the one optimizer; a bad stage is "
+    "refused") {
+  Generator g(3);
+  Linear<float> m(3, 2, true, g);
+  Tape<float> t;
+  training::Parallel parallel(g_argc, g_argv);
+  training::GradientAverager<float> gradients(parallel, m, t);
+  using Groups = std::vector<optim::SGDParamGroup<float>>;
+  const Groups groups{{m.parameters(), optim::SGDOptions(0.1)}};
+  CHECK_THROWS_WITH_AS(training::TrainingOptimizer<float>(parallel, gradients, groups, 3),
+                       "--zero 3: expected 0, 1 or 2", std::invalid_argument);
+  training::TrainingOptimizer<float> optimizer(parallel, gradients, groups, 1);
+  const optim::Optimizer<float>* saved = nullptr;
+  optimizer.save([&](const optim::Optimizer<float>& full) { saved = &full; });
+  CHECK(saved == &optimizer.optimizer());
+  optim::StepLR<float> schedule(optimizer.optimizer(), 10);
+  const auto make_schedule = [](optim::Optimizer<float>& o) {
+    return std::make_unique<optim::StepLR<float>>(o, 10);
+  };
+  const int loaded = optimizer.resume(
+      schedule, make_schedule, [&](optim::Optimizer<float>& o, optim::LRScheduler<float>& s) {
+        CHECK(&o == &optimizer.optimizer());
+        CHECK(&s == &schedule);
+        return 42;
+      });
+  CHECK(loaded == 42);
+}
