@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
 #include "../kernels/parallel.hpp"
 #include "cross_entropy_rules.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 

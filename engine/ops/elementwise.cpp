@@ -3,8 +3,8 @@
 #include <functional>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 

@@ -5,11 +5,11 @@
 #include <limits>
 
 #include "../check.hpp"
-#include "../kernels/axes.hpp"
-#include "../kernels/reduce_plan.hpp"
 #include "elementwise.hpp"
 #include "shape.hpp"
 #include "sum_to.hpp"
+#include "support/axes.hpp"
+#include "support/reduce_plan.hpp"
 
 namespace xtgrad {
 

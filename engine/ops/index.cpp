@@ -3,8 +3,8 @@
 #include <string>
 
 #include "../check.hpp"
-#include "../kernels/axes.hpp"
-#include "../kernels/copy.hpp"
+#include "support/axes.hpp"
+#include "support/copy.hpp"
 
 namespace xtgrad {
 

@@ -3,8 +3,8 @@
 #include <limits>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
 #include "elementwise.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 

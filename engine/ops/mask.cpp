@@ -8,9 +8,9 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
-#include "../kernels/broadcast.hpp"
 #include "../kernels/parallel.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 

@@ -8,11 +8,11 @@
 #include <utility>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
-#include "../kernels/reduce_plan.hpp"
 #include "elementwise.hpp"
 #include "math.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
+#include "support/reduce_plan.hpp"
 
 namespace xtgrad {
 
