@@ -5,6 +5,7 @@
 #include <string>
 
 #include "errors.hpp"
+#include "profiler_format.hpp"
 #include "tape.hpp"
 
 namespace xtgrad {
@@ -114,7 +115,7 @@ Profiler::Totals& Profiler::totals_for(const char* name, ProfileRow::Kind kind) 
     std::string row_name = name;
     if (kind == ProfileRow::Kind::backward) row_name += ".backward";
     const CostClass cost_class =
-        kind == ProfileRow::Kind::region ? CostClass::none : classify(name);
+        kind == ProfileRow::Kind::region ? CostClass::none : detail::cost_class(name);
     totals_.push_back({std::move(row_name), kind, cost_class});
     slow = by_text_.emplace(text, totals_.size() - 1).first;
   }
@@ -160,6 +161,11 @@ void Profiler::region_end() {
 }
 
 template <class T>
+Profiler::Cost Profiler::cost_model(const Tape<T>& tape, std::size_t index, bool backward) {
+  return detail::node_cost(detail::cost_class(tape.node_op(index)), tape, index, backward);
+}
+
+template <class T>
 void Profiler::forward_begin(const Tape<T>& tape, std::size_t index) {
   open(&tape, index, tape.node_op(index), ProfileRow::Kind::forward);
 }
@@ -167,7 +173,7 @@ void Profiler::forward_begin(const Tape<T>& tape, std::size_t index) {
 template <class T>
 void Profiler::forward_end(const Tape<T>& tape, std::size_t index) {
   if (Totals* t = close(&tape, index, ProfileRow::Kind::forward)) {
-    const Cost cost = cost_of(t->cost_class, tape, index, false);  // after the clock stopped
+    const Cost cost = detail::node_cost(t->cost_class, tape, index, false);  // clock stopped
     t->flops += cost.flops;
     t->bytes += cost.bytes;
   }
@@ -181,10 +187,24 @@ void Profiler::backward_begin(const Tape<T>& tape, std::size_t index) {
 template <class T>
 void Profiler::backward_end(const Tape<T>& tape, std::size_t index) {
   if (Totals* t = close(&tape, index, ProfileRow::Kind::backward)) {
-    const Cost cost = cost_of(t->cost_class, tape, index, true);
+    const Cost cost = detail::node_cost(t->cost_class, tape, index, true);
     t->flops += cost.flops;
     t->bytes += cost.bytes;
   }
+}
+
+std::string Profiler::table(ProfileColumn by, std::size_t limit) const {
+  std::vector<ProfileRow> all = rows(by);
+  if (limit && all.size() > limit) all.resize(limit);
+  return detail::profile_table(all, {steps_, step_seconds_, self_seconds()});
+}
+
+std::string Profiler::csv(ProfileColumn by) const {
+  return detail::profile_csv(rows(by));
+}
+
+std::string Profiler::json(ProfileColumn by) const {
+  return detail::profile_json(rows(by), {steps_, step_seconds_, self_seconds()});
 }
 
 std::vector<ProfileRow> Profiler::rows(ProfileColumn by) const {
@@ -236,11 +256,12 @@ ProfilerGuard<T>::~ProfilerGuard() {
   tape_.set_profiler(previous_);
 }
 
-#define XTGRAD_INSTANTIATE_PROFILER(T)                                 \
-  template void Profiler::forward_begin(const Tape<T>&, std::size_t);  \
-  template void Profiler::forward_end(const Tape<T>&, std::size_t);    \
-  template void Profiler::backward_begin(const Tape<T>&, std::size_t); \
-  template void Profiler::backward_end(const Tape<T>&, std::size_t);   \
+#define XTGRAD_INSTANTIATE_PROFILER(T)                                             \
+  template void Profiler::forward_begin(const Tape<T>&, std::size_t);              \
+  template void Profiler::forward_end(const Tape<T>&, std::size_t);                \
+  template void Profiler::backward_begin(const Tape<T>&, std::size_t);             \
+  template void Profiler::backward_end(const Tape<T>&, std::size_t);               \
+  template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool); \
   template class ProfilerGuard<T>;
 XTGRAD_INSTANTIATE_PROFILER(float)
 XTGRAD_INSTANTIATE_PROFILER(double)

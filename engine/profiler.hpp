@@ -46,27 +46,10 @@
 #include <utility>
 #include <vector>
 
+#include "profile_row.hpp"
+#include "profiler_cost.hpp"
+
 namespace xtgrad {
-
-template <class T>
-class Tape;
-
-// One line of the profile.
-struct ProfileRow {
-  enum class Kind { forward, backward, region, outside };
-  std::string name;  // "linear", "linear.backward", a region's name, "[outside ops]"
-  Kind kind = Kind::forward;
-  std::size_t calls = 0;
-  double self_seconds = 0;
-  double total_seconds = 0;  // self plus what was timed inside it
-  double share = 0;          // self over the steps' wall time (or over all self time)
-  double flops = 0;          // counted floating-point operations; 0: not a GEMM op
-  double bytes = 0;          // modelled memory traffic; 0: not an elementwise op
-
-  double average_seconds() const { return calls ? total_seconds / double(calls) : 0.0; }
-  double gflops_per_second() const { return self_seconds > 0 ? flops / self_seconds / 1e9 : 0.0; }
-  double gbytes_per_second() const { return self_seconds > 0 ? bytes / self_seconds / 1e9 : 0.0; }
-};
 
 // The columns a profile can be sorted by: descending, except name (ascending).
 enum class ProfileColumn { name, calls, self, total, average, share, flops, gflops, bytes, gbytes };
@@ -117,20 +100,13 @@ class Profiler {
 
   // The cost model: FLOPs (GEMM ops) and bytes (elementwise ops) of node
   // `index` of `tape`, forward or backward, from its and its parents' shapes.
-  struct Cost {
-    double flops = 0;
-    double bytes = 0;
-  };
+  using Cost = ProfileCost;
   template <class T>
   static Cost cost_model(const Tape<T>& tape, std::size_t index, bool backward);
 
  private:
   using Clock = std::chrono::steady_clock;
-  // Which formula of the cost model an op's name selects (found once per row).
-  enum class CostClass { none, gemm, gated_gemm, elementwise };
-  static CostClass classify(std::string_view op);
-  template <class T>
-  static Cost cost_of(CostClass c, const Tape<T>& tape, std::size_t index, bool backward);
+  using CostClass = detail::CostClass;
 
   struct Totals {
     std::string name;
@@ -214,13 +190,12 @@ class ProfileStep {
   Profiler& profiler_;
 };
 
-#define XTGRAD_PROFILER_EXTERN(T)                                                                 \
-  extern template void Profiler::forward_begin(const Tape<T>&, std::size_t);                      \
-  extern template void Profiler::forward_end(const Tape<T>&, std::size_t);                        \
-  extern template void Profiler::backward_begin(const Tape<T>&, std::size_t);                     \
-  extern template void Profiler::backward_end(const Tape<T>&, std::size_t);                       \
-  extern template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool);         \
-  extern template Profiler::Cost Profiler::cost_of(CostClass, const Tape<T>&, std::size_t, bool); \
+#define XTGRAD_PROFILER_EXTERN(T)                                                         \
+  extern template void Profiler::forward_begin(const Tape<T>&, std::size_t);              \
+  extern template void Profiler::forward_end(const Tape<T>&, std::size_t);                \
+  extern template void Profiler::backward_begin(const Tape<T>&, std::size_t);             \
+  extern template void Profiler::backward_end(const Tape<T>&, std::size_t);               \
+  extern template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool); \
   extern template class ProfilerGuard<T>;
 XTGRAD_PROFILER_EXTERN(float)
 XTGRAD_PROFILER_EXTERN(double)

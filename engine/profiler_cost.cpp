@@ -1,4 +1,5 @@
-// Profiler::cost_model: the FLOPs and bytes of one node, from shapes alone.
+// The cost model of Profiler::cost_model: the FLOPs and bytes of one node,
+// from shapes alone.
 //
 // GEMM ops (FLOPs, 2 M N K per GEMM, the count of torch.profiler's
 // with_flops; bias adds and fused activations are not counted):
@@ -10,14 +11,15 @@
 // the result written once): the forward reads its operands and writes y; the
 // backward reads dy and the operands (or the saved output, of the same size)
 // and writes the gradient of each operand that requires one.
+#include "profiler_cost.hpp"
+
 #include <algorithm>
 #include <array>
 #include <string_view>
 
-#include "profiler.hpp"
 #include "tape.hpp"
 
-namespace xtgrad {
+namespace xtgrad::detail {
 
 namespace {
 
@@ -42,7 +44,7 @@ bool contains(const List& list, std::string_view op) {
 
 }  // namespace
 
-Profiler::CostClass Profiler::classify(std::string_view op) {
+CostClass cost_class(std::string_view op) {
   if (contains(k_gemm_ops, op)) return CostClass::gemm;
   if (op == k_gated_gemm_op) return CostClass::gated_gemm;
   if (contains(k_elementwise_ops, op)) return CostClass::elementwise;
@@ -50,13 +52,7 @@ Profiler::CostClass Profiler::classify(std::string_view op) {
 }
 
 template <class T>
-Profiler::Cost Profiler::cost_model(const Tape<T>& tape, std::size_t index, bool backward) {
-  return cost_of(classify(tape.node_op(index)), tape, index, backward);
-}
-
-template <class T>
-Profiler::Cost Profiler::cost_of(CostClass c, const Tape<T>& tape, std::size_t index,
-                                 bool backward) {
+ProfileCost node_cost(CostClass c, const Tape<T>& tape, std::size_t index, bool backward) {
   const std::size_t parents = tape.node_parent_count(index);
   const double y_size = double(tape.value(index).size());
   if (c == CostClass::gemm || c == CostClass::gated_gemm) {
@@ -83,11 +79,7 @@ Profiler::Cost Profiler::cost_of(CostClass c, const Tape<T>& tape, std::size_t i
   return {0.0, elements * double(sizeof(T))};
 }
 
-#define XTGRAD_INSTANTIATE_COST(T)                                                 \
-  template Profiler::Cost Profiler::cost_model(const Tape<T>&, std::size_t, bool); \
-  template Profiler::Cost Profiler::cost_of(CostClass, const Tape<T>&, std::size_t, bool);
-XTGRAD_INSTANTIATE_COST(float)
-XTGRAD_INSTANTIATE_COST(double)
-#undef XTGRAD_INSTANTIATE_COST
+template ProfileCost node_cost(CostClass, const Tape<float>&, std::size_t, bool);
+template ProfileCost node_cost(CostClass, const Tape<double>&, std::size_t, bool);
 
-}  // namespace xtgrad
+}  // namespace xtgrad::detail

@@ -1,12 +1,12 @@
 // Profiler::table, csv and json: the same rows in three formats.
+#include "profiler_format.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <string>
 
-#include "profiler.hpp"
-
-namespace xtgrad {
+namespace xtgrad::detail {
 
 namespace {
 
@@ -102,9 +102,7 @@ std::string number(double v) {
 
 }  // namespace
 
-std::string Profiler::table(ProfileColumn by, std::size_t limit) const {
-  std::vector<ProfileRow> all = rows(by);
-  if (limit && all.size() > limit) all.resize(limit);
+std::string profile_table(const std::vector<ProfileRow>& all, const ProfileTotals& totals) {
   const char* headers[] = {"Name",  "Calls", "Self",    "Total", "Avg",
                            "Share", "FLOPs", "GFLOP/s", "Bytes", "GB/s"};
   std::vector<std::vector<std::string>> cells;
@@ -137,21 +135,21 @@ std::string Profiler::table(ProfileColumn by, std::size_t limit) const {
   rule();
   for (const auto& row : cells) line(row);
   rule();
-  out << "Self time total: " << time_str(self_seconds());
-  if (steps_)
-    out << " of " << time_str(step_seconds_) << " wall over " << steps_
-        << (steps_ == 1 ? " step" : " steps") << " (share: of the steps' wall time)";
+  out << "Self time total: " << time_str(totals.self_seconds);
+  if (totals.steps)
+    out << " of " << time_str(totals.step_seconds) << " wall over " << totals.steps
+        << (totals.steps == 1 ? " step" : " steps") << " (share: of the steps' wall time)";
   else
     out << " (share: of the self time total)";
   out << '\n';
   return out.str();
 }
 
-std::string Profiler::csv(ProfileColumn by) const {
+std::string profile_csv(const std::vector<ProfileRow>& all) {
   std::ostringstream out;
   out << "name,kind,calls,self_seconds,total_seconds,average_seconds,share,flops,"
          "gflops_per_second,bytes,gbytes_per_second\n";
-  for (const ProfileRow& r : rows(by))
+  for (const ProfileRow& r : all)
     out << csv_str(r.name) << ',' << kind_str(r.kind) << ',' << r.calls << ','
         << number(r.self_seconds) << ',' << number(r.total_seconds) << ','
         << number(r.average_seconds()) << ',' << number(r.share) << ',' << number(r.flops) << ','
@@ -160,11 +158,11 @@ std::string Profiler::csv(ProfileColumn by) const {
   return out.str();
 }
 
-std::string Profiler::json(ProfileColumn by) const {
+std::string profile_json(const std::vector<ProfileRow>& all, const ProfileTotals& totals) {
   std::ostringstream out;
-  out << "{\n  \"steps\": " << steps_ << ",\n  \"step_seconds\": " << number(step_seconds_)
-      << ",\n  \"self_seconds\": " << number(self_seconds()) << ",\n  \"rows\": [";
-  const std::vector<ProfileRow> all = rows(by);
+  out << "{\n  \"steps\": " << totals.steps
+      << ",\n  \"step_seconds\": " << number(totals.step_seconds)
+      << ",\n  \"self_seconds\": " << number(totals.self_seconds) << ",\n  \"rows\": [";
   for (std::size_t i = 0; i < all.size(); ++i) {
     const ProfileRow& r = all[i];
     out << (i ? "," : "") << "\n    {\"name\": " << json_str(r.name) << ", \"kind\": \""
@@ -181,4 +179,4 @@ std::string Profiler::json(ProfileColumn by) const {
   return out.str();
 }
 
-}  // namespace xtgrad
+}  // namespace xtgrad::detail

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "../ops/dropout.hpp"
+#include "../dropout_key.hpp"
 #include "attention_tiles.hpp"  // first (through simd.hpp): see simd.hpp
 #include "counter_rng.hpp"
 #include "parallel.hpp"

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../ops/dropout.hpp"
+#include "../dropout_key.hpp"
 #include "counter_rng.hpp"
 
 namespace xtgrad::detail {

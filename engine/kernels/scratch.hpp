@@ -18,7 +18,7 @@ enum class ScratchSlot : std::size_t {
   gemm_x_blocks,      // kernels/gemm_streaming: a few rows of x in blocks of k
   gemm_partial_sums,  // kernels/gemm_streaming: partial sums carried between blocks
   attention_packed,   // kernels/attention_*: every head's key / value (or query) tiles, packed
-  attention_rows,     // kernels/attention_backward: row sums and partial dq of the calling thread
+  attention_rows,     // kernels/attention_kernels: backward's row sums and partial dq of the thread
   attention_tiles,    // kernels/attention_*: one task's score, probability and accumulator tiles
   count
 };

@@ -30,9 +30,8 @@ template <class T>
 Var<T> activation_derivative(const Var<T>& x, Activation a, int order) {
   Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x}});
   detail::activation_name(a, op_name, "a");  // validates `a`
-  if (order != 1 && order != 2)
-    detail::fail_argument(op_name, "order",
-                          "is " + std::to_string(order) + ", expected 1 (f') or 2 (f'')");
+  detail::Check(op_name).argument(order == 1 || order == 2, "order", "is ", order,
+                                  ", expected 1 (f') or 2 (f'')");
 
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(derivative_name(a, order), {xi}, x.requires_grad());

@@ -1,7 +1,8 @@
 #pragma once
 // Scaled dot-product attention, fused (torch.nn.functional.
 // scaled_dot_product_attention of PyTorch 2; the kernels are FlashAttention-2,
-// Dao 2023, on the CPU: kernels/attention_kernels.hpp).
+// Dao 2023, on the CPU: kernels/attention_kernels.hpp; the backward closure
+// is in attention.cpp).
 //
 // Per batch b and query head h, with kv head g = h / (H / Hkv):
 //   S = scale * q[b, h] . k[b, g]^T + A        [Tq, Tk]   (A: additive mask, or
@@ -12,9 +13,9 @@
 // Derivatives, with dy [Tq, Dv] the upstream gradient and D_i = sum_d dy_id y_id:
 //   dv[b, g] += P'^T . dy                        [Tk, Dv]   (summed over the heads of g)
 //   dP' = dy . v^T,  dP = dP' * m / (1 - p)      [Tq, Tk]
-//   dS = P * (dP - D)                            [Tq, Tk]   (the softmax rule; sum_j P_ij dP_ij =
-//   D_i) dq[b, h] = scale * dS . k                    [Tq, Dh] dk[b, g] += scale * dS^T . q [Tk,
-//   Dh]   (summed over the heads of g)
+//   dS = P * (dP - D)                            [Tq, Tk]   (softmax rule: sum_j P_ij dP_ij = D_i)
+//   dq[b, h] = scale * dS . k                    [Tq, Dh]
+//   dk[b, g] += scale * dS^T . q                 [Tk, Dh]   (summed over the heads of g)
 // No [Tq, Tk] matrix is ever stored: the forward keeps per query row the
 // log-sum-exp L_i of S (the undropped softmax's, as PyTorch) and backward
 // recomputes P = exp(S - L) tile by tile. Memory: O(B H T D).

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
 #include "../kernels/parallel.hpp"
 #include "cross_entropy_rules.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 
@@ -24,35 +24,35 @@ struct Rows {
   bool single = false;
 };
 
-Rows rows_of(const char* op, const char* arg, const Shape& shape) {
-  if (shape.size() == 2) return {shape[0], shape[1], false};
-  if (shape.size() == 1) return {1, shape[0], true};
-  detail::fail_shape(op, arg, shape,
-                     std::string("[N, C] or [C]") +
-                         (shape.size() > 2 ? " (the K-dimensional form [N, C, d1, ...] is not "
-                                             "supported: move the class axis last and flatten "
-                                             "to [N, C])"
-                                           : ""));
+Rows rows_of(const detail::Check& check, const char* arg, const Shape& shape) {
+  check.shape(shape.size() == 1 || shape.size() == 2, arg, shape, "[N, C] or [C]",
+              shape.size() > 2 ? " (the K-dimensional form [N, C, d1, ...] is not supported: "
+                                 "move the class axis last and flatten to [N, C])"
+                               : "");
+  return shape.size() == 2 ? Rows{shape[0], shape[1], false} : Rows{1, shape[0], true};
 }
 
-// The shape a class target must have for `rows` of argument `arg`.
-void check_class_target(const char* op, const char* arg, const Shape& logits, const Rows& rows,
-                        const Indices& target, std::int64_t ignore_index) {
+// The shape a class target must have for `rows` of argument `arg`, and its
+// values: class indices in [0, C) or ignore_index.
+void check_class_target(const detail::Check& check, const char* arg, const Shape& logits,
+                        const Rows& rows, const Indices& target, std::int64_t ignore_index) {
   const bool fits = rows.single ? target.dimension() == 0
                                 : target.dimension() == 1 && target.shape()[0] == rows.n;
-  if (!fits)
-    detail::fail_shape(op, "target", target.shape(),
-                       (rows.single ? std::string("[]") : "[" + std::to_string(rows.n) + "]") +
-                           " for argument " + detail::quoted(arg) + " of shape " +
-                           detail::shape_str(logits));
-  detail::check_indices(op, "target", target, rows.c, &ignore_index);
+  check.shape(fits, "target", target.shape(), rows.single ? Shape{} : Shape{rows.n},
+              " for argument '", arg, "' of shape ", logits);
+  detail::check_indices(check.function(), "target", target, rows.c, &ignore_index);
 }
 
-void check_reduction(const char* op, Reduction r) {
-  if (r != Reduction::none && r != Reduction::mean && r != Reduction::sum)
-    detail::fail_argument(
-        op, "options.reduction",
-        "is Reduction(" + std::to_string(static_cast<int>(r)) + "), expected none, mean or sum");
+void check_reduction(const detail::Check& check, Reduction r) {
+  check.argument(r == Reduction::none || r == Reduction::mean || r == Reduction::sum,
+                 "options.reduction", "is Reduction(", static_cast<int>(r),
+                 "), expected none, mean or sum");
+}
+
+// The options of both cross_entropy overloads.
+void check_label_smoothing(const detail::Check& check, double eps) {
+  check.argument(eps >= 0.0 && eps <= 1.0, "options.label_smoothing", "is ", eps,
+                 ", expected a value in [0, 1]");
 }
 
 // The result's shape: one loss per row for Reduction::none over [N, C].
@@ -136,30 +136,15 @@ RowStats<T> row_stats(const T* x, std::size_t c) {
   return {m, static_cast<T>(std::log(s))};
 }
 
-}  // namespace
-
+// The class-target forward: the losses into y, and per row (when `saved` is
+// not null) the target and statistics that backward needs. Returns the number
+// of rows that count (targets other than ignore_index).
 template <class T>
-Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOptions options) {
-  static constexpr const char* op = "cross_entropy";
-  Tape<T>& tape = detail::common_tape<T>(op, {{"logits", &logits}});
-  const Rows rows = rows_of(op, "logits", logits.shape());
-  check_reduction(op, options.reduction);
+double class_target_forward(const T* x, const std::int64_t* t, std::size_t n, std::size_t c,
+                            const CrossEntropyOptions& options, xt::xarray<T>& y,
+                            SavedRow<T>* saved) {
   const double eps = options.label_smoothing;
-  if (!(eps >= 0.0 && eps <= 1.0))
-    detail::fail_argument(op, "options.label_smoothing",
-                          "is " + detail::number_str(eps) + ", expected a value in [0, 1]");
   const std::int64_t ignore = options.ignore_index;
-  check_class_target(op, "logits", logits.shape(), rows, target, ignore);
-
-  const std::size_t li = logits.index();
-  const std::size_t yi = tape.record(op, {li}, logits.requires_grad());
-  const T* x = tape.value(li).data();
-  const std::int64_t* t = target.data();
-  const std::size_t n = rows.n, c = rows.c;
-  const bool keep = tape.requires_grad(yi);
-  SavedRow<T>* const saved = keep ? tape.template save<SavedRow<T>>(yi, n) : nullptr;
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(result_shape(rows, options.reduction));
   // Groups of rows split over the threads: each row's loss into y (no
   // reduction) or its group's sum.
   const std::size_t groups = (n + k_rows_per_group - 1) / k_rows_per_group;
@@ -199,8 +184,30 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
     count += sums[g].count;
   }
   losses.finish(count);
+  return count;
+}
 
+}  // namespace
+
+template <class T>
+Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOptions options) {
+  const detail::Check check("cross_entropy");
+  Tape<T>& tape = detail::common_tape<T>(check.function(), {{"logits", &logits}});
+  const Rows rows = rows_of(check, "logits", logits.shape());
+  check_reduction(check, options.reduction);
+  check_label_smoothing(check, options.label_smoothing);
+  check_class_target(check, "logits", logits.shape(), rows, target, options.ignore_index);
+
+  const std::size_t li = logits.index(), n = rows.n, c = rows.c;
+  const std::size_t yi = tape.record(check.function(), {li}, logits.requires_grad());
   // Backward keeps the targets and row statistics; inference keeps nothing.
+  SavedRow<T>* const saved =
+      tape.requires_grad(yi) ? tape.template save<SavedRow<T>>(yi, n) : nullptr;
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  const double count =
+      class_target_forward(tape.value(li).data(), target.data(), n, c, options, y, saved);
+
   tape.set_backward(yi, [li, yi, n, c, count, options](Tape<T>& tp, const xt::xarray<T>& dy) {
     const GradPointer<T> dx = tp.grad_pointer(li);
     if (dx.data == nullptr) return;
@@ -239,34 +246,14 @@ Var<T> cross_entropy(const Var<T>& logits, const Indices& target, CrossEntropyOp
   return tape.var(yi);
 }
 
-template <class T>
-Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
-                     CrossEntropyOptions options) {
-  static constexpr const char* op = "cross_entropy";
-  Tape<T>& tape =
-      detail::common_tape<T>(op, {{"logits", &logits}, {"target_probs", &target_probs}});
-  const Rows rows = rows_of(op, "logits", logits.shape());
-  if (target_probs.shape() != logits.shape())
-    detail::fail_shape(op, "target_probs", target_probs.shape(),
-                       detail::shape_str(logits.shape()) + ", the shape of argument 'logits'");
-  check_reduction(op, options.reduction);
-  const double eps = options.label_smoothing;
-  if (!(eps >= 0.0 && eps <= 1.0))
-    detail::fail_argument(op, "options.label_smoothing",
-                          "is " + detail::number_str(eps) + ", expected a value in [0, 1]");
+namespace {
 
-  const std::size_t li = logits.index(), qi = target_probs.index();
-  const std::size_t yi =
-      tape.record(op, {li, qi}, logits.requires_grad() || target_probs.requires_grad());
-  const T* x = tape.value(li).data();
-  const T* q = tape.value(qi).data();
-  const std::size_t n = rows.n, c = rows.c;
-  const bool keep = tape.requires_grad(yi);
-  // Per row: m, log_s and Q = sum_c q'_c (the factor of p in dx).
-  T* const stats = keep ? tape.template save<T>(yi, 3 * n) : nullptr;
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(result_shape(rows, options.reduction));
-  RowLosses<T> losses(options.reduction, y);
+// The probability-target forward: the losses into y, and per row (when
+// `stats` is not null) m, log_s and Q = sum_c q'_c (the factor of p in dx).
+template <class T>
+void probs_target_forward(const T* x, const T* q, std::size_t n, std::size_t c, double eps,
+                          Reduction reduction, xt::xarray<T>& y, T* stats) {
+  RowLosses<T> losses(reduction, y);
   const double keep_q = 1.0 - eps, spread = c == 0 ? 0.0 : eps / c;  // q' = keep_q q + spread
   for (std::size_t r = 0; r < n; ++r) {
     const T* xr = x + r * c;
@@ -285,6 +272,30 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
     }
   }
   losses.finish(static_cast<double>(n));
+}
+
+}  // namespace
+
+template <class T>
+Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
+                     CrossEntropyOptions options) {
+  const detail::Check check("cross_entropy");
+  Tape<T>& tape = detail::common_tape<T>(check.function(),
+                                         {{"logits", &logits}, {"target_probs", &target_probs}});
+  const Rows rows = rows_of(check, "logits", logits.shape());
+  check.shape(target_probs.shape() == logits.shape(), "target_probs", target_probs.shape(),
+              logits.shape(), ", the shape of argument 'logits'");
+  check_reduction(check, options.reduction);
+  check_label_smoothing(check, options.label_smoothing);
+
+  const std::size_t li = logits.index(), qi = target_probs.index(), n = rows.n, c = rows.c;
+  const std::size_t yi = tape.record(check.function(), {li, qi},
+                                     logits.requires_grad() || target_probs.requires_grad());
+  T* const stats = tape.requires_grad(yi) ? tape.template save<T>(yi, 3 * n) : nullptr;
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(result_shape(rows, options.reduction));
+  probs_target_forward(tape.value(li).data(), tape.value(qi).data(), n, c, options.label_smoothing,
+                       options.reduction, y, stats);
 
   tape.set_backward(yi, [li, qi, yi, n, c, options](Tape<T>& tp, const xt::xarray<T>& dy) {
     const T* stats = tp.template saved<T>(yi);
@@ -328,15 +339,15 @@ Var<T> cross_entropy(const Var<T>& logits, const Var<T>& target_probs,
 
 template <class T>
 Var<T> nll_loss(const Var<T>& log_probs, const Indices& target, NllLossOptions options) {
-  static constexpr const char* op = "nll_loss";
-  Tape<T>& tape = detail::common_tape<T>(op, {{"log_probs", &log_probs}});
-  const Rows rows = rows_of(op, "log_probs", log_probs.shape());
-  check_reduction(op, options.reduction);
+  const detail::Check check("nll_loss");
+  Tape<T>& tape = detail::common_tape<T>(check.function(), {{"log_probs", &log_probs}});
+  const Rows rows = rows_of(check, "log_probs", log_probs.shape());
+  check_reduction(check, options.reduction);
   const std::int64_t ignore = options.ignore_index;
-  check_class_target(op, "log_probs", log_probs.shape(), rows, target, ignore);
+  check_class_target(check, "log_probs", log_probs.shape(), rows, target, ignore);
 
   const std::size_t zi = log_probs.index();
-  const std::size_t yi = tape.record(op, {zi}, log_probs.requires_grad());
+  const std::size_t yi = tape.record(check.function(), {zi}, log_probs.requires_grad());
   const T* z = tape.value(zi).data();
   const std::int64_t* t = target.data();
   const std::size_t n = rows.n, c = rows.c;

@@ -18,10 +18,9 @@ constexpr const char* op_name = "dropout";
 
 template <class T>
 Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) {
+  const detail::Check check(op_name);
   Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x}});
-  if (!(p >= 0.0 && p <= 1.0))
-    detail::fail_argument(op_name, "p",
-                          "is " + detail::number_str(p) + ", expected a probability in [0, 1]");
+  check.argument(p >= 0.0 && p <= 1.0, "p", "is ", p, ", expected a probability in [0, 1]");
 
   const detail::DropoutMask<T> mask = detail::dropout_mask<T>(p, training);
   const bool identity = mask.identity, all_dropped = mask.all_dropped;

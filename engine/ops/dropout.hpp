@@ -21,18 +21,10 @@
 // all zeros (and a zero gradient) when p == 1. Throws std::invalid_argument
 // naming 'p' for p outside [0, 1] or NaN.
 
-#include <cstdint>
-
+#include "../dropout_key.hpp"
 #include "../tape.hpp"
 
 namespace xtgrad {
-
-// Which random numbers a dropout call uses (see above).
-struct DropoutKey {
-  std::uint64_t seed = 0;           // the run
-  std::uint64_t step = 0;           // the training step (or call site within one)
-  std::uint64_t first_element = 0;  // the counter of x's element 0
-};
 
 template <class T>
 Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key);

@@ -3,8 +3,8 @@
 #include <functional>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 
@@ -125,18 +125,9 @@ void write_or_add(GradSlot<T> dx, Term term) {
 
 enum class WithScalar { add, rsub, div, rdiv };
 
-// add_scalar, rsub, div_scalar and rdiv: one node of x and a constant s.
+// y = x + s, s - x, x / s or s / x, elementwise over n values.
 template <class T>
-Var<T> with_scalar(const char* op, WithScalar kind, const Var<T>& x, T s) {
-  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(xv.shape());
-  const T* xd = xv.data();
-  T* yd = y.data();
-  const std::size_t n = xv.size();
+void with_scalar_forward(WithScalar kind, const T* xd, T s, T* yd, std::size_t n) {
   switch (kind) {
     case WithScalar::add:  // y = x + s
       for (std::size_t i = 0; i < n; ++i) yd[i] = xd[i] + s;
@@ -151,29 +142,46 @@ Var<T> with_scalar(const char* op, WithScalar kind, const Var<T>& x, T s) {
       for (std::size_t i = 0; i < n; ++i) yd[i] = (T(1) / xd[i]) * s;
       break;
   }
+}
+
+template <class T>
+void with_scalar_backward(WithScalar kind, const xt::xarray<T>& x, T s, const xt::xarray<T>& dy,
+                          GradSlot<T> dx) {
+  const T* g = dy.data();
+  switch (kind) {
+    case WithScalar::add:  // dx[x] (+)= dy[x]
+      detail::sum_to_shape(dy, dx);
+      break;
+    case WithScalar::rsub:  // dx[x] (+)= -dy[x]
+      detail::sum_to_shape(dy, dx, T(-1));
+      break;
+    case WithScalar::div:  // dx[x] (+)= dy[x] / s
+      write_or_add(dx, [g, s](std::size_t i) { return g[i] / s; });
+      break;
+    case WithScalar::rdiv: {  // dx[x] (+)= -(dy[x] s) r[x]^2, r = 1 / x (torch's reciprocal')
+      const T* xd = x.data();
+      write_or_add(dx, [g, s, xd](std::size_t i) {
+        const T r = T(1) / xd[i];
+        return -(g[i] * s) * (r * r);
+      });
+      break;
+    }
+  }
+}
+
+// add_scalar, rsub, div_scalar and rdiv: one node of x and a constant s.
+template <class T>
+Var<T> with_scalar(const char* op, WithScalar kind, const Var<T>& x, T s) {
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  const xt::xarray<T>& xv = tape.value(xi);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(xv.shape());
+  with_scalar_forward(kind, xv.data(), s, y.data(), xv.size());
 
   tape.set_backward(yi, [xi, s, kind](Tape<T>& t, const xt::xarray<T>& dy) {
-    if (!t.requires_grad(xi)) return;
-    const T* g = dy.data();
-    switch (kind) {
-      case WithScalar::add:  // dx[x] (+)= dy[x]
-        detail::sum_to_shape(dy, t.grad_slot(xi));
-        break;
-      case WithScalar::rsub:  // dx[x] (+)= -dy[x]
-        detail::sum_to_shape(dy, t.grad_slot(xi), T(-1));
-        break;
-      case WithScalar::div:  // dx[x] (+)= dy[x] / s
-        write_or_add(t.grad_slot(xi), [g, s](std::size_t i) { return g[i] / s; });
-        break;
-      case WithScalar::rdiv: {  // dx[x] (+)= -(dy[x] s) r[x]^2, r = 1 / x (torch's reciprocal')
-        const T* xd = t.value(xi).data();
-        write_or_add(t.grad_slot(xi), [g, s, xd](std::size_t i) {
-          const T r = T(1) / xd[i];
-          return -(g[i] * s) * (r * r);
-        });
-        break;
-      }
-    }
+    if (t.requires_grad(xi)) with_scalar_backward(kind, t.value(xi), s, dy, t.grad_slot(xi));
   });
   tape.set_grad_rule(yi, [s, kind](GradSink<T>& g) {
     const Var<T> dy = g.grad_output();

@@ -79,14 +79,13 @@ void scatter_rows(const RowGroups& groups, const T* src, T* out_rows, bool accum
 
 // padding_idx as a row in [0, rows), or -1 (no row) when absent;
 // std::invalid_argument from `op` outside [-rows, rows).
-std::int64_t padding_row(const char* op, std::optional<std::int64_t> padding_idx, std::size_t rows,
-                         const std::string& of_what) {
+template <class... OfWhat>
+std::int64_t padding_row(const detail::Check& check, std::optional<std::int64_t> padding_idx,
+                         std::size_t rows, const OfWhat&... of_what) {
   const auto v = static_cast<std::int64_t>(rows);
   if (!padding_idx) return -1;
-  if (*padding_idx < -v || *padding_idx >= v)
-    detail::fail_argument(op, "padding_idx",
-                          "is " + std::to_string(*padding_idx) + ", expected a row in [" +
-                              std::to_string(-v) + ", " + std::to_string(v) + ")" + of_what);
+  check.argument(*padding_idx >= -v && *padding_idx < v, "padding_idx", "is ", *padding_idx,
+                 ", expected a row in [", -v, ", ", v, ")", of_what...);
   return *padding_idx < 0 ? *padding_idx + v : *padding_idx;
 }
 
@@ -100,25 +99,17 @@ Indices saved_indices(const Tape<T>& tape, std::size_t index, const Shape& rows)
   return kept;
 }
 
-// A padding row (or -1, none) as the optional argument of the ops.
-std::optional<std::int64_t> padding_option(std::int64_t padding) {
-  return padding < 0 ? std::nullopt : std::optional<std::int64_t>(padding);
-}
-
-}  // namespace
-
 template <class T>
-Var<T> embedding(const Indices& indices, const Var<T>& weight,
-                 std::optional<std::int64_t> padding_idx) {
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"weight", &weight}});
-  const Shape& w_shape = weight.shape();
-  if (w_shape.size() != 2)
-    detail::fail_shape(op_name, "weight", w_shape, "[num_embeddings, embedding_dim]");
-  const std::size_t rows = w_shape[0], dim = w_shape[1];
-  const std::int64_t padding =
-      padding_row(op_name, padding_idx, rows, " of weight " + detail::shape_str(w_shape));
-  detail::check_indices(op_name, "indices", indices, rows);
+Var<T> record_dense_backward(Tape<T>& tape, const Var<T>& grad_output, const Indices& indices,
+                             std::size_t num_weights, std::int64_t padding);
 
+// The embedding node, its arguments checked: by embedding, or by the forward
+// of the node whose create_graph rule records this one (its saved indices
+// were checked then, and are not checked again).
+template <class T>
+Var<T> record_embedding(Tape<T>& tape, const Indices& indices, const Var<T>& weight,
+                        std::int64_t padding) {
+  const std::size_t rows = weight.shape()[0], dim = weight.shape()[1];
   Shape y_shape(indices.shape().begin(), indices.shape().end());
   y_shape.push_back(dim);
   const std::size_t wi = weight.index();
@@ -150,27 +141,17 @@ Var<T> embedding(const Indices& indices, const Var<T>& weight,
     if (!g.needs_grad(0)) return;
     const Var<T> dy = g.grad_output();
     const Indices kept = saved_indices(g.tape(), g.output().index(), dy.shape());
-    g.add(0, embedding_dense_backward(dy, kept, rows, padding_option(padding)));
+    g.add(0, record_dense_backward(g.tape(), dy, kept, rows, padding));
   });
   return tape.var(yi);
 }
 
+// The embedding_dense_backward node, its arguments checked (as record_embedding).
 template <class T>
-Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indices,
-                                std::size_t num_weights, std::optional<std::int64_t> padding_idx) {
+Var<T> record_dense_backward(Tape<T>& tape, const Var<T>& grad_output, const Indices& indices,
+                             std::size_t num_weights, std::int64_t padding) {
   static constexpr const char* op = "embedding_dense_backward";
-  Tape<T>& tape = detail::common_tape<T>(op, {{"grad_output", &grad_output}});
-  const Shape& g_shape = grad_output.shape();
-  const Shape& i_shape = indices.shape();
-  if (g_shape.size() != i_shape.size() + 1 ||
-      !std::equal(i_shape.begin(), i_shape.end(), g_shape.begin()))
-    detail::fail_shape(op, "grad_output", g_shape,
-                       "the shape " + detail::shape_str(i_shape) +
-                           " of 'indices' followed by the embedding dimension");
-  const std::int64_t padding = padding_row(op, padding_idx, num_weights, "");
-  detail::check_indices(op, "indices", indices, num_weights);
-
-  const std::size_t dim = g_shape.back(), n = indices.size();
+  const std::size_t dim = grad_output.shape().back(), n = indices.size();
   const std::size_t gi = grad_output.index();
   const std::size_t yi = tape.record(op, {gi}, grad_output.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);
@@ -205,7 +186,7 @@ Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indice
     if (!g.needs_grad(0)) return;
     const Shape& g_shape = g.input(0).shape();
     const Indices kept = saved_indices(g.tape(), g.output().index(), g_shape);
-    const Var<T> rows = embedding(kept, g.grad_output());
+    const Var<T> rows = record_embedding(g.tape(), kept, g.grad_output(), -1);
     if (padding < 0) {
       g.add(0, rows);
       return;
@@ -218,6 +199,36 @@ Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indice
     g.add(0, masked_fill(rows, at_padding, 0.0));
   });
   return tape.var(yi);
+}
+
+}  // namespace
+
+template <class T>
+Var<T> embedding(const Indices& indices, const Var<T>& weight,
+                 std::optional<std::int64_t> padding_idx) {
+  const detail::Check check(op_name);
+  Tape<T>& tape = detail::common_tape<T>(op_name, {{"weight", &weight}});
+  const Shape& w_shape = weight.shape();
+  check.shape(w_shape.size() == 2, "weight", w_shape, "[num_embeddings, embedding_dim]");
+  const std::int64_t padding = padding_row(check, padding_idx, w_shape[0], " of weight ", w_shape);
+  detail::check_indices(op_name, "indices", indices, w_shape[0]);
+  return record_embedding(tape, indices, weight, padding);
+}
+
+template <class T>
+Var<T> embedding_dense_backward(const Var<T>& grad_output, const Indices& indices,
+                                std::size_t num_weights, std::optional<std::int64_t> padding_idx) {
+  const detail::Check check("embedding_dense_backward");
+  Tape<T>& tape = detail::common_tape<T>(check.function(), {{"grad_output", &grad_output}});
+  const Shape& g_shape = grad_output.shape();
+  const Shape& i_shape = indices.shape();
+  check.shape(g_shape.size() == i_shape.size() + 1 &&
+                  std::equal(i_shape.begin(), i_shape.end(), g_shape.begin()),
+              "grad_output", g_shape, "the shape ", i_shape,
+              " of 'indices' followed by the embedding dimension");
+  const std::int64_t padding = padding_row(check, padding_idx, num_weights);
+  detail::check_indices(check.function(), "indices", indices, num_weights);
+  return record_dense_backward(tape, grad_output, indices, num_weights, padding);
 }
 
 template Var<float> embedding(const Indices&, const Var<float>&, std::optional<std::int64_t>);

@@ -5,11 +5,11 @@
 #include <limits>
 
 #include "../check.hpp"
-#include "../kernels/axes.hpp"
-#include "../kernels/reduce_plan.hpp"
 #include "elementwise.hpp"
 #include "shape.hpp"
 #include "sum_to.hpp"
+#include "support/axes.hpp"
+#include "support/reduce_plan.hpp"
 
 namespace xtgrad {
 
@@ -88,39 +88,11 @@ Var<T> extreme(const char* op, const Var<T>& x, const std::vector<std::int64_t>&
   return tape.var(yi);
 }
 
-// max (IsMax) and min along one axis, with the index of the first extreme
-// (of the first NaN, if any); the gradient goes to that index only.
+// values[o, i] = x[o, j*, i], indices[o, i] = j*: the first j that beats
+// every earlier one, a NaN beating any number and never being beaten
 template <bool IsMax, class T>
-ValuesIndices<T> extreme_index(const char* op, const Var<T>& x, std::int64_t dim, bool keepdim) {
-  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const Shape& shape = x.shape();
-  const std::size_t rank = shape.size();
-  const std::size_t axis = detail::normalize_reduce_dim(op, "dim", dim, rank);
-  const detail::AxisSplit s = rank == 0 ? detail::AxisSplit{} : detail::split_at(shape, axis);
-  if (s.extent == 0)
-    detail::fail_argument(op, "dim",
-                          "is " + std::to_string(dim) + ", axis " + std::to_string(axis) +
-                              " of extent 0 of 'x' of shape " + detail::shape_str(shape) +
-                              ": cannot perform reduction over a zero-size axis");
-  Shape out_shape = shape;
-  if (rank > 0) {
-    if (keepdim)
-      out_shape[axis] = 1;
-    else
-      out_shape.erase(out_shape.begin() + static_cast<std::ptrdiff_t>(axis));
-  }
-  const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
-  xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(out_shape);
-  Indices indices = Indices::from_shape(out_shape);
-  const T* xd = xv.data();
-  T* yd = y.data();
-  std::int64_t* id = indices.data();
+void extreme_forward(const T* xd, const detail::AxisSplit& s, T* yd, std::int64_t* id) {
   const std::size_t inner = s.inner, extent = s.extent;
-  // values[o, i] = x[o, j*, i], indices[o, i] = j*: the first j that beats
-  // every earlier one, a NaN beating any number and never being beaten
   for (std::size_t o = 0; o < s.outer && inner == 1; ++o) {  // the last axis: scan each row
     const T* xr = xd + o * extent;
     T best = xr[0];
@@ -152,6 +124,29 @@ ValuesIndices<T> extreme_index(const char* op, const Var<T>& x, std::int64_t dim
       }
     }
   }
+}
+
+// max (IsMax) and min along one axis, with the index of the first extreme
+// (of the first NaN, if any); the gradient goes to that index only.
+template <bool IsMax, class T>
+ValuesIndices<T> extreme_index(const char* op, const Var<T>& x, std::int64_t dim, bool keepdim) {
+  const detail::Check check(op);
+  Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
+  const Shape& shape = x.shape();
+  const std::size_t rank = shape.size();
+  const std::size_t axis = detail::normalize_reduce_dim(op, "dim", dim, rank);
+  const detail::AxisSplit s = rank == 0 ? detail::AxisSplit{} : detail::split_at(shape, axis);
+  check.argument(s.extent != 0, "dim", "is ", dim, ", axis ", axis, " of extent 0 of 'x' of shape ",
+                 shape, ": cannot perform reduction over a zero-size axis");
+  Shape out_shape = shape;
+  if (rank > 0 && keepdim) out_shape[axis] = 1;
+  if (rank > 0 && !keepdim) out_shape.erase(out_shape.begin() + static_cast<std::ptrdiff_t>(axis));
+  const std::size_t xi = x.index();
+  const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(out_shape);
+  Indices indices = Indices::from_shape(out_shape);
+  extreme_forward<IsMax>(tape.value(xi).data(), s, y.data(), indices.data());
 
   Indices kept;  // backward's copy, only when there will be a backward
   if (tape.requires_grad(yi)) kept = indices;
@@ -169,6 +164,8 @@ ValuesIndices<T> extreme_index(const char* op, const Var<T>& x, std::int64_t dim
         d[(o * s.extent + static_cast<std::size_t>(k[r])) * s.inner + i] += g[r];
       }
   });
+  // No set_grad_rule: create_graph refuses this node (a rule would scatter
+  // dy by the saved indices).
   return {tape.var(yi), std::move(indices)};
 }
 

@@ -102,6 +102,118 @@ void fused_grad_rule(GradSink<T>& s, bool gated_op, Activation f, WeightLayout l
 
 // The two ops differ only in the input a: f(h) (u null, g = h) or u * f(g).
 
+// What the fused node's forward and backward read: the parents' node
+// indices (u absent for fused_linear_activation, b absent without a bias)
+// and the sizes. An input that is also the weight or the bias shares its
+// gradient buffer with it: then backward runs as one block (one_block), each
+// gradient complete before the next is added onto it.
+template <class T>
+struct FusedNode {
+  std::optional<std::size_t> ui;
+  std::size_t gi, wi;
+  std::optional<std::size_t> bi;
+  std::size_t n, in, out;
+  bool out_in;
+  Activation f;
+  bool one_block;
+  std::optional<BlockDropout<T>> drop;
+
+  std::size_t w_rows() const { return out_in ? out : in; }
+  std::size_t w_cols() const { return out_in ? in : out; }
+};
+
+// y[n, out] = b + act . op(W), act = f(h) or u * f(g), in blocks of rows.
+template <class T>
+void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, T* y) {
+  const std::size_t in = nd.in, out = nd.out, n = nd.n;
+  const T* uv = nd.ui ? tape.value(*nd.ui).data() : nullptr;
+  const T* gv = tape.value(nd.gi).data();
+  const T* wv = tape.value(nd.wi).data();
+  const T* bv = nd.bi ? tape.value(*nd.bi).data() : nullptr;
+  const std::size_t block = block_rows<T>(n, in);
+  T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
+  for (std::size_t r0 = 0; r0 < n; r0 += block) {
+    const std::size_t rows = std::min(block, n - r0);
+    // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
+    if (uv)
+      detail::gated_forward(nd.f, uv + r0 * in, gv + r0 * in, a, rows * in);
+    else
+      detail::activation_forward(nd.f, gv + r0 * in, a, rows * in);
+    // a[rows, in] = m * a / (1 - p)   (hidden dropout)
+    if (nd.drop) nd.drop->apply(a, r0 * in, rows * in);
+    // y[rows, out] = b broadcast, then += a[rows, in] . op(W)   (bias as GEMM beta = 1)
+    T* yb = y + r0 * out;
+    if (bv) detail::broadcast_rows(bv, yb, rows, out);
+    detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), false,
+                    matrix(wv, nd.w_rows(), nd.w_cols()), nd.out_in, matrix(yb, rows, out),
+                    bv != nullptr);
+  }
+}
+
+// du, dg, dW and db from dy, block by block: da = dy . op(W)^T, then the
+// activation's backward, then dW from the recomputed activation.
+template <class T>
+void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt::xarray<T>& dy) {
+  const std::size_t in = nd.in, out = nd.out, n = nd.n;
+  // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
+  const GradPointer<T> du_slot = nd.ui ? t.grad_pointer(*nd.ui) : GradPointer<T>{};
+  const GradPointer<T> dg_slot = t.grad_pointer(nd.gi);
+  const GradPointer<T> dw_slot = t.grad_pointer(nd.wi);
+  T *du = du_slot.data, *dg = dg_slot.data, *dw = dw_slot.data;
+  const bool du_accumulate = du_slot.accumulate, dg_accumulate = dg_slot.accumulate;
+  bool dw_accumulate = dw_slot.accumulate;  // set once the first block has written dW
+  // no rows: dW is an empty sum
+  if (dw && n == 0 && !dw_accumulate) std::fill(dw, dw + t.value(nd.wi).size(), T(0));
+  const T* uv = nd.ui ? t.value(*nd.ui).data() : nullptr;
+  const T* gv = t.value(nd.gi).data();
+  const T* wv = t.value(nd.wi).data();
+  const bool want_input = du || dg;
+  const std::size_t block = nd.one_block ? std::max<std::size_t>(n, 1) : block_rows<T>(n, in);
+  T* const da = want_input
+                    ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient, block * in)
+                    : nullptr;
+  T* const a =
+      dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in) : nullptr;
+  for (std::size_t r0 = 0; r0 < n && (want_input || dw); r0 += block) {
+    const std::size_t rows = std::min(block, n - r0), offset = r0 * in, count = rows * in;
+    const T* dyb = dy.data() + r0 * out;
+    // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
+    if (want_input)
+      detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, nd.w_rows(), nd.w_cols()),
+                      !nd.out_in, matrix(da, rows, in), false);
+    // da[rows,in] = m * da / (1 - p)   (hidden dropout: the gradient of a before the mask)
+    if (want_input && nd.drop) nd.drop->apply(da, offset, count);
+    // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
+    // dh (+)= da * f'(h), or du (+)= da * f(g) and dg (+)= da * u * f'(g)
+    if (uv)
+      detail::gated_value_and_backward(nd.f, uv + offset, gv + offset, want_input ? da : nullptr,
+                                       du ? du + offset : nullptr, du_accumulate,
+                                       dg ? dg + offset : nullptr, dg_accumulate, a, count);
+    else if (dg)
+      detail::activation_value_and_backward(nd.f, gv + offset, da, dg + offset, dg_accumulate, a,
+                                            count);
+    else
+      detail::activation_forward(nd.f, gv + offset, a, count);
+    // a[rows,in] = m * a / (1 - p), the dropped hidden that dW is made of
+    if (dw && nd.drop) nd.drop->apply(a, offset, count);
+    if (dw) {
+      if (nd.out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
+        detail::gemm<T>(op, matrix(dyb, rows, out), true,
+                        matrix(static_cast<const T*>(a), rows, in), false, matrix(dw, out, in),
+                        dw_accumulate);
+      else  // dW[in,out] (+)= a^T[in,rows] . dy[rows,out]
+        detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), true,
+                        matrix(dyb, rows, out), false, matrix(dw, in, out), dw_accumulate);
+      dw_accumulate = true;  // the next blocks add their rows' share
+    }
+  }
+  if (nd.bi && t.requires_grad(*nd.bi)) {
+    GradSlot<T> db = t.grad_slot(*nd.bi);
+    // db[out] (+)= sum_r dy[r, out]
+    detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
+  }
+}
+
 // f and f' are the formulas of kernels/activation_formulas.hpp (one struct per
 // activation, value() and slope() side by side); the kernels called below
 // apply them a vector at a time.
@@ -112,113 +224,28 @@ Var<T> record_fused(const char* op, const detail::LinearDims& dims, const Var<T>
                     const std::optional<Var<T>>& bias, WeightLayout layout,
                     const std::optional<HiddenDropout>& dropout) {
   Tape<T>& tape = g.tape();
-  // p == 0 is no dropout: then the op is exactly the one without it.
-  const std::optional<BlockDropout<T>> drop =
-      dropout && dropout->p > 0.0
-          ? std::optional(BlockDropout<T>{detail::dropout_mask<T>(dropout->p, true), dropout->key})
-          : std::nullopt;
-  const bool out_in = layout == WeightLayout::out_in;
-  const std::size_t in = dims.in, out = dims.out, n = dims.rows;
   const std::optional<std::size_t> ui = u ? std::optional(u->index()) : std::nullopt;
-  const std::size_t gi = g.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
+  const std::size_t gi = g.index(), wi = weight.index();
+  FusedNode<T> nd{ui,        gi,      wi,          bi,
+                  dims.rows, dims.in, dims.out,    layout == WeightLayout::out_in,
+                  f,         false,   std::nullopt};
+  nd.one_block = gi == wi || (bi && gi == *bi) || (ui && (*ui == wi || (bi && *ui == *bi)));
+  // p == 0 is no dropout: then the op is exactly the one without it.
+  if (dropout && dropout->p > 0.0)
+    nd.drop = BlockDropout<T>{detail::dropout_mask<T>(dropout->p, true), dropout->key};
   const bool needs_grad = (ui && tape.requires_grad(*ui)) || tape.requires_grad(gi) ||
                           tape.requires_grad(wi) || (bi && tape.requires_grad(*bi));
-  // An input that is also the weight or the bias shares its gradient buffer
-  // with it: then backward runs as one block, each gradient complete before
-  // the next is added onto it.
-  const bool one_block = gi == wi || (bi && gi == *bi) || (ui && (*ui == wi || (bi && *ui == *bi)));
-
   const std::size_t yi = ui ? tape.record(op, {*ui, gi, wi, bi.value_or(gi)}, needs_grad)
                             : tape.record(op, {gi, wi, bi.value_or(gi)}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(dims.y_shape);
-  const T* uv = ui ? tape.value(*ui).data() : nullptr;
-  const T* gv = tape.value(gi).data();
-  const T* wv = tape.value(wi).data();
-  const T* bv = bi ? tape.value(*bi).data() : nullptr;
-  const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
-  const std::size_t block = block_rows<T>(n, in);
-  T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
-  for (std::size_t r0 = 0; r0 < n; r0 += block) {
-    const std::size_t rows = std::min(block, n - r0);
-    // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
-    if (uv)
-      detail::gated_forward(f, uv + r0 * in, gv + r0 * in, a, rows * in);
-    else
-      detail::activation_forward(f, gv + r0 * in, a, rows * in);
-    // a[rows, in] = m * a / (1 - p)   (hidden dropout)
-    if (drop) drop->apply(a, r0 * in, rows * in);
-    // y[rows, out] = b broadcast, then += a[rows, in] . op(W)   (bias as GEMM beta = 1)
-    T* yb = y.data() + r0 * out;
-    if (bv) detail::broadcast_rows(bv, yb, rows, out);
-    detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), false,
-                    matrix(wv, w_rows, w_cols), out_in, matrix(yb, rows, out), bv != nullptr);
-  }
+  fused_forward(op, tape, nd, y.data());
 
-  tape.set_backward(yi, [op, ui, gi, wi, bi, n, in, out, out_in, f, one_block, drop](
-                            Tape<T>& t, const xt::xarray<T>& dy) {
-    // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
-    const GradPointer<T> du_slot = ui ? t.grad_pointer(*ui) : GradPointer<T>{};
-    const GradPointer<T> dg_slot = t.grad_pointer(gi);
-    const GradPointer<T> dw_slot = t.grad_pointer(wi);
-    T *du = du_slot.data, *dg = dg_slot.data, *dw = dw_slot.data;
-    const bool du_accumulate = du_slot.accumulate, dg_accumulate = dg_slot.accumulate;
-    bool dw_accumulate = dw_slot.accumulate;  // set once the first block has written dW
-    // no rows: dW is an empty sum
-    if (dw && n == 0 && !dw_accumulate) std::fill(dw, dw + t.value(wi).size(), T(0));
-    const T* uv = ui ? t.value(*ui).data() : nullptr;
-    const T* gv = t.value(gi).data();
-    const T* wv = t.value(wi).data();
-    const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
-    const bool want_input = du || dg;
-    const std::size_t block = one_block ? std::max<std::size_t>(n, 1) : block_rows<T>(n, in);
-    T* const da = want_input
-                      ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient, block * in)
-                      : nullptr;
-    T* const a =
-        dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in) : nullptr;
-    for (std::size_t r0 = 0; r0 < n && (want_input || dw); r0 += block) {
-      const std::size_t rows = std::min(block, n - r0), offset = r0 * in, count = rows * in;
-      const T* dyb = dy.data() + r0 * out;
-      // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
-      if (want_input)
-        detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, w_rows, w_cols), !out_in,
-                        matrix(da, rows, in), false);
-      // da[rows,in] = m * da / (1 - p)   (hidden dropout: the gradient of a before the mask)
-      if (want_input && drop) drop->apply(da, offset, count);
-      // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
-      // dh (+)= da * f'(h), or du (+)= da * f(g) and dg (+)= da * u * f'(g)
-      if (uv)
-        detail::gated_value_and_backward(f, uv + offset, gv + offset, want_input ? da : nullptr,
-                                         du ? du + offset : nullptr, du_accumulate,
-                                         dg ? dg + offset : nullptr, dg_accumulate, a, count);
-      else if (dg)
-        detail::activation_value_and_backward(f, gv + offset, da, dg + offset, dg_accumulate, a,
-                                              count);
-      else
-        detail::activation_forward(f, gv + offset, a, count);
-      // a[rows,in] = m * a / (1 - p), the dropped hidden that dW is made of
-      if (dw && drop) drop->apply(a, offset, count);
-      if (dw) {
-        if (out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
-          detail::gemm<T>(op, matrix(dyb, rows, out), true,
-                          matrix(static_cast<const T*>(a), rows, in), false, matrix(dw, out, in),
-                          dw_accumulate);
-        else  // dW[in,out] (+)= a^T[in,rows] . dy[rows,out]
-          detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), true,
-                          matrix(dyb, rows, out), false, matrix(dw, in, out), dw_accumulate);
-        dw_accumulate = true;  // the next blocks add their rows' share
-      }
-    }
-    if (bi && t.requires_grad(*bi)) {
-      GradSlot<T> db = t.grad_slot(*bi);
-      // db[out] (+)= sum_r dy[r, out]
-      detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
-    }
-  });
+  tape.set_backward(
+      yi, [op, nd](Tape<T>& t, const xt::xarray<T>& dy) { fused_backward(op, t, nd, dy); });
   tape.set_grad_rule(yi, [gated_op = ui.has_value(), f, layout, has_bias = bi.has_value(),
-                          hidden = drop ? dropout : std::nullopt](GradSink<T>& s) {
+                          hidden = nd.drop ? dropout : std::nullopt](GradSink<T>& s) {
     fused_grad_rule(s, gated_op, f, layout, has_bias, hidden);
   });
   return tape.var(yi);
@@ -237,19 +264,17 @@ detail::LinearDims check_fused(const char* op, const Var<T>* u, const Var<T>& g,
   const Shape bias_shape = bias ? bias->shape() : Shape{};
   const detail::LinearDims dims = detail::check_linear_shapes(
       op, u ? "u" : g_name, first.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
-  if (u && g.shape() != first.shape())
-    detail::fail_shape(op, g_name, g.shape(),
-                       detail::shape_str(first.shape()) + " (the shape of 'u')");
+  detail::Check(op).shape(!u || g.shape() == first.shape(), g_name, g.shape(), first.shape(),
+                          " (the shape of 'u')");
   return dims;
 }
 
 }  // namespace
 
 void detail::check_hidden_dropout(const char* op, const std::optional<HiddenDropout>& dropout) {
-  if (dropout && !(dropout->p >= 0.0 && dropout->p <= 1.0))
-    detail::fail_argument(
-        op, "dropout.p",
-        "is " + detail::number_str(dropout->p) + ", expected a probability in [0, 1]");
+  if (dropout)
+    detail::Check(op).argument(dropout->p >= 0.0 && dropout->p <= 1.0, "dropout.p", "is ",
+                               dropout->p, ", expected a probability in [0, 1]");
 }
 
 namespace {

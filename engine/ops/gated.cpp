@@ -12,8 +12,7 @@ Var<T> gated(const Var<T>& u, const Var<T>& g, Activation a) {
   static constexpr const char* op = "gated";
   Tape<T>& tape = detail::common_tape<T>(op, {{"u", &u}, {"g", &g}});
   detail::activation_name(a, op, "a");  // validates `a`
-  if (g.shape() != u.shape())
-    detail::fail_shape(op, "g", g.shape(), detail::shape_str(u.shape()) + " (the shape of 'u')");
+  detail::Check(op).shape(g.shape() == u.shape(), "g", g.shape(), u.shape(), " (the shape of 'u')");
 
   const std::size_t ui = u.index(), gi = g.index();
   const std::size_t yi = tape.record(op, {ui, gi}, u.requires_grad() || g.requires_grad());

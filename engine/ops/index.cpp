@@ -3,8 +3,8 @@
 #include <string>
 
 #include "../check.hpp"
-#include "../kernels/axes.hpp"
-#include "../kernels/copy.hpp"
+#include "support/axes.hpp"
+#include "support/copy.hpp"
 
 namespace xtgrad {
 
@@ -50,10 +50,10 @@ Indices kept_for_backward(const Tape<T>& tape, std::size_t yi, const Indices& in
 template <class T>
 Var<T> index_select(const Var<T>& x, std::int64_t dim, const Indices& index) {
   static constexpr const char* op = "index_select";
+  const detail::Check check(op);
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const std::size_t axis = detail::normalize_dim(op, "dim", dim, x.dimension());
-  if (index.dimension() > 1)
-    detail::fail_shape(op, "index", index.shape(), "a 1-d index [K] (or 0-d)");
+  check.shape(index.dimension() <= 1, "index", index.shape(), "a 1-d index [K] (or 0-d)");
   const detail::AxisSplit s = detail::split_at(x.shape(), axis);
   detail::check_indices(op, "index", index, s.extent);
   const std::size_t k = index.size();
@@ -88,24 +88,23 @@ Var<T> index_select(const Var<T>& x, std::int64_t dim, const Indices& index) {
             detail::copy_rows(dx + (o * s.extent + static_cast<std::size_t>(id[j])) * s.inner, 0,
                               dy.data() + (o * k + j) * s.inner, 0, 1, s.inner, true);
       });
+  // No set_grad_rule: create_graph refuses this node (its rule would be an
+  // index_add of dy, which is no op here).
   return tape.var(yi);
 }
 
 template <class T>
 Var<T> gather(const Var<T>& x, std::int64_t dim, const Indices& index) {
   static constexpr const char* op = "gather";
+  const detail::Check check(op);
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const Shape& x_shape = x.shape();
   const std::size_t rank = x_shape.size();
   const std::size_t axis = detail::normalize_dim(op, "dim", dim, rank);
-  const auto expected = [&] {  // built only for a message: no allocation on success
-    return "the rank of x of shape " + detail::shape_str(x_shape) +
-           " and sizes <= x's along every axis but dim " + std::to_string(axis);
-  };
-  if (index.dimension() != rank) detail::fail_shape(op, "index", index.shape(), expected());
-  for (std::size_t d = 0; d < rank; ++d)
-    if (d != axis && index.shape()[d] > x_shape[d])
-      detail::fail_shape(op, "index", index.shape(), expected());
+  bool fits = index.dimension() == rank;
+  for (std::size_t d = 0; d < rank && fits; ++d) fits = d == axis || index.shape()[d] <= x_shape[d];
+  check.shape(fits, "index", index.shape(), "the rank of x of shape ", x_shape,
+              " and sizes <= x's along every axis but dim ", axis);
   detail::check_indices(op, "index", index, x_shape[axis]);
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
@@ -144,6 +143,8 @@ Var<T> gather(const Var<T>& x, std::int64_t dim, const Indices& index) {
                 g[start + j];
         });
   });
+  // No set_grad_rule: create_graph refuses this node (its rule would be a
+  // scatter_add of dy, which is no op here).
   return tape.var(yi);
 }
 

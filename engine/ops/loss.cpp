@@ -3,8 +3,8 @@
 #include <limits>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
 #include "elementwise.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 
@@ -12,10 +12,9 @@ template <class T>
 Var<T> mse(const Var<T>& prediction, const Var<T>& target) {
   static constexpr const char* op = "mse";
   Tape<T>& tape = detail::common_tape<T>(op, {{"prediction", &prediction}, {"target", &target}});
-  if (target.shape() != prediction.shape())
-    detail::fail_shape(op, "target", target.shape(),
-                       detail::shape_str(prediction.shape()) +
-                           ", the shape of argument 'prediction' (mse does not broadcast)");
+  detail::Check(op).shape(target.shape() == prediction.shape(), "target", target.shape(),
+                          prediction.shape(),
+                          ", the shape of argument 'prediction' (mse does not broadcast)");
   const std::size_t pi = prediction.index(), ti = target.index();
   const std::size_t yi =
       tape.record(op, {pi, ti}, prediction.requires_grad() || target.requires_grad());

@@ -8,9 +8,9 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
-#include "../kernels/broadcast.hpp"
 #include "../kernels/parallel.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
 
 namespace xtgrad {
 
@@ -18,24 +18,19 @@ namespace {
 
 // "(NumPy rules: ...; axis -k has m in 'mask' and n in 'x')": the reason a shape
 // does not broadcast, for the messages below.
-std::string numpy_rule(const std::string& clash) {
-  return " (NumPy rules: aligned from the right, each axis equal or 1; " + clash + ")";
-}
+constexpr const char* k_numpy_rule =
+    " (NumPy rules: aligned from the right, each axis equal or 1; ";
 
 // masked_fill: `mask` must broadcast to x's shape itself (y has x's shape).
 void check_mask_broadcasts_to(const char* op, const Shape& mask, const Shape& x) {
-  const std::string expected =
-      "a shape that broadcasts to the shape " + detail::shape_str(x) + " of argument 'x'";
-  if (mask.size() > x.size())
-    detail::fail_shape(op, "mask", mask,
-                       expected + numpy_rule("'mask' has more axes than 'x'; y has x's shape"));
+  const detail::Check check(op);
+  const char* expected = "a shape that broadcasts to the shape ";
+  check.shape(mask.size() <= x.size(), "mask", mask, expected, x, " of argument 'x'", k_numpy_rule,
+              "'mask' has more axes than 'x'; y has x's shape)");
   for (std::size_t k = 1; k <= mask.size(); ++k) {
     const std::size_t m = mask[mask.size() - k], n = x[x.size() - k];
-    if (m != n && m != 1)
-      detail::fail_shape(
-          op, "mask", mask,
-          expected + numpy_rule("axis -" + std::to_string(k) + " has " + std::to_string(m) +
-                                " in 'mask' and " + std::to_string(n) + " in 'x'"));
+    check.shape(m == n || m == 1, "mask", mask, expected, x, " of argument 'x'", k_numpy_rule,
+                "axis -", k, " has ", m, " in 'mask' and ", n, " in 'x')");
   }
 }
 
@@ -46,13 +41,10 @@ Shape broadcast_with_cond(const char* op, const Shape& cond, const Shape& ab) {
   for (std::size_t k = 1; k <= rank; ++k) {
     const std::size_t nc = k <= cond.size() ? cond[cond.size() - k] : 1;
     const std::size_t nab = k <= ab.size() ? ab[ab.size() - k] : 1;
-    if (nc != nab && nc != 1 && nab != 1)
-      detail::fail_shape(
-          op, "cond", cond,
-          "a shape that broadcasts with the shape " + detail::shape_str(ab) +
-              " of arguments 'a' and 'b' broadcast together" +
-              numpy_rule("axis -" + std::to_string(k) + " has " + std::to_string(nc) +
-                         " in 'cond' and " + std::to_string(nab) + " in 'a' and 'b'"));
+    detail::Check(op).shape(nc == nab || nc == 1 || nab == 1, "cond", cond,
+                            "a shape that broadcasts with the shape ", ab,
+                            " of arguments 'a' and 'b' broadcast together", k_numpy_rule, "axis -",
+                            k, " has ", nc, " in 'cond' and ", nab, " in 'a' and 'b')");
     out[rank - k] = nc == 1 ? nab : nc;
   }
   return out;
@@ -209,9 +201,8 @@ template <class T, bool upper>
 Var<T> triangle(const char* op, const Var<T>& x, std::int64_t diagonal) {
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const Shape& shape = x.shape();
-  if (shape.size() < 2)
-    detail::fail_shape(op, "x", shape,
-                       "a tensor of rank >= 2 (the last two axes are the matrices)");
+  detail::Check(op).shape(shape.size() >= 2, "x", shape,
+                          "a tensor of rank >= 2 (the last two axes are the matrices)");
   const std::size_t r_count = shape[shape.size() - 2], cols = shape[shape.size() - 1];
   const std::int64_t d = clamp_diagonal(diagonal, r_count, cols);
 
@@ -250,13 +241,10 @@ Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) 
   static constexpr const char* op = "masked_fill";
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   check_mask_broadcasts_to(op, mask.shape(), x.shape());
-  if (std::isfinite(value) && std::abs(value) > static_cast<double>(std::numeric_limits<T>::max()))
-    detail::fail_argument(op, "value",
-                          "is " + detail::number_str(value) +
-                              ", which overflows the element type (expected a value in [-" +
-                              detail::number_str(std::numeric_limits<T>::max()) + ", " +
-                              detail::number_str(std::numeric_limits<T>::max()) +
-                              "], +-inf or NaN)");
+  const double max = static_cast<double>(std::numeric_limits<T>::max());
+  detail::Check(op).argument(!std::isfinite(value) || std::abs(value) <= max, "value", "is ", value,
+                             ", which overflows the element type (expected a value in [-", max,
+                             ", ", max, "], +-inf or NaN)");
   const T fill = static_cast<T>(value);
 
   const std::size_t xi = x.index();
@@ -384,15 +372,14 @@ xt::xarray<bool> causal_mask(std::size_t rows, std::size_t cols, std::int64_t di
 
 xt::xarray<bool> length_mask(const Indices& lengths, std::size_t max_length) {
   static constexpr const char* op = "length_mask";
-  if (lengths.dimension() != 1)
-    detail::fail_shape(op, "lengths", lengths.shape(), "a 1-d tensor [B] of sequence lengths");
+  const detail::Check check(op);
+  check.shape(lengths.dimension() == 1, "lengths", lengths.shape(),
+              "a 1-d tensor [B] of sequence lengths");
   const std::int64_t* l = lengths.data();
   for (std::size_t b = 0; b < lengths.size(); ++b)
-    if (l[b] < 0 || static_cast<std::uint64_t>(l[b]) > max_length)
-      detail::fail_argument(op, "lengths",
-                            "holds " + std::to_string(l[b]) + " at position " + std::to_string(b) +
-                                ", expected a length in [0, max_length] = [0, " +
-                                std::to_string(max_length) + "]");
+    check.argument(l[b] >= 0 && static_cast<std::uint64_t>(l[b]) <= max_length, "lengths", "holds ",
+                   l[b], " at position ", b, ", expected a length in [0, max_length] = [0, ",
+                   max_length, "]");
   xt::xarray<bool> mask = xt::empty<bool>(Shape{lengths.size(), max_length});
   bool* m = mask.data();
   for (std::size_t b = 0; b < lengths.size(); ++b) {  // mask[b, t] = t < lengths[b]

@@ -10,7 +10,7 @@
 //                                dx = the same selection of dy (tril and triu)
 //
 // Masks are xt::xarray<bool> and carry no gradient (like Indices). Broadcasting
-// follows NumPy (engine/kernels/broadcast.hpp):
+// follows NumPy (engine/ops/support/broadcast.hpp):
 // - masked_fill: mask broadcasts to x's shape and y has x's shape (torch would
 //   also broadcast x up to a larger mask; here a mask of larger shape is an
 //   error). value may be +-inf (the -inf of attention scores) or NaN, both

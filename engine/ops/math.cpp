@@ -126,8 +126,9 @@ void with_power(T p, Body body) {
 template <class T>
 Var<T> clamp_op(const char* op, const Var<T>& x, T lo, T hi) {
   detail::common_tape<T>(op, {{"x", &x}});
-  if (std::isnan(lo)) detail::fail_argument(op, "min", "is nan, expected a number (or -inf)");
-  if (std::isnan(hi)) detail::fail_argument(op, "max", "is nan, expected a number (or inf)");
+  const detail::Check check(op);
+  check.argument(!std::isnan(lo), "min", "is nan, expected a number (or -inf)");
+  check.argument(!std::isnan(hi), "max", "is nan, expected a number (or inf)");
   return unary(
       op, x, Saves::input,
       [lo, hi](const T* xs, T* y, std::size_t n) {

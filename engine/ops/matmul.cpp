@@ -57,24 +57,18 @@ std::size_t batch_size_at(const Shape& shape, std::size_t batch_rank, std::size_
 }
 
 MatmulDims check_matmul_shapes(const Shape& a, const Shape& b) {
-  if (a.empty() || b.empty())
-    detail::fail_shape(op_name, a.empty() ? "a" : "b", a.empty() ? a : b,
-                       "at least 1 axis (a 0-d tensor is neither a vector nor a matrix), with "
-                       "argument " +
-                           detail::quoted(a.empty() ? "b" : "a") + " of shape " +
-                           detail::shape_str(a.empty() ? b : a));
+  const detail::Check check(op_name);
+  check.shape(!a.empty() && !b.empty(), a.empty() ? "a" : "b", a.empty() ? a : b,
+              "at least 1 axis (a 0-d tensor is neither a vector nor a matrix), with argument '",
+              a.empty() ? "b" : "a", "' of shape ", a.empty() ? b : a);
   const bool a_vector = a.size() == 1, b_vector = b.size() == 1;
   MatmulDims d;
   d.m = a_vector ? 1 : a[a.size() - 2];
   d.k = a.back();
   const std::size_t k_b = b_vector ? b[0] : b[b.size() - 2];
   d.n = b_vector ? 1 : b.back();
-  if (k_b != d.k)
-    detail::fail_shape(
-        op_name, "b", b,
-        (b_vector ? "[" + std::to_string(d.k) + "]" : "[..., " + std::to_string(d.k) + ", N]") +
-            " to match argument 'a' of shape " + detail::shape_str(a) +
-            " (a[..., M, K] . b[..., K, N])");
+  check.shape(k_b == d.k, "b", b, b_vector ? "[" : "[..., ", d.k, b_vector ? "]" : ", N]",
+              " to match argument 'a' of shape ", a, " (a[..., M, K] . b[..., K, N])");
 
   const std::size_t a_rank = a_vector ? 0 : a.size() - 2, b_rank = b_vector ? 0 : b.size() - 2;
   const std::size_t rank = std::max(a_rank, b_rank);
@@ -84,14 +78,11 @@ MatmulDims check_matmul_shapes(const Shape& a, const Shape& b) {
   for (std::size_t axis = 0; axis < rank; ++axis) {
     const std::size_t na = batch_size_at(a, a_rank, rank, axis);
     const std::size_t nb = batch_size_at(b, b_rank, rank, axis);
-    if (na != nb && na != 1 && nb != 1)
-      detail::fail_shape(op_name, "b", b,
-                         "batch axes (all but the last two) that broadcast with those of "
-                         "argument 'a' of shape " +
-                             detail::shape_str(a) + " (NumPy rules: aligned from the right, " +
-                             "each axis equal or 1; batch axis -" + std::to_string(rank - axis) +
-                             " has " + std::to_string(na) + " in 'a' and " + std::to_string(nb) +
-                             " in 'b')");
+    check.shape(na == nb || na == 1 || nb == 1, "b", b,
+                "batch axes (all but the last two) that broadcast with those of argument 'a' of "
+                "shape ",
+                a, " (NumPy rules: aligned from the right, each axis equal or 1; batch axis -",
+                rank - axis, " has ", na, " in 'a' and ", nb, " in 'b')");
     d.batch[axis] = std::max(na, nb);
     if (na == 0 || nb == 0) d.batch[axis] = 0;
   }
@@ -124,6 +115,66 @@ detail::MatrixRef<T> matrix(xt::xarray<T>& x, std::size_t first, std::size_t row
   return {x.data() + first * rows * cols, rows, cols};
 }
 
+// y = a . b, one GEMM when one b serves every batch, else one per batch.
+template <class T>
+void matmul_forward(const MatmulDims& d, const xt::xarray<T>& av, const xt::xarray<T>& bv,
+                    xt::xarray<T>& y) {
+  const std::size_t m = d.m, k = d.k, n = d.n;
+  if (d.b_count == 1) {
+    // One b for every batch: y[batch*M,N] = a[batch*M,K] . b[K,N], one GEMM.
+    const std::size_t rows = d.batch_count * m;
+    detail::gemm<T>(op_name, matrix(av, 0, rows, k), false, matrix(bv, 0, k, n), false,
+                    matrix(y, 0, rows, n), false);
+    return;
+  }
+  for (std::size_t i = 0; i < d.batch_count; ++i) {
+    const BatchSource s = batch_source(d, i);
+    // y_i[M,N] = a_s[M,K] . b_s[K,N]
+    detail::gemm<T>(op_name, matrix(av, s.a, m, k), false, matrix(bv, s.b, k, n), false,
+                    matrix(y, i, m, n), false);
+  }
+}
+
+template <class T>
+void matmul_backward_a(const MatmulDims& d, const xt::xarray<T>& dy, const xt::xarray<T>& bv,
+                       GradSlot<T> da) {
+  const std::size_t m = d.m, k = d.k, n = d.n;
+  if (d.b_count == 1) {
+    const std::size_t rows = d.batch_count * m;
+    // da[batch*M,K] (+)= dy[batch*M,N] . b^T[N,K]
+    detail::gemm<T>(op_name, matrix(dy, 0, rows, n), false, matrix(bv, 0, k, n), true,
+                    matrix(da.buffer, 0, rows, k), da.accumulate);
+    return;
+  }
+  if (d.batch_count == 0 && !da.accumulate) da.buffer.fill(T(0));
+  for (std::size_t i = 0; i < d.batch_count; ++i) {
+    const BatchSource s = batch_source(d, i);
+    // da_s[M,K] (+)= dy_i[M,N] . b_s^T[N,K]   (summed over the batches sharing a_s)
+    detail::gemm<T>(op_name, matrix(dy, i, m, n), false, matrix(bv, s.b, k, n), true,
+                    matrix(da.buffer, s.a, m, k), da.accumulate || !s.a_first);
+  }
+}
+
+template <class T>
+void matmul_backward_b(const MatmulDims& d, const xt::xarray<T>& dy, const xt::xarray<T>& av,
+                       GradSlot<T> db) {
+  const std::size_t m = d.m, k = d.k, n = d.n;
+  if (d.b_count == 1) {
+    const std::size_t rows = d.batch_count * m;
+    // db[K,N] (+)= a^T[K,batch*M] . dy[batch*M,N]   (every batch in one sum)
+    detail::gemm<T>(op_name, matrix(av, 0, rows, k), true, matrix(dy, 0, rows, n), false,
+                    matrix(db.buffer, 0, k, n), db.accumulate);
+    return;
+  }
+  if (d.batch_count == 0 && !db.accumulate) db.buffer.fill(T(0));
+  for (std::size_t i = 0; i < d.batch_count; ++i) {
+    const BatchSource s = batch_source(d, i);
+    // db_s[K,N] (+)= a_s^T[K,M] . dy_i[M,N]   (summed over the batches sharing b_s)
+    detail::gemm<T>(op_name, matrix(av, s.a, m, k), true, matrix(dy, i, m, n), false,
+                    matrix(db.buffer, s.b, k, n), db.accumulate || !s.b_first);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -134,62 +185,12 @@ Var<T> matmul(const Var<T>& a, const Var<T>& b) {
   const std::size_t yi = tape.record(op_name, {ai, bi}, a.requires_grad() || b.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(d.y_shape);
-  const xt::xarray<T>& av = tape.value(ai);
-  const xt::xarray<T>& bv = tape.value(bi);
-  const std::size_t m = d.m, k = d.k, n = d.n;
-  if (d.b_count == 1) {
-    // One b for every batch: y[batch*M,N] = a[batch*M,K] . b[K,N], one GEMM.
-    const std::size_t rows = d.batch_count * m;
-    detail::gemm<T>(op_name, matrix(av, 0, rows, k), false, matrix(bv, 0, k, n), false,
-                    matrix(y, 0, rows, n), false);
-  } else {
-    for (std::size_t i = 0; i < d.batch_count; ++i) {
-      const BatchSource s = batch_source(d, i);
-      // y_i[M,N] = a_s[M,K] . b_s[K,N]
-      detail::gemm<T>(op_name, matrix(av, s.a, m, k), false, matrix(bv, s.b, k, n), false,
-                      matrix(y, i, m, n), false);
-    }
-  }
+  matmul_forward(d, tape.value(ai), tape.value(bi), y);
 
   tape.set_backward(yi, [ai, bi, d](Tape<T>& t, const xt::xarray<T>& dy) {
-    const std::size_t m = d.m, k = d.k, n = d.n;
-    const xt::xarray<T>& av = t.value(ai);
-    const xt::xarray<T>& bv = t.value(bi);
     // Claimed one after the other: for matmul(x, x) the second claim accumulates.
-    if (t.requires_grad(ai)) {
-      GradSlot<T> da = t.grad_slot(ai);
-      if (d.b_count == 1) {
-        const std::size_t rows = d.batch_count * m;
-        // da[batch*M,K] (+)= dy[batch*M,N] . b^T[N,K]
-        detail::gemm<T>(op_name, matrix(dy, 0, rows, n), false, matrix(bv, 0, k, n), true,
-                        matrix(da.buffer, 0, rows, k), da.accumulate);
-      } else {
-        if (d.batch_count == 0 && !da.accumulate) da.buffer.fill(T(0));
-        for (std::size_t i = 0; i < d.batch_count; ++i) {
-          const BatchSource s = batch_source(d, i);
-          // da_s[M,K] (+)= dy_i[M,N] . b_s^T[N,K]   (summed over the batches sharing a_s)
-          detail::gemm<T>(op_name, matrix(dy, i, m, n), false, matrix(bv, s.b, k, n), true,
-                          matrix(da.buffer, s.a, m, k), da.accumulate || !s.a_first);
-        }
-      }
-    }
-    if (t.requires_grad(bi)) {
-      GradSlot<T> db = t.grad_slot(bi);
-      if (d.b_count == 1) {
-        const std::size_t rows = d.batch_count * m;
-        // db[K,N] (+)= a^T[K,batch*M] . dy[batch*M,N]   (every batch in one sum)
-        detail::gemm<T>(op_name, matrix(av, 0, rows, k), true, matrix(dy, 0, rows, n), false,
-                        matrix(db.buffer, 0, k, n), db.accumulate);
-      } else {
-        if (d.batch_count == 0 && !db.accumulate) db.buffer.fill(T(0));
-        for (std::size_t i = 0; i < d.batch_count; ++i) {
-          const BatchSource s = batch_source(d, i);
-          // db_s[K,N] (+)= a_s^T[K,M] . dy_i[M,N]   (summed over the batches sharing b_s)
-          detail::gemm<T>(op_name, matrix(av, s.a, m, k), true, matrix(dy, i, m, n), false,
-                          matrix(db.buffer, s.b, k, n), db.accumulate || !s.b_first);
-        }
-      }
-    }
+    if (t.requires_grad(ai)) matmul_backward_a(d, dy, t.value(bi), t.grad_slot(ai));
+    if (t.requires_grad(bi)) matmul_backward_b(d, dy, t.value(ai), t.grad_slot(bi));
   });
   // Both operands of rank >= 2: da = dy . b^T, db = a^T . dy, each summed back
   // over the batch axes its operand was broadcast along. A vector operand has

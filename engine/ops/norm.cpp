@@ -22,16 +22,16 @@ namespace {
 template <class T>
 std::size_t check_norm(const char* op, const Var<T>& x, const Var<T>* weight, const Var<T>* bias,
                        double eps) {
+  const detail::Check check(op);
   const Shape& xs = x.shape();
-  if (xs.empty()) detail::fail_shape(op, "x", xs, "[..., D] (at least one axis)");
+  check.shape(!xs.empty(), "x", xs, "[..., D] (at least one axis)");
   const std::size_t d = xs.back();
   for (const auto& [name, v] : {std::pair{"weight", weight}, std::pair{"bias", bias}})
-    if (v && (v->shape().size() != 1 || v->shape()[0] != d))
-      detail::fail_shape(op, name, v->shape(),
-                         "[" + std::to_string(d) + "] to match x " + detail::shape_str(xs));
-  if (!(eps >= 0.0 && std::isfinite(eps)))
-    detail::fail_argument(op, "eps",
-                          "is " + detail::number_str(eps) + ", expected a finite value >= 0");
+    if (v)
+      check.shape(v->shape().size() == 1 && v->shape()[0] == d, name, v->shape(), "[", d,
+                  "] to match x ", xs);
+  check.argument(eps >= 0.0 && std::isfinite(eps), "eps", "is ", eps,
+                 ", expected a finite value >= 0");
   return d;
 }
 

@@ -8,11 +8,11 @@
 #include <utility>
 
 #include "../check.hpp"
-#include "../kernels/broadcast.hpp"
-#include "../kernels/reduce_plan.hpp"
 #include "elementwise.hpp"
 #include "math.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
+#include "support/reduce_plan.hpp"
 
 namespace xtgrad {
 
@@ -178,17 +178,12 @@ Var<T> var(const Var<T>& x, const std::vector<std::int64_t>& dims, std::int64_t 
   return tape.var(yi);
 }
 
+namespace {
+
+// y[o] = s + log sum_r exp(x[o, r] - s), s = max_r x[o, r] (0 when that is
+// +-inf, as torch.logsumexp): no overflow, and -inf for all -inf or nothing
 template <class T>
-Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
-  static constexpr const char* op = "logsumexp";
-  const detail::ReductionNode<T> node = detail::record_reduction(op, x, dims, keepdim);
-  Tape<T>& tape = node.tape;
-  const detail::ReducePlan& plan = node.plan;
-  const std::size_t xi = node.xi, yi = node.yi;
-  const T* xd = node.x;
-  T* yd = node.y;
-  // y[o] = s + log sum_r exp(x[o, r] - s), s = max_r x[o, r] (0 when that is
-  // +-inf, as torch.logsumexp): no overflow, and -inf for all -inf or nothing
+void logsumexp_forward(const detail::ReducePlan& plan, const T* xd, T* yd) {
   detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
     T top = -std::numeric_limits<T>::infinity();
     detail::for_each_run(
@@ -212,52 +207,63 @@ Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool ke
         });
     yd[o] = static_cast<T>(std::log(total) + shift);
   });
+}
 
-  tape.set_backward(yi, [xi, yi, plan](Tape<T>& t, const xt::xarray<T>& dy) {
-    if (!t.requires_grad(xi)) return;
-    const T* g = dy.data();
-    const T* x = t.value(xi).data();
-    const T* yv = t.value(yi).data();
-    constexpr T minus_inf = -std::numeric_limits<T>::infinity();
-    const GradSlot<T> dx = t.grad_slot(xi);
-    // dx[o, r] (+)= dy[o] * exp(x[o, r] - y[o]) (softmax); 0 where y[o] = -inf
-    if (detail::kept_inner(plan) ==
-        1) {  // runs along the reduced axes: by batches where contiguous
-      T* d = dx.buffer.data();
-      detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
-        detail::for_each_run(
-            plan, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
-              if (stride != 1 || yv[o] == minus_inf) {
-                detail::for_run(offset, count, stride, [&](std::size_t i) {
-                  const T v = yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
-                  d[i] = dx.accumulate ? d[i] + v : v;
-                });
-              } else if (dx.accumulate) {
-                detail::scaled_exp_minus<T, true>(x + offset, yv[o], T(0), g[o], T(0), d + offset,
-                                                  count);
-              } else {
-                detail::scaled_exp_minus<T, false>(x + offset, yv[o], T(0), g[o], T(0), d + offset,
-                                                   count);
-              }
-            });
-      });
-      return;
-    }
+// dx[o, r] (+)= dy[o] * exp(x[o, r] - y[o]) (softmax); 0 where y[o] = -inf
+template <class T>
+void logsumexp_backward(const detail::ReducePlan& plan, const T* g, const T* x, const T* yv,
+                        const GradSlot<T>& dx) {
+  constexpr T minus_inf = -std::numeric_limits<T>::infinity();
+  if (detail::kept_inner(plan) != 1) {
     detail::write_reduced(plan, dx, [g, x, yv, minus_inf](std::size_t o, std::size_t i) {
       return yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
     });
+    return;
+  }
+  // runs along the reduced axes: by batches where contiguous
+  T* d = dx.buffer.data();
+  detail::for_each_output(plan, [&](std::size_t o, std::size_t base) {
+    detail::for_each_run(
+        plan, base, [&](std::size_t offset, std::size_t count, std::size_t stride) {
+          if (stride != 1 || yv[o] == minus_inf) {
+            detail::for_run(offset, count, stride, [&](std::size_t i) {
+              const T v = yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
+              d[i] = dx.accumulate ? d[i] + v : v;
+            });
+          } else if (dx.accumulate) {
+            detail::scaled_exp_minus<T, true>(x + offset, yv[o], T(0), g[o], T(0), d + offset,
+                                              count);
+          } else {
+            detail::scaled_exp_minus<T, false>(x + offset, yv[o], T(0), g[o], T(0), d + offset,
+                                               count);
+          }
+        });
+  });
+}
+
+}  // namespace
+
+template <class T>
+Var<T> logsumexp(const Var<T>& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  const detail::ReductionNode<T> node = detail::record_reduction("logsumexp", x, dims, keepdim);
+  const std::size_t xi = node.xi, yi = node.yi;
+  logsumexp_forward(node.plan, node.x, node.y);
+
+  node.tape.set_backward(yi, [xi, yi, plan = node.plan](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (t.requires_grad(xi))
+      logsumexp_backward(plan, dy.data(), t.value(xi).data(), t.value(yi).data(), t.grad_slot(xi));
   });
   // dx = dy broadcast back * exp(x - y broadcast back). A row whose result is
   // -inf (its gradient 0 above, exp(-inf + inf) here) gets no rule: create_graph
   // refuses it rather than give NaN.
-  if (std::none_of(yd, yd + plan.out_size,
+  if (std::none_of(node.y, node.y + node.plan.out_size,
                    [](T v) { return v == -std::numeric_limits<T>::infinity(); }))
-    tape.set_grad_rule(yi, [axes = detail::reduced_axes(dims, x.dimension())](GradSink<T>& g) {
+    node.tape.set_grad_rule(yi, [axes = detail::reduced_axes(dims, x.dimension())](GradSink<T>& g) {
       const Shape& shape = g.input(0).shape();
       const Var<T> top = detail::unreduce(g.output(), shape, axes);
       g.add(0, mul(detail::unreduce(g.grad_output(), shape, axes), exp(sub(g.input(0), top))));
     });
-  return tape.var(yi);
+  return node.tape.var(yi);
 }
 
 template Var<float> sum(const Var<float>&);

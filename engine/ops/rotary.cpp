@@ -157,17 +157,13 @@ template <class T>
 Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta) {
   detail::common_tape<T>(op_name, {{"x", &x}});
   const Shape& shape = x.shape();
-  if (shape.size() < 2)
-    detail::fail_shape(op_name, "x", shape, "[..., T, Dh] (rank >= 2: positions, head dimension)");
+  const detail::Check check(op_name);
+  check.shape(shape.size() >= 2, "x", shape, "[..., T, Dh] (rank >= 2: positions, head dimension)");
   const std::size_t dh = shape.back();
-  if (dh % 2 != 0)
-    detail::fail_shape(
-        op_name, "x", shape,
-        "[..., T, Dh] with Dh even (the two halves are rotated together), got Dh = " +
-            std::to_string(dh));
-  if (!(std::isfinite(theta) && theta > 0.0))
-    detail::fail_argument(op_name, "theta",
-                          "is " + detail::number_str(theta) + ", expected a finite value > 0");
+  check.shape(dh % 2 == 0, "x", shape,
+              "[..., T, Dh] with Dh even (the two halves are rotated together), got Dh = ", dh);
+  check.argument(std::isfinite(theta) && theta > 0.0, "theta", "is ", theta,
+                 ", expected a finite value > 0");
   return record_rotation<false>(x, position_offset, theta);
 }
 

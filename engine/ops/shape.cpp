@@ -5,10 +5,10 @@
 
 #include "../check.hpp"
 #include "../indices.hpp"
-#include "../kernels/broadcast.hpp"
-#include "../kernels/copy.hpp"
-#include "../kernels/permute.hpp"
 #include "sum_to.hpp"
+#include "support/broadcast.hpp"
+#include "support/copy.hpp"
+#include "support/permute.hpp"
 
 namespace xtgrad {
 

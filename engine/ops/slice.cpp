@@ -6,9 +6,9 @@
 
 #include "../check.hpp"
 #include "../indices.hpp"
-#include "../kernels/axes.hpp"
-#include "../kernels/copy.hpp"
 #include "shape.hpp"
+#include "support/axes.hpp"
+#include "support/copy.hpp"
 
 namespace xtgrad {
 

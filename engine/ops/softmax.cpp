@@ -9,11 +9,11 @@
 
 #include "../check.hpp"
 #include "../indices.hpp"
-#include "../kernels/axes.hpp"
 #include "../kernels/parallel.hpp"
 #include "elementwise.hpp"
 #include "math.hpp"
 #include "reduce.hpp"
+#include "support/axes.hpp"
 
 namespace xtgrad {
 

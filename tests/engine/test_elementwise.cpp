@@ -11,8 +11,8 @@
 #include <vector>
 
 #include <xtensor/xview.hpp>
-#include <xtgrad/engine/kernels/broadcast.hpp>
 #include <xtgrad/engine/ops/elementwise.hpp>
+#include <xtgrad/engine/ops/support/broadcast.hpp>
 
 #include "support/bad_input.hpp"
 #include "support/fixtures/math_fixtures.hpp"

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "../tape.hpp"
+#include "../../tape.hpp"
 
 namespace xtgrad::detail {
 

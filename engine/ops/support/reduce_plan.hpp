@@ -23,10 +23,10 @@
 
 #include <xtensor/xstorage.hpp>
 
-#include "../check.hpp"
-#include "../errors.hpp"
-#include "../indices.hpp"
-#include "../tape.hpp"
+#include "../../check.hpp"
+#include "../../errors.hpp"
+#include "../../indices.hpp"
+#include "../../tape.hpp"
 #include "broadcast.hpp"  // sum_of
 
 namespace xtgrad::detail {

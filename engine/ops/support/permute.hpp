@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "../tape.hpp"
+#include "../../tape.hpp"
 #include "copy.hpp"
 
 namespace xtgrad::detail {

@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "../tape.hpp"
+#include "../../tape.hpp"
 
 namespace xtgrad::detail {
 

@@ -24,8 +24,8 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "../errors.hpp"
-#include "../tape.hpp"
+#include "../../errors.hpp"
+#include "../../tape.hpp"
 
 namespace xtgrad::detail {
 
