@@ -30,9 +30,18 @@ struct MatrixRef {
 // beat a one-pass kernel over dW by 1.5x and k calls of cblas_sger by 1.3-2.8x;
 // at k = 1 sger was faster, but it cannot overwrite, and zeroing dW first
 // costs more than the difference.)
+// The other float products go to the backend of gemm_backend.hpp (oneDNN's
+// matmul, onednn_gemm.hpp, or OpenBLAS), double ones to OpenBLAS.
 template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
           bool transpose_b, MatrixRef<T> c, bool accumulate);
+
+// The OpenBLAS product of gemm, for any shape gemm accepts with m, n, k > 0
+// (unchecked), whatever the backend: the reference the oneDNN path is tested
+// and measured against.
+template <class T>
+void blas_gemm(MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b, bool transpose_b,
+               MatrixRef<T> c, bool accumulate);
 
 inline constexpr std::size_t k_small_gemm_macs = 16384;
 

@@ -1,0 +1,50 @@
+#pragma once
+// Float GEMMs through oneDNN's matmul primitive (the large-product path of
+// detail::gemm when the backend is oneDNN; gemm_backend.hpp).
+//
+// One primitive per (shape, leading dimensions, transposes, accumulate,
+// precision, thread count), kept in a small per-thread LRU: a primitive's
+// creation (its kernel is generated at run time) costs far more than a
+// product of the shapes that reach here, and threads never share one, so two
+// tapes in two threads run their GEMMs concurrently without a lock.
+// Transposes are strides of the memory descriptors (nothing is copied);
+// accumulation (beta = 1) is the sum post-op. Each thread's scratchpad is
+// its own buffer (scratchpad_mode::user).
+//
+// oneDNN runs on OpenMP; every call first sets the calling thread's OpenMP
+// count to xtgrad's (threads.hpp), so that oneDNN never runs more threads
+// than set_num_threads allows.
+//
+// Weights are read in the user's layout on every call, not packed once per
+// Parameter in oneDNN's preferred layout: a Parameter's value is a public
+// array that users may write at any time, so no cache keyed on it could tell
+// a packed copy from a stale one.
+
+#include <cstddef>
+#include <string>
+
+namespace xtgrad::detail {
+
+// What a product is computed in. Every primitive is created for one, and the
+// cache keys on it: a reduced-precision product is another enumerator here
+// and another data type of the source and weights descriptors, nothing else.
+enum class MatmulPrecision : unsigned char { f32 };
+
+// True when xtgrad was built with oneDNN.
+bool onednn_compiled();
+
+// c[m, n] (+)= op(a)[m, k] . op(b)[k, n], row-major with leading dimensions
+// lda, ldb, ldc (elements between rows as stored: a is [k, lda] when
+// transposed). m, n, k > 0. std::logic_error when not built with oneDNN.
+void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
+                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                 std::size_t k, bool accumulate, MatmulPrecision precision = MatmulPrecision::f32);
+
+// "oneDNN 2.6.3 (brg:avx512_core)": the version and the implementation
+// oneDNN picks for a representative f32 product on this CPU.
+std::string onednn_info();
+
+// Primitives in the calling thread's cache (for tests).
+std::size_t onednn_cached_primitives();
+
+}  // namespace xtgrad::detail
