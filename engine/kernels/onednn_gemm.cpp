@@ -129,7 +129,7 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
                  std::size_t k, bool accumulate, MatmulPrecision precision) {
   // oneDNN reads the calling thread's OpenMP count when a primitive is
   // created (its work split) and when it runs.
-  const int threads = get_num_threads();
+  const int threads = m * n * k >= k_onednn_parallel_macs ? get_num_threads() : 1;
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   ThreadState& state = thread_state();
   Entry& entry = lookup(

@@ -13,7 +13,13 @@
 //
 // oneDNN runs on OpenMP; every call first sets the calling thread's OpenMP
 // count to xtgrad's (threads.hpp), so that oneDNN never runs more threads
-// than set_num_threads allows.
+// than set_num_threads allows, and to 1 below k_onednn_parallel_macs
+// multiply-adds. An OpenMP region waits for all its threads: on a loaded
+// 2-core host (load average 7.5), 2-thread oneDNN products of 16K to 8M
+// multiply-adds took 1.6 to 18 ms a call, against 2 to 600 us on one thread
+// (libgomp's spinning workers and descheduled ones alike; OMP_WAIT_POLICY=
+// PASSIVE cut it to 30-600 us, still slower than one thread). From 16M
+// (16 rows through a [2048, 512] weight) 2 threads ran at full speed.
 //
 // Weights are read in the user's layout on every call, not packed once per
 // Parameter in oneDNN's preferred layout: a Parameter's value is a public
@@ -29,6 +35,8 @@ namespace xtgrad::detail {
 // cache keys on it: a reduced-precision product is another enumerator here
 // and another data type of the source and weights descriptors, nothing else.
 enum class MatmulPrecision : unsigned char { f32 };
+
+inline constexpr std::size_t k_onednn_parallel_macs = std::size_t(1) << 23;
 
 // True when xtgrad was built with oneDNN.
 bool onednn_compiled();
