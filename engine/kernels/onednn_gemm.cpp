@@ -1,6 +1,6 @@
 #include "onednn_gemm.hpp"
 
-#include "../threads.hpp"
+#include "parallel.hpp"
 
 #include <stdexcept>
 
@@ -128,8 +128,10 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
                  std::size_t k, bool accumulate, MatmulPrecision precision) {
   // oneDNN reads the calling thread's OpenMP count when a primitive is
-  // created (its work split) and when it runs.
-  const int threads = m * n * k >= k_onednn_parallel_macs ? get_num_threads() : 1;
+  // created (its work split) and when it runs. One thread per
+  // k_onednn_parallel_macs, at most xtgrad's count, and one inside a job of
+  // xtgrad's pool (parallel.hpp).
+  const int threads = static_cast<int>(parallel_chunks(m * n * k, k_onednn_parallel_macs));
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   ThreadState& state = thread_state();
   Entry& entry = lookup(

@@ -13,8 +13,8 @@
 //
 // oneDNN runs on OpenMP; every call first sets the calling thread's OpenMP
 // count to xtgrad's (threads.hpp), so that oneDNN never runs more threads
-// than set_num_threads allows, and to 1 below k_onednn_parallel_macs
-// multiply-adds. An OpenMP region waits for all its threads: on a loaded
+// than set_num_threads allows: one thread per k_onednn_parallel_macs
+// multiply-adds, and one inside a job of xtgrad's pool. An OpenMP region waits for all its threads: on a loaded
 // 2-core host (load average 7.5), 2-thread oneDNN products of 16K to 8M
 // multiply-adds took 1.6 to 18 ms a call, against 2 to 600 us on one thread
 // (libgomp's spinning workers and descheduled ones alike; OMP_WAIT_POLICY=
