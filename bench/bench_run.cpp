@@ -5,6 +5,7 @@
 #include <exception>
 #include <iostream>
 
+#include <xtgrad/engine/gemm_backend.hpp>
 #include <xtgrad/engine/threads.hpp>
 
 #include "cases.hpp"  // init_openblas, init_libtorch, libtorch_set_threads
@@ -88,6 +89,7 @@ Meta describe_run(const std::string& program, const RunOptions& o, const Backend
       {"command", o.command},
       {"threads", std::to_string(o.threads)},
       {"openblas", backends.openblas},
+      {"xtgrad_gemm", gemm_backend_info()},
       {"libtorch", backends.libtorch},
       {"cpu", cpu_model()},
       {"vector_extensions", vector_extensions()},
@@ -99,8 +101,10 @@ Meta describe_run(const std::string& program, const RunOptions& o, const Backend
       {"openblas_note", openblas_note.empty() ? "none" : openblas_note},
       {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
   std::cout << program << ": " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
-            << "  OpenBLAS: " << backends.openblas << "\n  LibTorch: " << backends.libtorch
-            << " (OMP_WAIT_POLICY " << omp_wait_policy() << ")"
+            << "  OpenBLAS: " << backends.openblas
+            << "\n  xtgrad's float GEMMs: " << gemm_backend_info()
+            << "\n  LibTorch: " << backends.libtorch << " (OMP_WAIT_POLICY " << omp_wait_policy()
+            << ")"
             << "\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
             << (openblas_note.empty() ? "" : "\n  note: " + openblas_note)
             << "\n  load average at start: " << load_average()

@@ -3,6 +3,7 @@
 
 #include "activation.hpp"
 #include "checkpoint.hpp"
+#include "gemm_backend.hpp"
 #include "grad.hpp"
 #include "grad_rule.hpp"
 #include "gradcheck.hpp"

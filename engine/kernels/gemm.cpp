@@ -1,6 +1,9 @@
 #include "gemm.hpp"
 
+#include "../gemm_backend.hpp"
 #include "gemm_streaming.hpp"
+#include "onednn_gemm.hpp"
+#include "openblas_info.hpp"
 #include "parallel.hpp"
 #include "scratch.hpp"
 
@@ -11,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor-blas/xblas.hpp>
@@ -265,6 +269,20 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
     few_rows_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
     return;
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (get_gemm_backend() == GemmBackend::onednn) {
+      onednn_gemm(a.data, a.cols, transpose_a, b.data, b.cols, transpose_b, c.data, c.cols, m, n, k,
+                  accumulate);
+      return;
+    }
+    warn_if_stale_openblas();
+  }
+  blas_gemm(a, transpose_a, b, transpose_b, c, accumulate);
+}
+
+template <class T>
+void blas_gemm(MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b, bool transpose_b,
+               MatrixRef<T> c, bool accumulate) {
   using shape2 = std::array<std::size_t, 2>;
   const auto a_view =
       xt::adapt(a.data, a.rows * a.cols, xt::no_ownership(), shape2{a.rows, a.cols});
@@ -337,10 +355,12 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
   });
 }
 
-#define XTGRAD_INSTANTIATE_GEMM(T)                                                       \
-  template void gemm<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool, \
-                        MatrixRef<T>, bool);                                             \
-  template void broadcast_rows<T>(const T*, T*, std::size_t, std::size_t);               \
+#define XTGRAD_INSTANTIATE_GEMM(T)                                                             \
+  template void gemm<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,       \
+                        MatrixRef<T>, bool);                                                   \
+  template void blas_gemm<T>(MatrixRef<const T>, bool, MatrixRef<const T>, bool, MatrixRef<T>, \
+                             bool);                                                            \
+  template void broadcast_rows<T>(const T*, T*, std::size_t, std::size_t);                     \
   template void sum_rows<T>(const T*, std::size_t, std::size_t, T*, bool);
 XTGRAD_INSTANTIATE_GEMM(float)
 XTGRAD_INSTANTIATE_GEMM(double)

@@ -30,9 +30,25 @@ struct MatrixRef {
 // beat a one-pass kernel over dW by 1.5x and k calls of cblas_sger by 1.3-2.8x;
 // at k = 1 sger was faster, but it cannot overwrite, and zeroing dW first
 // costs more than the difference.)
+// The other float products go to the backend of gemm_backend.hpp (oneDNN's
+// matmul, onednn_gemm.hpp, or OpenBLAS), double ones to OpenBLAS.
+// Both loops stay ahead of oneDNN too (one thread, Zen 5, medians of
+// interleaved rounds; oneDNN's call costs about 1 us): the toy model's
+// [6, 8] . [8, 16]^T and [16, 6]^T . [6, 8] took 0.15-0.24 of oneDNN's time,
+// [64, 16] . [16, 16] 0.83-0.87; one row through a [2048, 512] weight took
+// 0.37-0.43, eight rows 0.23-0.68 (one noisy run 2.3). Sixteen rows tie
+// (0.98-1.05). Only narrow small products lose: [128, 16] . [16, 8] took
+// 3.6x oneDNN's time (the loop's column and dot forms).
 template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
           bool transpose_b, MatrixRef<T> c, bool accumulate);
+
+// The OpenBLAS product of gemm, for any shape gemm accepts with m, n, k > 0
+// (unchecked), whatever the backend: the reference the oneDNN path is tested
+// and measured against.
+template <class T>
+void blas_gemm(MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b, bool transpose_b,
+               MatrixRef<T> c, bool accumulate);
 
 inline constexpr std::size_t k_small_gemm_macs = 16384;
 

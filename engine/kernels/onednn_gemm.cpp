@@ -1,0 +1,191 @@
+#include "onednn_gemm.hpp"
+
+#include "parallel.hpp"
+
+#include <stdexcept>
+
+#if XTGRAD_HAVE_ONEDNN
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace xtgrad::detail {
+
+namespace {
+
+using dnnl::memory;
+
+struct Key {
+  std::size_t m, n, k, lda, ldb, ldc;
+  bool transpose_a, transpose_b, accumulate;
+  MatmulPrecision precision;
+  int threads;
+
+  bool operator==(const Key& o) const {
+    return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
+           transpose_a == o.transpose_a && transpose_b == o.transpose_b &&
+           accumulate == o.accumulate && precision == o.precision && threads == o.threads;
+  }
+};
+
+// A primitive with its argument memories, whose data handles are set per call.
+struct Entry {
+  Key key;
+  dnnl::matmul primitive;
+  memory a, b, c, scratchpad;
+  std::size_t scratchpad_bytes;
+};
+
+// Enough for every distinct product of a model's step (a transformer's
+// forward and backward use a few dozen shapes).
+constexpr std::size_t k_cache_entries = 64;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+memory::data_type data_type(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::f32:
+      break;
+  }
+  return memory::data_type::f32;
+}
+
+memory::dim dim(std::size_t v) {
+  return static_cast<memory::dim>(v);
+}
+
+// [rows, cols] at leading dimension ld, or its transpose (stored [cols, ld]).
+memory::desc matrix(std::size_t rows, std::size_t cols, std::size_t ld, bool transposed,
+                    memory::data_type type) {
+  return memory::desc({dim(rows), dim(cols)}, type,
+                      transposed ? memory::dims{1, dim(ld)} : memory::dims{dim(ld), 1});
+}
+
+dnnl::matmul::primitive_desc describe(const Key& key) {
+  const memory::data_type type = data_type(key.precision);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (key.accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
+  const dnnl::matmul::desc desc(matrix(key.m, key.k, key.lda, key.transpose_a, type),
+                                matrix(key.k, key.n, key.ldb, key.transpose_b, type),
+                                matrix(key.m, key.n, key.ldc, false, memory::data_type::f32));
+  return dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
+}
+
+struct ThreadState {
+  dnnl::stream stream{cpu_engine()};
+  std::vector<Entry> entries;  // most recently used first
+  std::vector<unsigned char> scratchpad;
+};
+
+ThreadState& thread_state() {
+  static thread_local ThreadState state;
+  return state;
+}
+
+// The entry for `key`, moved to the front (created, and the least recently
+// used dropped, on a miss).
+Entry& lookup(ThreadState& state, const Key& key) {
+  auto& entries = state.entries;
+  const auto found =
+      std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.key == key; });
+  if (found != entries.end()) {
+    std::rotate(entries.begin(), found, found + 1);
+    return entries.front();
+  }
+  const auto pd = describe(key);
+  const dnnl::engine& engine = cpu_engine();
+  Entry entry{key,
+              dnnl::matmul(pd),
+              memory(pd.src_desc(), engine, nullptr),
+              memory(pd.weights_desc(), engine, nullptr),
+              memory(pd.dst_desc(), engine, nullptr),
+              memory(pd.scratchpad_desc(), engine, nullptr),
+              pd.scratchpad_desc().get_size()};
+  if (entries.size() == k_cache_entries) entries.pop_back();
+  entries.insert(entries.begin(), std::move(entry));
+  return entries.front();
+}
+
+}  // namespace
+
+bool onednn_compiled() {
+  return true;
+}
+
+void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
+                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                 std::size_t k, bool accumulate, MatmulPrecision precision) {
+  // oneDNN reads the calling thread's OpenMP count when a primitive is
+  // created (its work split) and when it runs. One thread per
+  // k_onednn_parallel_macs, at most xtgrad's count, and one inside a job of
+  // xtgrad's pool (parallel.hpp).
+  const int threads = static_cast<int>(parallel_chunks(m * n * k, k_onednn_parallel_macs));
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  ThreadState& state = thread_state();
+  Entry& entry = lookup(
+      state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, threads});
+  if (state.scratchpad.size() < entry.scratchpad_bytes)
+    state.scratchpad.resize(entry.scratchpad_bytes);
+  entry.a.set_data_handle(const_cast<float*>(a));
+  entry.b.set_data_handle(const_cast<float*>(b));
+  entry.c.set_data_handle(c);
+  entry.scratchpad.set_data_handle(state.scratchpad.data());
+  // The C API takes the arguments as an array (the C++ one builds a map).
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, entry.a.get()},
+                                  {DNNL_ARG_WEIGHTS, entry.b.get()},
+                                  {DNNL_ARG_DST, entry.c.get()},
+                                  {DNNL_ARG_SCRATCHPAD, entry.scratchpad.get()}};
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(entry.primitive.get(), state.stream.get(),
+                                                 static_cast<int>(std::size(args)), args),
+                          "xtgrad: oneDNN matmul failed");
+}
+
+std::string onednn_info() {
+  const dnnl_version_t* v = dnnl_version();
+  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, MatmulPrecision::f32, 1};
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (" + describe(probe).impl_info_str() + ")";
+}
+
+std::size_t onednn_cached_primitives() {
+  return thread_state().entries.size();
+}
+
+}  // namespace xtgrad::detail
+
+#else  // built without oneDNN
+
+namespace xtgrad::detail {
+
+bool onednn_compiled() {
+  return false;
+}
+
+void onednn_gemm(const float*, std::size_t, bool, const float*, std::size_t, bool, float*,
+                 std::size_t, std::size_t, std::size_t, std::size_t, bool, MatmulPrecision) {
+  throw std::logic_error("xtgrad: onednn_gemm called in a build without oneDNN");
+}
+
+std::string onednn_info() {
+  return "oneDNN (not built)";
+}
+
+std::size_t onednn_cached_primitives() {
+  return 0;
+}
+
+}  // namespace xtgrad::detail
+
+#endif

@@ -1,0 +1,58 @@
+#pragma once
+// Float GEMMs through oneDNN's matmul primitive (the large-product path of
+// detail::gemm when the backend is oneDNN; gemm_backend.hpp).
+//
+// One primitive per (shape, leading dimensions, transposes, accumulate,
+// precision, thread count), kept in a small per-thread LRU: a primitive's
+// creation (its kernel is generated at run time) costs far more than a
+// product of the shapes that reach here, and threads never share one, so two
+// tapes in two threads run their GEMMs concurrently without a lock.
+// Transposes are strides of the memory descriptors (nothing is copied);
+// accumulation (beta = 1) is the sum post-op. Each thread's scratchpad is
+// its own buffer (scratchpad_mode::user).
+//
+// oneDNN runs on OpenMP; every call first sets the calling thread's OpenMP
+// count to xtgrad's (threads.hpp), so that oneDNN never runs more threads
+// than set_num_threads allows: one thread per k_onednn_parallel_macs
+// multiply-adds, and one inside a job of xtgrad's pool. An OpenMP region waits for all its threads: on a loaded
+// 2-core host (load average 7.5), 2-thread oneDNN products of 16K to 8M
+// multiply-adds took 1.6 to 18 ms a call, against 2 to 600 us on one thread
+// (libgomp's spinning workers and descheduled ones alike; OMP_WAIT_POLICY=
+// PASSIVE cut it to 30-600 us, still slower than one thread). From 16M
+// (16 rows through a [2048, 512] weight) 2 threads ran at full speed.
+//
+// Weights are read in the user's layout on every call, not packed once per
+// Parameter in oneDNN's preferred layout: a Parameter's value is a public
+// array that users may write at any time, so no cache keyed on it could tell
+// a packed copy from a stale one.
+
+#include <cstddef>
+#include <string>
+
+namespace xtgrad::detail {
+
+// What a product is computed in. Every primitive is created for one, and the
+// cache keys on it: a reduced-precision product is another enumerator here
+// and another data type of the source and weights descriptors, nothing else.
+enum class MatmulPrecision : unsigned char { f32 };
+
+inline constexpr std::size_t k_onednn_parallel_macs = std::size_t(1) << 23;
+
+// True when xtgrad was built with oneDNN.
+bool onednn_compiled();
+
+// c[m, n] (+)= op(a)[m, k] . op(b)[k, n], row-major with leading dimensions
+// lda, ldb, ldc (elements between rows as stored: a is [k, lda] when
+// transposed). m, n, k > 0. std::logic_error when not built with oneDNN.
+void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
+                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                 std::size_t k, bool accumulate, MatmulPrecision precision = MatmulPrecision::f32);
+
+// "oneDNN 2.6.3 (brg:avx512_core)": the version and the implementation
+// oneDNN picks for a representative f32 product on this CPU.
+std::string onednn_info();
+
+// Primitives in the calling thread's cache (for tests).
+std::size_t onednn_cached_primitives();
+
+}  // namespace xtgrad::detail
