@@ -9,7 +9,7 @@
 #include "../engine/ops/elementwise.hpp"
 #include "../engine/ops/linear.hpp"
 #include "../engine/ops/shape.hpp"
-#include "checkpoint_modules.hpp"
+#include "recompute_modules.hpp"
 
 namespace xtgrad {
 
@@ -212,15 +212,15 @@ Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache) {
   if (!cache) x = drop.forward(x);
   if (cache) {
     for (std::size_t l = 0; l < h.size(); ++l) x = h[l].forward(x, *cache, l);
-  } else if (checkpoint_every_ == 0 || !tape.grad_enabled()) {
+  } else if (recompute_every_ == 0 || !tape.grad_enabled()) {
     for (TransformerBlock<T>& block : h) x = block.forward(x);
   } else {
-    // Groups of checkpoint_every_ blocks, each under one checkpoint (gpt.hpp).
-    for (std::size_t first = 0; first < h.size(); first += checkpoint_every_) {
+    // Groups of recompute_every_ blocks, each under one recompute (gpt.hpp).
+    for (std::size_t first = 0; first < h.size(); first += recompute_every_) {
       std::vector<Module<T>*> group;
-      for (std::size_t l = first; l < std::min(first + checkpoint_every_, h.size()); ++l)
+      for (std::size_t l = first; l < std::min(first + recompute_every_, h.size()); ++l)
         group.push_back(&h[l]);
-      x = checkpoint_modules(group, x);
+      x = recompute_modules(group, x);
     }
   }
   x = std::visit([&](auto& n) { return n.forward(x); }, ln_f);

@@ -33,15 +33,15 @@
 // same seed gives the same tokens. temperature 0 is greedy (the first
 // argmax). prompt.size() + n must be <= block_size (no sliding window).
 //
-// Activation checkpointing: set_checkpoint_every(k) runs the blocks h in
+// Activation recomputation: set_recompute_every(k) runs the blocks h in
 // groups of k consecutive blocks (the last group may be shorter), each group
-// under one checkpoint (modules/checkpoint_modules.hpp), as
-// Sequential::set_checkpoint_every does: backward keeps only the groups'
+// under one recompute (modules/recompute_modules.hpp), as
+// Sequential::set_recompute_every does: backward keeps only the groups'
 // inputs and outputs ([B, T, C] each) instead of every block's attention
 // and MLP intermediates, and re-runs each group once, its dropouts with the
 // forward's masks. Gradients are those without it, bit for bit; the cost is
 // one more forward of the blocks per step. 0 (the default) turns it off; a
-// tape that does not record (infer, generate, a KvCache) never checkpoints.
+// tape that does not record (infer, generate, a KvCache) never recomputes.
 // It is a way of running, not part of the model: config(), state dicts and
 // saved weights do not record it.
 //
@@ -98,8 +98,8 @@ class GPT : public Module<T> {
                                      std::uint64_t seed = 0) const;
 
   // Checkpoint every group of k blocks (see above); 0 is off.
-  void set_checkpoint_every(std::size_t k) { checkpoint_every_ = k; }
-  std::size_t checkpoint_every() const { return checkpoint_every_; }
+  void set_recompute_every(std::size_t k) { recompute_every_ = k; }
+  std::size_t recompute_every() const { return recompute_every_; }
 
   const GPTConfig& gpt_config() const { return config_; }
   ModuleConfig config() const override;
@@ -120,7 +120,7 @@ class GPT : public Module<T> {
   Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache);
   void initialize(Generator& generator);
 
-  std::size_t checkpoint_every_ = 0;
+  std::size_t recompute_every_ = 0;
 };
 
 extern template class GPT<float>;

@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "recompute.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -12,26 +12,26 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_op = "checkpoint";
+constexpr const char* k_op = "recompute";
 
-// What the "checkpoint" node and its "checkpoint_output" nodes share: fn, the
+// What the "recompute" node and its "recompute_output" nodes share: fn, the
 // nodes of the recording (indices into the tape of the inputs), and which
 // outputs received a gradient in the current backward pass.
 template <class T>
 struct Recording {
-  CheckpointFn<T> fn;
+  RecomputeFn<T> fn;
   std::vector<std::size_t> inputs;              // the inputs' nodes, in fn's order
-  std::vector<std::size_t> outputs;             // the "checkpoint_output" nodes
+  std::vector<std::size_t> outputs;             // the "recompute_output" nodes
   std::vector<const Parameter<T>*> parameters;  // read by the first run, in order of first use
   std::vector<char> reached;                    // per output, this pass
 };
 
 // A private tape taken from this thread's free list and given back cleared:
-// Tape::clear keeps a tape's node buffers, so the next checkpoint's run
+// Tape::clear keeps a tape's node buffers, so the next recompute's run
 // records into them without allocating (or having the kernel zero fresh
 // pages), as a training loop's warm tape does. One tape per run in flight
-// (two when checkpoints nest); between runs they hold the buffers of the
-// largest fn run on this thread (release_checkpoint_tapes frees them).
+// (two when recomputes nest); between runs they hold the buffers of the
+// largest fn run on this thread (release_recompute_tapes frees them).
 template <class T>
 class PrivateTape {
  public:
@@ -95,7 +95,7 @@ void check_outputs(const Tape<T>& tape, const std::vector<Var<T>>& outputs,
   detail::fail_logic(k_op, "the re-run of fn in backward " + what +
                                "; fn must compute the same values from the same inputs (a "
                                "Dropout module must re-run with the step of its forward: "
-                               "checkpoint modules with checkpoint_modules), and Parameters must "
+                               "recompute modules with recompute_modules), and Parameters must "
                                "not change between the forward and the backward");
 }
 
@@ -127,7 +127,7 @@ void check_rerun(Tape<T>& outer, const Recording<T>& rec, const Tape<T>& rerun,
       fail_rerun("read Parameter " + detail::quoted(p->name) + ", which the forward did not");
 }
 
-// The backward rule of the "checkpoint" node: re-run fn on a recording tape,
+// The backward rule of the "recompute" node: re-run fn on a recording tape,
 // walk it back from the outputs' gradients, hand the inputs theirs.
 template <class T>
 void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
@@ -152,9 +152,9 @@ void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
   if (seeded.empty()) return;  // no gradient flows back to the inputs or Parameters
 
   // One node reading every seeded output, whose rule writes each output's
-  // gradient (d out_k = the gradient of "checkpoint_output" k on the outer
+  // gradient (d out_k = the gradient of "recompute_output" k on the outer
   // tape), so that one reverse pass serves all outputs.
-  const std::size_t root = tape.record("checkpoint_seed", parents, true);
+  const std::size_t root = tape.record("recompute_seed", parents, true);
   tape.value_mut(root).resize(Shape{0});
   Tape<T>* outer_tape = &outer;
   const Recording<T>* recording = &rec;  // both outlive this private tape
@@ -170,7 +170,7 @@ void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
         }
       });
   // An input's gradient continues the sum the reverse pass has begun on its
-  // node (from uses recorded after the checkpoint, or an earlier backward
+  // node (from uses recorded after the recompute, or an earlier backward
   // into a leaf): its private leaf starts from that sum, fn's uses are added
   // onto it in the order of the plain recording, and the total replaces the
   // node's gradient. (Not for a Parameter's node, whose Parameter::grad the
@@ -205,13 +205,13 @@ void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
 }  // namespace
 
 template <class T>
-std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
-                               const std::vector<Var<T>>& inputs) {
-  if (!fn) detail::fail_argument(k_op, "fn", "is empty; pass the function to checkpoint");
+std::vector<Var<T>> recompute(const RecomputeFn<NoDeduce<T>>& fn,
+                              const std::vector<Var<T>>& inputs) {
+  if (!fn) detail::fail_argument(k_op, "fn", "is empty; pass the function to recompute");
   if (inputs.empty())
     detail::fail_argument(k_op, "inputs",
-                          "is empty; checkpoint needs at least one input Var (its tape is the "
-                          "tape the checkpoint is recorded on)");
+                          "is empty; recompute needs at least one input Var (its tape is the "
+                          "tape the recompute is recorded on)");
   Tape<T>& outer = inputs[0].tape_for(k_op, "inputs[0]");
   for (std::size_t k = 1; k < inputs.size(); ++k)
     outer.check_owns(inputs[k], k_op, ("inputs[" + std::to_string(k) + "]").c_str());
@@ -236,7 +236,7 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
     parents.push_back(x.index());
     requires_grad = requires_grad || x.requires_grad();
   }
-  // The Parameters fn reads, as parents of the checkpoint: the recording
+  // The Parameters fn reads, as parents of the recompute: the recording
   // then shows it as their reader (see the header). Their gradients are
   // written by the re-run's own "param" nodes, never through these.
   for (const Parameter<T>* p : rec->parameters)
@@ -251,7 +251,7 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
   rec->reached.assign(outputs.size(), 0);
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const std::size_t from = outputs[k].index();
-    const std::size_t yi = outer.record("checkpoint_output", {core}, requires_grad);
+    const std::size_t yi = outer.record("recompute_output", {core}, requires_grad);
     xt::xarray<T>& y = outer.value_mut(yi);
     // The private tape is cleared: move its values out, except a Parameter's
     // (which is p.value) and one an earlier output took already (copied).
@@ -280,29 +280,29 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
 }
 
 template <class T>
-Var<T> checkpoint(const std::function<Var<NoDeduce<T>>(const Var<NoDeduce<T>>&)>& fn,
-                  const Var<T>& x) {
-  if (!fn) detail::fail_argument(k_op, "fn", "is empty; pass the function to checkpoint");
-  const CheckpointFn<T> wrapped = [fn](const std::vector<Var<T>>& in) {
+Var<T> recompute(const std::function<Var<NoDeduce<T>>(const Var<NoDeduce<T>>&)>& fn,
+                 const Var<T>& x) {
+  if (!fn) detail::fail_argument(k_op, "fn", "is empty; pass the function to recompute");
+  const RecomputeFn<T> wrapped = [fn](const std::vector<Var<T>>& in) {
     return std::vector<Var<T>>{fn(in[0])};
   };
-  return checkpoint<T>(wrapped, std::vector<Var<T>>{x})[0];
+  return recompute<T>(wrapped, std::vector<Var<T>>{x})[0];
 }
 
 template <class T>
-void release_checkpoint_tapes() {
+void release_recompute_tapes() {
   PrivateTape<T>::free_tapes().clear();
 }
 
-template void release_checkpoint_tapes<float>();
-template void release_checkpoint_tapes<double>();
-template std::vector<Var<float>> checkpoint<float>(const CheckpointFn<float>&,
-                                                   const std::vector<Var<float>>&);
-template std::vector<Var<double>> checkpoint<double>(const CheckpointFn<double>&,
-                                                     const std::vector<Var<double>>&);
-template Var<float> checkpoint<float>(const std::function<Var<float>(const Var<float>&)>&,
-                                      const Var<float>&);
-template Var<double> checkpoint<double>(const std::function<Var<double>(const Var<double>&)>&,
-                                        const Var<double>&);
+template void release_recompute_tapes<float>();
+template void release_recompute_tapes<double>();
+template std::vector<Var<float>> recompute<float>(const RecomputeFn<float>&,
+                                                  const std::vector<Var<float>>&);
+template std::vector<Var<double>> recompute<double>(const RecomputeFn<double>&,
+                                                    const std::vector<Var<double>>&);
+template Var<float> recompute<float>(const std::function<Var<float>(const Var<float>&)>&,
+                                     const Var<float>&);
+template Var<double> recompute<double>(const std::function<Var<double>(const Var<double>&)>&,
+                                       const Var<double>&);
 
 }  // namespace xtgrad
