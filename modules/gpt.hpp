@@ -31,7 +31,8 @@
 // threshold in nanoGPT), softmaxes in double and draws by inverse CDF with
 // u = the top 53 bits of a Generator (init.hpp) seeded with `seed` / 2^53; the
 // same seed gives the same tokens. temperature 0 is greedy (the first
-// argmax). prompt.size() + n must be <= block_size (no sliding window).
+// argmax; sampling.hpp). prompt.size() + n must be <= block_size (no
+// sliding window).
 //
 // Activation recomputation: set_recompute_every(k) runs the blocks h in
 // groups of k consecutive blocks (the last group may be shorter), each group
@@ -58,6 +59,7 @@
 #include <variant>
 #include <vector>
 
+#include "../engine/errors.hpp"
 #include "../engine/indices.hpp"
 #include "embedding.hpp"
 #include "transformer_block.hpp"
@@ -97,7 +99,7 @@ class GPT : public Module<T> {
                                      std::optional<std::size_t> top_k = std::nullopt,
                                      std::uint64_t seed = 0) const;
 
-  // Checkpoint every group of k blocks (see above); 0 is off.
+  // Recompute every group of k blocks (see above); 0 is off.
   void set_recompute_every(std::size_t k) { recompute_every_ = k; }
   std::size_t recompute_every() const { return recompute_every_; }
 
@@ -116,8 +118,11 @@ class GPT : public Module<T> {
                           typename Module<T>::NamedParameters& out) override;
 
  private:
-  void check_tokens(const char* owner, const Indices& tokens, std::size_t past) const;
+  void check_tokens(const detail::Check& check, const Indices& tokens, std::size_t past) const;
+  void check_cache(const detail::Check& check, const KvCache<T>& cache, std::size_t batch) const;
   Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache);
+  Var<T> embed(Tape<T>& tape, const Indices& tokens, std::size_t past);
+  Var<T> run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache);
   void initialize(Generator& generator);
 
   std::size_t recompute_every_ = 0;
