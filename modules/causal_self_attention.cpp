@@ -170,7 +170,7 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::
     heads.q = apply_rotary(heads.q, past, options_.rope_theta);
     heads.k = apply_rotary(heads.k, past, options_.rope_theta);
   }
-  cache.append(layer, heads.k.value(), heads.v.value());
+  cache.store(layer, heads.k.value(), heads.v.value());  // [B, Hkv, T, Dh], checked above
   const Var<T> keys = tape.leaf(cache.keys(layer), false);
   const Var<T> values = tape.leaf(cache.values(layer), false);
   // Row i (position past + i) sees positions 0 .. past + i: tril with diagonal `past`.

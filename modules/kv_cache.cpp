@@ -46,8 +46,13 @@ void KvCache<T>::append(std::size_t layer, const xt::xarray<T>& k, const xt::xar
                     a->shape()[3] == head_dim_,
                 name, a->shape(), "[", batch_, ", ", n_kv_heads_, ", T, ", head_dim_, "]");
   check.shape(k.shape() == v.shape(), "v", v.shape(), k.shape(), " (k's)");
+  check_append(check.function(), layer, k.shape()[2]);
+  store(layer, k, v);
+}
+
+template <class T>
+void KvCache<T>::store(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v) {
   const std::size_t t_new = k.shape()[2];
-  check_append(check.function(), layer, t_new);
   const std::size_t start = length_[layer];
   for (std::size_t b = 0; b < batch_; ++b)
     for (std::size_t h = 0; h < n_kv_heads_; ++h) {
