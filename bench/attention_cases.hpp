@@ -62,7 +62,7 @@ struct GptStepParts {
 
 Runner xtgrad_attention(const AttentionShape& shape);
 // modules/gpt.hpp's GPT<float> with optim::AdamW over all its parameters;
-// checkpoint_every: GPT::set_checkpoint_every (0: off).
+// checkpoint_every: GPT::set_recompute_every (0: off).
 Runner xtgrad_gpt_step(const GptShape& shape);
 GptStepParts xtgrad_gpt_step_parts(const GptShape& shape, std::size_t checkpoint_every);
 

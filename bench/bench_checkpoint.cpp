@@ -106,7 +106,7 @@ Result run_mlp(const Config& c, std::size_t every) {
   o.dropout = 0.1;
   for (std::size_t k = 0; k < c.blocks; ++k)
     net.template emplace_back<PreNormResidual<T>>(c.d, c.hidden, o, g);
-  net.set_checkpoint_every(every);
+  net.set_recompute_every(every);
   xt::xarray<T> x = xt::xarray<T>::from_shape({c.tokens, c.d});
   std::mt19937 rng(2);
   std::normal_distribution<double> normal;

@@ -68,7 +68,7 @@ std::shared_ptr<GptState> make_state(const GptShape& shape, std::size_t checkpoi
   Generator generator(k_seed);
   state->model = std::make_unique<GPT<float>>(config, generator);
   state->model->train(true);
-  state->model->set_checkpoint_every(checkpoint_every);
+  state->model->set_recompute_every(checkpoint_every);
   state->optimizer.emplace(state->model->parameters(),
                            optim::AdamWOptions(k_gpt_lr).weight_decay(k_gpt_weight_decay));
   state->tokens = random_tokens({shape.batch, shape.tokens}, shape.vocab_size, k_seed + 1);

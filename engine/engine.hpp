@@ -2,7 +2,6 @@
 // Everything in engine/: the tape, the ops, gradcheck, graph export and the profiler.
 
 #include "activation.hpp"
-#include "checkpoint.hpp"
 #include "gemm_backend.hpp"
 #include "grad.hpp"
 #include "grad_rule.hpp"
@@ -33,5 +32,6 @@
 #include "ops/softmax.hpp"
 #include "parameter.hpp"
 #include "profiler.hpp"
+#include "recompute.hpp"
 #include "tape.hpp"
 #include "threads.hpp"

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "create_graph.hpp"
 #include "errors.hpp"
-#include "graph_pass.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
 
@@ -46,47 +46,38 @@ std::vector<std::vector<std::size_t>> input_nodes(Tape<T>& tape,
   return nodes;
 }
 
-}  // namespace
-
+// The output nodes (roots), after checking each output and grad_outputs.
 template <class T>
-std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
-                         const std::vector<GradInput<T>>& inputs, const GradOptions<T>& options) {
-  static constexpr const char* fn = "grad";
-  using Pass = detail::GraphPass<T>;
-  if (outputs.empty()) detail::fail_argument(fn, "outputs", "is empty, expected at least one Var");
-  if (inputs.empty()) detail::fail_argument(fn, "inputs", "is empty, expected at least one input");
+std::vector<std::size_t> checked_roots(const detail::Check& check, Tape<T>& tape,
+                                       const std::vector<Var<T>>& outputs,
+                                       const std::vector<xt::xarray<T>>& given) {
   std::vector<std::size_t> roots;
-  std::size_t top = 0;
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const std::string name = nth("outputs", k);
-    tape.check_owns(outputs[k], fn, name.c_str());
-    if (!outputs[k].requires_grad())
-      detail::fail_logic(fn, "argument " + detail::quoted(name) +
-                                 " does not require a gradient (no input of it requires one)");
+    tape.check_owns(outputs[k], check.function(), name.c_str());
+    check.logic(outputs[k].requires_grad(), "argument ", detail::quoted(name),
+                " does not require a gradient (no input of it requires one)");
     roots.push_back(outputs[k].index());
-    top = std::max(top, outputs[k].index());
   }
-  const std::vector<xt::xarray<T>>& given = options.grad_outputs;
-  if (!given.empty() && given.size() != outputs.size())
-    detail::fail_argument(fn, "grad_outputs",
-                          "has " + std::to_string(given.size()) + " entries, expected " +
-                              std::to_string(outputs.size()) + " (one per output) or none");
+  check.argument(given.empty() || given.size() == outputs.size(), "grad_outputs", "has ",
+                 given.size(), " entries, expected ", outputs.size(), " (one per output) or none");
   for (std::size_t k = 0; k < outputs.size(); ++k) {
-    if (given.empty() && outputs[k].size() != 1)
-      detail::fail_argument(fn, nth("outputs", k),
-                            "has shape " + detail::shape_str(outputs[k].shape()) +
-                                "; an output of more than one element needs grad_outputs");
-    if (!given.empty() && given[k].shape() != outputs[k].shape())
-      detail::fail_shape(fn, nth("grad_outputs", k), given[k].shape(),
-                         detail::shape_str(outputs[k].shape()) + " (the shape of outputs[" +
-                             std::to_string(k) + "])");
+    check.argument(!given.empty() || outputs[k].size() == 1, nth("outputs", k).c_str(),
+                   "has shape ", outputs[k].shape(),
+                   "; an output of more than one element needs grad_outputs");
+    check.shape(given.empty() || given[k].shape() == outputs[k].shape(),
+                nth("grad_outputs", k).c_str(),
+                given.empty() ? outputs[k].shape() : given[k].shape(), outputs[k].shape(),
+                " (the shape of outputs[", k, "])");
   }
-  const std::vector<std::vector<std::size_t>> nodes = input_nodes(tape, inputs);
-  Pass::check_params(tape, top, fn);
+  return roots;
+}
 
-  // wanted: requires a gradient and leads to an input (a forward scan);
-  // reached: a gradient of the outputs flows into it (a reverse scan).
-  std::vector<char> wanted(top + 1, 0), reached(top + 1, 0);
+// wanted: node i requires a gradient and leads to an input (a forward scan).
+template <class T>
+std::vector<char> wanted_nodes(const Tape<T>& tape, std::size_t top,
+                               const std::vector<std::vector<std::size_t>>& nodes) {
+  std::vector<char> wanted(top + 1, 0);
   for (const auto& list : nodes)
     for (const std::size_t i : list)
       if (i <= top) wanted[i] = 1;
@@ -95,53 +86,74 @@ std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
     for (std::size_t k = 0; k < tape.node_parent_count(i) && !wanted[i]; ++k)
       wanted[i] = wanted[tape.node_parent(i, k)];
   }
+  return wanted;
+}
+
+// Refuses an input that no gradient of the roots reaches (a reverse scan),
+// unless allow_unused.
+template <class T>
+void check_used(const detail::Check& check, const Tape<T>& tape,
+                const std::vector<std::size_t>& roots, const std::vector<char>& wanted,
+                const std::vector<std::vector<std::size_t>>& nodes, bool allow_unused) {
+  const std::size_t top = wanted.size() - 1;
+  std::vector<char> reached(top + 1, 0);
   for (const std::size_t r : roots) reached[r] = 1;
   for (std::size_t i = top + 1; i-- > 0;) {
     if (!reached[i] || !wanted[i]) continue;
     for (std::size_t k = 0; k < tape.node_parent_count(i); ++k) reached[tape.node_parent(i, k)] = 1;
   }
-  std::vector<char> used(inputs.size(), 0);
-  for (std::size_t k = 0; k < inputs.size(); ++k) {
-    for (const std::size_t i : nodes[k]) used[k] = used[k] || (i <= top && reached[i] && wanted[i]);
-    if (!used[k] && !options.allow_unused)
-      detail::fail_argument(fn, nth("inputs", k),
-                            "is not used to compute the outputs (no gradient reaches it); pass "
-                            "allow_unused = true to get zeros for it");
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    bool used = false;
+    for (const std::size_t i : nodes[k]) used = used || (i <= top && reached[i] && wanted[i]);
+    check.argument(used || allow_unused, nth("inputs", k).c_str(),
+                   "is not used to compute the outputs (no gradient reaches it); pass "
+                   "allow_unused = true to get zeros for it");
   }
-  Pass pass(tape, top, std::move(wanted));
-  if (options.create_graph) pass.check_rules(fn, roots);
+}
 
-  // Nothing was changed so far.
-  std::vector<Var<T>> out;
-  out.reserve(inputs.size());
-  auto zeros_for = [&](std::size_t k) {
+}  // namespace
+
+template <class T>
+std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
+                         const std::vector<GradInput<T>>& inputs, const GradOptions<T>& options) {
+  using Pass = detail::GraphPass<T>;
+  const detail::Check check("grad");
+  check.argument(!outputs.empty(), "outputs", "is empty, expected at least one Var");
+  check.argument(!inputs.empty(), "inputs", "is empty, expected at least one input");
+  const std::vector<xt::xarray<T>>& given = options.grad_outputs;
+  const std::vector<std::size_t> roots = checked_roots(check, tape, outputs, given);
+  const std::size_t top = *std::max_element(roots.begin(), roots.end());
+  const std::vector<std::vector<std::size_t>> nodes = input_nodes(tape, inputs);
+  Pass::check_params(tape, top, check.function());
+  std::vector<char> wanted = wanted_nodes(tape, top, nodes);
+  check_used(check, tape, roots, wanted, nodes, options.allow_unused);
+  Pass pass(tape, top, std::move(wanted));
+  if (options.create_graph) pass.check_rules(check.function(), roots);
+
+  // Nothing was changed so far. Each output's seed: grad_outputs[k], or ones.
+  const auto seed = [&](std::size_t k) {
+    return given.empty() ? xt::xarray<T>(xt::ones<T>(outputs[k].shape())) : given[k];
+  };
+  const auto zeros_for = [&](std::size_t k) {
     const Shape shape =
         inputs[k].param() ? inputs[k].param()->value.shape() : inputs[k].var()->shape();
     return tape.leaf(xt::xarray<T>(xt::zeros<T>(shape)), false);
   };
+  std::vector<Var<T>> out;
   if (!options.create_graph) {
-    std::vector<const xt::xarray<T>*> seeds;
     std::vector<xt::xarray<T>> ones;
-    ones.reserve(outputs.size());
-    for (std::size_t k = 0; k < outputs.size(); ++k) {
-      if (!given.empty()) {
-        seeds.push_back(&given[k]);
-        continue;
-      }
-      ones.push_back(xt::ones<T>(outputs[k].shape()));
-      seeds.push_back(&ones.back());
-    }
+    ones.reserve(outputs.size());  // stable addresses
+    std::vector<const xt::xarray<T>*> seeds;
+    for (std::size_t k = 0; k < outputs.size(); ++k)
+      seeds.push_back(given.empty() ? &ones.emplace_back(seed(k)) : &given[k]);
     const auto values = pass.first_order(roots, seeds, nodes);
     for (std::size_t k = 0; k < inputs.size(); ++k)
       out.push_back(values[k] ? tape.leaf(*values[k], false) : zeros_for(k));
     return out;
   }
   detail::EnableGradGuard<T> recording(tape);
-  for (std::size_t k = 0; k < outputs.size(); ++k) {
-    const Var<T> seed =
-        tape.leaf(given.empty() ? xt::xarray<T>(xt::ones<T>(outputs[k].shape())) : given[k], false);
-    pass.accumulate(roots[k], seed, roots[k]);
-  }
+  for (std::size_t k = 0; k < outputs.size(); ++k)
+    pass.accumulate(roots[k], tape.leaf(seed(k), false), roots[k]);
   pass.run();
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     std::optional<Var<T>> sum;

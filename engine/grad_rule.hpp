@@ -35,7 +35,7 @@ class Var;
 
 namespace detail {
 template <class T>
-struct GraphPass;  // the create_graph pass (tape_graph.cpp)
+struct GraphPass;  // the create_graph pass (create_graph.hpp)
 }  // namespace detail
 
 // What a GradRule sees of its node during a create_graph pass.

@@ -231,8 +231,8 @@ class Tape {
   const Parameter<T>* node_param(std::size_t index) const { return node_at(index).param; }
   // Whether node index holds a gradient, i.e. grad_slot(index) would
   // accumulate: a leaf or Parameter since its last zero_grad, another node
-  // since the start of the current (or last) backward pass. checkpoint
-  // (checkpoint.hpp) reads it to continue an input's sum in the same order.
+  // since the start of the current (or last) backward pass. recompute
+  // (recompute.hpp) reads it to continue an input's sum in the same order.
   bool node_has_grad(std::size_t index) const {
     const Node& node = node_at(index);
     return node.param ? node.param->has_grad : node.grad_ready;

@@ -1,6 +1,7 @@
 // The header dict of a .npy file: a Python dict literal such as
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 // parsed strictly, without evaluating anything.
+#include "npy_dict.hpp"
 
 #include <cstddef>
 #include <limits>
@@ -8,7 +9,8 @@
 #include <vector>
 
 #include "../engine/errors.hpp"
-#include "npy_detail.hpp"
+#include "npy_format.hpp"
+#include "npy_reader.hpp"
 
 namespace xtgrad::detail {
 
@@ -21,9 +23,9 @@ constexpr std::size_t k_max_quoted_header = 200;
 // 'fortran_order' (True / False) and 'shape' (a tuple of non-negative ints),
 // in any order, each once; Python's whitespace and trailing commas; nothing
 // but whitespace after the closing brace.
-class HeaderParser {
+class NpyHeaderParser {
  public:
-  HeaderParser(const InputFile& file, const std::string& text) : file_(file), text_(text) {}
+  NpyHeaderParser(const InputFile& file, const std::string& text) : file_(file), text_(text) {}
 
   void parse(NpyHeader& header) {
     bool has_descr = false, has_order = false, has_shape = false;
@@ -166,7 +168,7 @@ class HeaderParser {
 }  // namespace
 
 void parse_npy_dict(const InputFile& file, const std::string& text, NpyHeader& header) {
-  HeaderParser(file, text).parse(header);
+  NpyHeaderParser(file, text).parse(header);
 }
 
 }  // namespace xtgrad::detail

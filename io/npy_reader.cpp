@@ -1,6 +1,7 @@
 // Reading .npy files: the preamble, the header checks (dtype, sizes against
 // the file, the limits stated in npy.hpp) and the data. The header dict
 // itself is parsed in npy_dict.cpp.
+#include "npy_reader.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -9,7 +10,8 @@
 #include <type_traits>
 
 #include "../engine/errors.hpp"
-#include "npy_detail.hpp"
+#include "npy_dict.hpp"
+#include "npy_writer.hpp"
 
 namespace xtgrad {
 
@@ -88,85 +90,92 @@ void fail_npy_content(const InputFile& file, const std::string& what) {
   fail_value(file.function, file.context + "file " + path_str(file.path) + ": " + what);
 }
 
-std::string npy_shape_tuple(const std::vector<std::size_t>& shape) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  if (shape.size() == 1) out += ",";
-  return out + ")";
-}
+namespace {
 
-NpyHeader parse_npy_header(InputFile& file) {
-  const std::size_t size = file.size;
-  if (size < k_npy_preamble_size)
-    fail_npy_content(file, "has " + std::to_string(size) +
-                               " bytes, too short for a .npy file (at least " +
-                               std::to_string(k_npy_preamble_size + 2) + " expected)");
+// The magic and the version; returns the major version (1, 2 or 3).
+unsigned read_preamble(InputFile& file) {
+  check_npy_content(file.size >= k_npy_preamble_size, file, "has ", file.size,
+                    " bytes, too short for a .npy file (at least ", k_npy_preamble_size + 2,
+                    " expected)");
   unsigned char preamble[k_npy_preamble_size];
   read_exact(file, preamble, k_npy_preamble_size);
-  if (std::memcmp(preamble, k_npy_magic, k_npy_magic_size) != 0)
-    fail_npy_content(file,
-                     "is not a .npy file: it starts with \"" +
-                         escaped(std::string(reinterpret_cast<char*>(preamble), k_npy_magic_size)) +
-                         "\", expected the magic \"\\x93NUMPY\"");
+  check_npy_content(std::memcmp(preamble, k_npy_magic, k_npy_magic_size) == 0, file,
+                    "is not a .npy file: it starts with \"",
+                    escaped(std::string(reinterpret_cast<char*>(preamble), k_npy_magic_size)),
+                    "\", expected the magic \"\\x93NUMPY\"");
   const unsigned major = preamble[6], minor = preamble[7];
-  if (major < 1 || major > 3 || minor != 0)
-    fail_npy_content(file, "unsupported .npy format version " + std::to_string(major) + "." +
-                               std::to_string(minor) + ", expected 1.0, 2.0 or 3.0");
+  check_npy_content(major >= 1 && major <= 3 && minor == 0, file,
+                    "unsupported .npy format version ", major, ".", minor,
+                    ", expected 1.0, 2.0 or 3.0");
+  return major;
+}
 
-  // Version 1.0 stores the header length as uint16, 2.0 and 3.0 as uint32 (little-endian).
-  const std::size_t length_bytes = major == 1 ? 2 : 4;
-  if (size < k_npy_preamble_size + length_bytes)
-    fail_npy_content(file, "has " + std::to_string(size) +
-                               " bytes, too short for the header length of a version " +
-                               std::to_string(major) + ".0 file");
+// The header length is a uint16 in version 1.0, a uint32 in 2.0 and 3.0 (little-endian).
+std::size_t length_field_bytes(unsigned major) {
+  return major == 1 ? 2 : 4;
+}
+
+std::size_t read_header_length(InputFile& file, unsigned major) {
+  const std::size_t length_bytes = length_field_bytes(major);
+  check_npy_content(file.size >= k_npy_preamble_size + length_bytes, file, "has ", file.size,
+                    " bytes, too short for the header length of a version ", major, ".0 file");
   unsigned char length_field[4] = {0, 0, 0, 0};
   read_exact(file, length_field, length_bytes);
   std::size_t header_length = 0;
   for (std::size_t i = length_bytes; i-- > 0;) header_length = header_length << 8 | length_field[i];
   const std::size_t data_offset = k_npy_preamble_size + length_bytes + header_length;
-  if (header_length > k_max_header_bytes)
-    fail_npy_content(file, "header length " + std::to_string(header_length) +
-                               " exceeds the limit of " + std::to_string(k_max_header_bytes) +
-                               " bytes");
-  if (data_offset > size)
-    fail_npy_content(file, "header length " + std::to_string(header_length) +
-                               " runs past the end of the file (the header would end at byte " +
-                               std::to_string(data_offset) + ", the file has " +
-                               std::to_string(size) + " bytes)");
+  check_npy_content(header_length <= k_max_header_bytes, file, "header length ", header_length,
+                    " exceeds the limit of ", k_max_header_bytes, " bytes");
+  check_npy_content(data_offset <= file.size, file, "header length ", header_length,
+                    " runs past the end of the file (the header would end at byte ", data_offset,
+                    ", the file has ", file.size, " bytes)");
+  return header_length;
+}
 
-  std::string text(header_length, '\0');
-  read_exact(file, text.data(), header_length);
-  NpyHeader header;
-  parse_npy_dict(file, text, header);
-  header.data_offset = data_offset;
-
-  // descr: an optional byte order ('<' little, '>' big, '|' not applicable,
-  // '=' native) and the type code f4 or f8.
+// descr: an optional byte order ('<' little, '>' big, '|' not applicable,
+// '=' native) and the type code f4 or f8. Sets header.dtype; returns the
+// element size.
+std::size_t parse_descr(const InputFile& file, NpyHeader& header) {
   const std::string& descr = header.descr;
   const std::size_t code = descr.size() == 3 ? 1 : 0;
   const bool order_ok = code == 0 || std::string("<>|=").find(descr[0]) != std::string::npos;
   const std::string type_code = descr.substr(code);
-  if ((descr.size() != 2 && descr.size() != 3) || !order_ok ||
-      (type_code != "f4" && type_code != "f8"))
-    fail_npy_content(file, "unsupported dtype descr " + quoted(escaped(descr)) +
-                               ", expected float32 ('<f4') or float64 ('<f8') in any byte order");
+  check_npy_content((descr.size() == 2 || descr.size() == 3) && order_ok &&
+                        (type_code == "f4" || type_code == "f8"),
+                    file, "unsupported dtype descr ", quoted(escaped(descr)),
+                    ", expected float32 ('<f4') or float64 ('<f8') in any byte order");
   header.dtype = type_code == "f4" ? "float32" : "float64";
-  const std::size_t item_size = type_code == "f4" ? 4 : 8;
+  return type_code == "f4" ? 4 : 8;
+}
 
+// The data after the header must be exactly the declared elements.
+void check_data_size(const InputFile& file, const NpyHeader& header, std::size_t item_size) {
+  const std::size_t expected_bytes = header.size * item_size;
+  const std::size_t actual_bytes = file.size - header.data_offset;
+  if (actual_bytes == expected_bytes) return;
+  const std::string declared = "the header declares shape " + npy_shape_tuple(header.shape) +
+                               " of " + header.dtype + " (" + std::to_string(header.size) +
+                               " elements, " + std::to_string(expected_bytes) + " bytes)";
+  check_npy_content(actual_bytes > expected_bytes, file, "is truncated: ", declared, " but only ",
+                    actual_bytes, " data bytes follow the header");
+  fail_npy_content(file, "has trailing data: " + declared + " but " + std::to_string(actual_bytes) +
+                             " data bytes follow the header");
+}
+
+}  // namespace
+
+NpyHeader parse_npy_header(InputFile& file) {
+  const unsigned major = read_preamble(file);
+  const std::size_t header_length = read_header_length(file, major);
+  std::string text(header_length, '\0');
+  read_exact(file, text.data(), header_length);
+  NpyHeader header;
+  parse_npy_dict(file, text, header);
+  header.data_offset = k_npy_preamble_size + length_field_bytes(major) + header_length;
+  const std::size_t item_size = parse_descr(file, header);
   // Size checks before anything of that size is allocated.
   header.size = checked_size(file, header, item_size);
-  const std::size_t expected_bytes = header.size * item_size;
-  const std::size_t actual_bytes = size - data_offset;
-  if (actual_bytes != expected_bytes) {
-    const std::string declared = "the header declares shape " + npy_shape_tuple(header.shape) +
-                                 " of " + header.dtype + " (" + std::to_string(header.size) +
-                                 " elements, " + std::to_string(expected_bytes) + " bytes)";
-    if (actual_bytes < expected_bytes)
-      fail_npy_content(file, "is truncated: " + declared + " but only " +
-                                 std::to_string(actual_bytes) + " data bytes follow the header");
-    fail_npy_content(file, "has trailing data: " + declared + " but " +
-                               std::to_string(actual_bytes) + " data bytes follow the header");
-  }
+  check_data_size(file, header, item_size);
   return header;
 }
 

@@ -1,5 +1,6 @@
 // Writing .npy files: the header exactly as numpy formats it, the elements,
 // and save_npy's atomic replace.
+#include "npy_writer.hpp"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "../engine/errors.hpp"
-#include "npy_detail.hpp"
+#include "files.hpp"
 
 namespace xtgrad {
 
@@ -39,6 +40,13 @@ std::string npy_header(const std::vector<std::size_t>& shape) {
 }  // namespace
 
 namespace detail {
+
+std::string npy_shape_tuple(const std::vector<std::size_t>& shape) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) out += ",";
+  return out + ")";
+}
 
 template <class T>
 void write_npy_file(const fs::path& path, const xt::xarray<T>& array, const std::string& function) {

@@ -15,6 +15,7 @@
 // takes a NUL byte for the end of its input, so the text is parsed only up
 // to its first NUL, and a NUL there is refused as trailing content (after the
 // object) or as a NUL inside it; either way the message gives the offset.
+#include "safetensors_header.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -88,9 +89,9 @@ std::size_t object_end(const std::string& text) {
                              std::to_string(text->size()) + " bytes)");
 }
 
-class HeaderParser {
+class SafetensorsHeaderParser {
  public:
-  HeaderParser(const InputFile& file, SafetensorsHeader& out) : file_(file), out_(out) {}
+  SafetensorsHeaderParser(const InputFile& file, SafetensorsHeader& out) : file_(file), out_(out) {}
 
   // The SAX interface of nlohmann::json.
   bool null() { return value("null"); }
@@ -274,7 +275,7 @@ SafetensorsHeader parse_safetensors_json(const InputFile& file, const std::strin
     fail_safetensors(file, "header does not start with '{' (it starts with " +
                                quoted(escaped(text, 16)) + "), expected a JSON object");
   SafetensorsHeader header;
-  HeaderParser parser(file, header);
+  SafetensorsHeaderParser parser(file, header);
   const std::size_t nul = text.find('\0');
   parser.set_text(text, nul);
   // strict: nothing but whitespace may follow the object (the padding).

@@ -1,4 +1,5 @@
-// CausalSelfAttention (attention.hpp): GPT-2's and LLaMA's decoder attention.
+// CausalSelfAttention (causal_self_attention.hpp): GPT-2's and LLaMA's decoder attention.
+#include "causal_self_attention.hpp"
 
 #include <cmath>
 #include <string>
@@ -8,7 +9,6 @@
 #include "../engine/ops/rotary.hpp"
 #include "../engine/ops/shape.hpp"
 #include "../engine/ops/slice.hpp"
-#include "attention.hpp"
 
 namespace xtgrad {
 
@@ -22,26 +22,20 @@ constexpr double k_init_std = 0.02;
 CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOptions options) {
   detail::check_positive_size(k_owner, "n_embd", n_embd);
   detail::check_positive_size(k_owner, "n_heads", options.n_heads);
-  if (n_embd % options.n_heads != 0)
-    detail::fail_argument(k_owner, "n_heads",
-                          "is " + std::to_string(options.n_heads) +
-                              ", which does not divide n_embd " + std::to_string(n_embd));
+  const detail::Check check(k_owner);
+  check.argument(n_embd % options.n_heads == 0, "n_heads", "is ", options.n_heads,
+                 ", which does not divide n_embd ", n_embd);
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   detail::check_positive_size(k_owner, "n_kv_heads", *options.n_kv_heads);
-  if (options.n_heads % *options.n_kv_heads != 0)
-    detail::fail_argument(k_owner, "n_kv_heads",
-                          "is " + std::to_string(*options.n_kv_heads) +
-                              ", which does not divide n_heads " + std::to_string(options.n_heads));
-  if (options.layout != AttentionLayout::gpt2 && options.layout != AttentionLayout::llama)
-    detail::fail_argument(k_owner, "layout", "is not gpt2 or llama");
-  if (options.rotary && (n_embd / options.n_heads) % 2 != 0)
-    detail::fail_argument(k_owner, "rotary",
-                          "needs an even head size, but n_embd / n_heads is " +
-                              std::to_string(n_embd / options.n_heads));
-  if (!(options.rope_theta > 0.0 && std::isfinite(options.rope_theta)))
-    detail::fail_argument(
-        k_owner, "rope_theta",
-        "is " + detail::number_str(options.rope_theta) + ", expected a finite theta > 0");
+  check.argument(options.n_heads % *options.n_kv_heads == 0, "n_kv_heads", "is ",
+                 *options.n_kv_heads, ", which does not divide n_heads ", options.n_heads);
+  check.argument(
+      options.layout == AttentionLayout::gpt2 || options.layout == AttentionLayout::llama, "layout",
+      "is not gpt2 or llama");
+  check.argument(!options.rotary || (n_embd / options.n_heads) % 2 == 0, "rotary",
+                 "needs an even head size, but n_embd / n_heads is ", n_embd / options.n_heads);
+  check.argument(options.rope_theta > 0.0 && std::isfinite(options.rope_theta), "rope_theta", "is ",
+                 options.rope_theta, ", expected a finite theta > 0");
   detail::check_probability(k_owner, "attn_dropout", options.attn_dropout);
   detail::check_probability(k_owner, "resid_dropout", options.resid_dropout);
   return options;
@@ -98,8 +92,7 @@ CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttent
 template <class T>
 void CausalSelfAttention<T>::check_input(const char* owner, const Var<T>& x) const {
   const Shape& s = x.shape();
-  if (s.size() != 3 || s[2] != n_embd_)
-    detail::fail_shape(owner, "x", s, "[B, T, " + std::to_string(n_embd_) + "]");
+  detail::Check(owner).shape(s.size() == 3 && s[2] == n_embd_, "x", s, "[B, T, ", n_embd_, "]");
 }
 
 template <class T>
@@ -153,20 +146,17 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x) {
 
 template <class T>
 Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer) {
+  const detail::Check check(k_owner);
   Tape<T>& tape = x.tape_for(k_owner, "x");
-  if (tape.grad_enabled())
-    detail::fail_logic(k_owner,
-                       "forward with a KvCache is inference: record on a tape whose "
-                       "recording is off (NoGradGuard)");
+  check.logic(!tape.grad_enabled(),
+              "forward with a KvCache is inference: record on a tape whose recording is off "
+              "(NoGradGuard)");
   check_input(k_owner, x);
   const std::size_t b = x.shape()[0], t = x.shape()[1], h = n_heads();
-  if (cache.batch() != b || cache.n_kv_heads() != n_kv_heads() || cache.head_dim() != head_dim())
-    detail::fail_argument(k_owner, "cache",
-                          "holds batch " + std::to_string(cache.batch()) + ", " +
-                              std::to_string(cache.n_kv_heads()) + " key/value heads of size " +
-                              std::to_string(cache.head_dim()) + ", expected batch " +
-                              std::to_string(b) + ", " + std::to_string(n_kv_heads()) +
-                              " heads of size " + std::to_string(head_dim()));
+  check.argument(
+      cache.batch() == b && cache.n_kv_heads() == n_kv_heads() && cache.head_dim() == head_dim(),
+      "cache", "holds batch ", cache.batch(), ", ", cache.n_kv_heads(), " key/value heads of size ",
+      cache.head_dim(), ", expected batch ", b, ", ", n_kv_heads(), " heads of size ", head_dim());
   cache.check_append(k_owner, layer, t);
   const std::size_t past = cache.length(layer);
   Heads heads = project(x);
@@ -180,7 +170,7 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::
     heads.q = apply_rotary(heads.q, past, options_.rope_theta);
     heads.k = apply_rotary(heads.k, past, options_.rope_theta);
   }
-  cache.append(layer, heads.k.value(), heads.v.value());
+  cache.store(layer, heads.k.value(), heads.v.value());  // [B, Hkv, T, Dh], checked above
   const Var<T> keys = tape.leaf(cache.keys(layer), false);
   const Var<T> values = tape.leaf(cache.values(layer), false);
   // Row i (position past + i) sees positions 0 .. past + i: tril with diagonal `past`.

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <utility>
 
 #include "../engine/ops/elementwise.hpp"
+#include "../engine/ops/embedding.hpp"
 #include "../engine/ops/linear.hpp"
 #include "../engine/ops/shape.hpp"
-#include "checkpoint_modules.hpp"
+#include "recompute_modules.hpp"
+#include "sampling.hpp"
 
 namespace xtgrad {
 
@@ -74,35 +75,6 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// The index of the token drawn from one row of logits (see gpt.hpp).
-std::int64_t pick(std::vector<double> z, double temperature, std::optional<std::size_t> top_k,
-                  Generator& rng) {
-  if (temperature == 0.0) return std::int64_t(std::max_element(z.begin(), z.end()) - z.begin());
-  for (double& v : z) v /= temperature;
-  if (top_k && *top_k < z.size()) {
-    std::vector<double> sorted = z;
-    std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(*top_k - 1), sorted.end(),
-                     std::greater<double>());
-    const double threshold = sorted[*top_k - 1];
-    for (double& v : z)
-      if (v < threshold) v = -std::numeric_limits<double>::infinity();
-  }
-  const double m = *std::max_element(z.begin(), z.end());
-  double total = 0.0;
-  for (double& v : z) total += (v = std::exp(v - m));
-  const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
-  const double target = u * total;
-  double cumulative = 0.0;
-  std::int64_t last = 0;
-  for (std::size_t i = 0; i < z.size(); ++i) {
-    if (z[i] == 0.0) continue;
-    cumulative += z[i];
-    last = std::int64_t(i);
-    if (cumulative > target) return last;
-  }
-  return last;  // rounding left target at the very end
-}
-
 }  // namespace
 
 template <class T>
@@ -147,87 +119,103 @@ void GPT<T>::initialize(Generator& generator) {
 }
 
 template <class T>
-void GPT<T>::check_tokens(const char* owner, const Indices& tokens, std::size_t past) const {
-  if (tokens.dimension() != 1 && tokens.dimension() != 2)
-    detail::fail_shape(owner, "tokens", tokens.shape(), "[B, T] or [T]");
+void GPT<T>::check_tokens(const detail::Check& check, const Indices& tokens,
+                          std::size_t past) const {
+  check.shape(tokens.dimension() == 1 || tokens.dimension() == 2, "tokens", tokens.shape(),
+              "[B, T] or [T]");
   const std::size_t t = tokens.shape().back();
-  if (t == 0 || tokens.size() == 0)
-    detail::fail_shape(owner, "tokens", tokens.shape(), "at least one token per sequence");
-  if (past + t > config_.block_size)
-    detail::fail_argument(owner, "tokens",
-                          "has " + std::to_string(t) + " positions" +
-                              (past ? " after the " + std::to_string(past) + " cached" : "") +
-                              ", more than block_size " + std::to_string(config_.block_size));
-  detail::check_indices(owner, "tokens", tokens, config_.vocab_size);
+  const std::size_t block_size = config_.block_size;
+  check.shape(t != 0 && tokens.size() != 0, "tokens", tokens.shape(),
+              "at least one token per sequence");
+  check.argument(past != 0 || t <= block_size, "tokens", "has ", t,
+                 " positions, more than block_size ", block_size);
+  check.argument(past + t <= block_size, "tokens", "has ", t, " positions after the ", past,
+                 " cached, more than block_size ", block_size);
+  detail::check_indices(check.function(), "tokens", tokens, config_.vocab_size);
+}
+
+template <class T>
+void GPT<T>::check_cache(const detail::Check& check, const KvCache<T>& cache,
+                         std::size_t batch) const {
+  const std::size_t n_layer = config_.n_layer, heads = *config_.n_kv_head;
+  const std::size_t head_dim = config_.n_embd / config_.n_head;
+  check.argument(cache.n_layers() == n_layer && cache.batch() == batch &&
+                     cache.n_kv_heads() == heads && cache.head_dim() == head_dim,
+                 "cache", "has ", cache.n_layers(), " layers, batch ", cache.batch(), ", ",
+                 cache.n_kv_heads(), " heads of size ", cache.head_dim(), "; expected ", n_layer,
+                 ", ", batch, ", ", heads, ", ", head_dim, " (make_cache)");
+  for (std::size_t l = 1; l < n_layer; ++l)
+    check.argument(cache.length(l) == cache.length(0), "cache", "has layers of different lengths (",
+                   cache.length(0), " and ", cache.length(l), ")");
 }
 
 template <class T>
 Var<T> GPT<T>::forward(Tape<T>& tape, const Indices& tokens) {
-  check_tokens("GPT::forward", tokens, 0);
+  check_tokens(detail::Check("GPT::forward"), tokens, 0);
   return run(tape, tokens, nullptr);
 }
 
 template <class T>
 Var<T> GPT<T>::forward(Tape<T>& tape, const Indices& tokens, KvCache<T>& cache) {
-  const char* owner = "GPT::forward";
-  if (tape.grad_enabled())
-    detail::fail_logic(owner,
-                       "forward with a KvCache is inference: record on a tape whose "
-                       "recording is off (NoGradGuard)");
-  const std::size_t batch = tokens.dimension() == 2 ? tokens.shape()[0] : 1;
-  const std::size_t head_dim = config_.n_embd / config_.n_head;
-  if (cache.n_layers() != config_.n_layer || cache.batch() != batch ||
-      cache.n_kv_heads() != *config_.n_kv_head || cache.head_dim() != head_dim)
-    detail::fail_argument(
-        owner, "cache",
-        "has " + std::to_string(cache.n_layers()) + " layers, batch " +
-            std::to_string(cache.batch()) + ", " + std::to_string(cache.n_kv_heads()) +
-            " heads of size " + std::to_string(cache.head_dim()) + "; expected " +
-            std::to_string(config_.n_layer) + ", " + std::to_string(batch) + ", " +
-            std::to_string(*config_.n_kv_head) + ", " + std::to_string(head_dim) + " (make_cache)");
-  const std::size_t past = cache.length(0);
-  for (std::size_t l = 1; l < config_.n_layer; ++l)
-    if (cache.length(l) != past)
-      detail::fail_argument(owner, "cache",
-                            "has layers of different lengths (" + std::to_string(past) + " and " +
-                                std::to_string(cache.length(l)) + ")");
-  check_tokens(owner, tokens, past);
-  for (std::size_t l = 0; l < config_.n_layer; ++l)
-    cache.check_append(owner, l, tokens.shape().back());
+  const detail::Check check("GPT::forward");
+  check.logic(!tape.grad_enabled(),
+              "forward with a KvCache is inference: record on a tape whose recording is off "
+              "(NoGradGuard)");
+  check_cache(check, cache, tokens.dimension() == 2 ? tokens.shape()[0] : 1);
+  check_tokens(check, tokens, cache.length(0));
+  cache.check_append(check.function(), 0, tokens.shape().back());  // the layers' lengths agree
   return run(tape, tokens, &cache);
 }
 
+// tokens (checked) -> logits, nanoGPT's GPT.forward: embeddings, dropout, the
+// blocks, the final norm, the head.
 template <class T>
 Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache) {
   const std::size_t t = tokens.shape().back();
-  const std::size_t past = cache ? cache->length(0) : 0;
-  Var<T> x = wte.forward(tape, tokens);  // [..., T, C]
-  if (wpe) {
-    Indices positions = xt::empty<std::int64_t>(std::vector<std::size_t>{t});
-    for (std::size_t i = 0; i < t; ++i) positions(i) = std::int64_t(past + i);
-    x = add(x, wpe->forward(tape, positions));  // + [T, C]
-  }
-  const bool batched = tokens.dimension() == 2;
-  if (!batched) x = reshape(x, {1, std::int64_t(t), std::int64_t(config_.n_embd)});
+  Var<T> x = embed(tape, tokens, cache ? cache->length(0) : 0);  // [B, T, C]
   if (!cache) x = drop.forward(x);
-  if (cache) {
-    for (std::size_t l = 0; l < h.size(); ++l) x = h[l].forward(x, *cache, l);
-  } else if (checkpoint_every_ == 0 || !tape.grad_enabled()) {
-    for (TransformerBlock<T>& block : h) x = block.forward(x);
-  } else {
-    // Groups of checkpoint_every_ blocks, each under one checkpoint (gpt.hpp).
-    for (std::size_t first = 0; first < h.size(); first += checkpoint_every_) {
-      std::vector<Module<T>*> group;
-      for (std::size_t l = first; l < std::min(first + checkpoint_every_, h.size()); ++l)
-        group.push_back(&h[l]);
-      x = checkpoint_modules(group, x);
-    }
-  }
+  x = run_blocks(tape, x, cache);
   x = std::visit([&](auto& n) { return n.forward(x); }, ln_f);
   Var<T> logits = lm_head ? lm_head->forward(x)
                           : linear(x, tape.param(wte.weight), std::nullopt, WeightLayout::out_in);
-  if (!batched) logits = reshape(logits, {std::int64_t(t), std::int64_t(config_.vocab_size)});
-  return logits;
+  if (tokens.dimension() == 1)
+    logits = reshape(logits, {std::int64_t(t), std::int64_t(config_.vocab_size)});
+  return logits;  // [B, T, vocab] or [T, vocab]
+}
+
+// wte(tokens) + wpe(past .. past + T - 1), as [B, T, C]. The tokens were
+// checked by forward, the positions are below block_size by construction:
+// the embedding ops read them without another pass of the modules' checks.
+template <class T>
+Var<T> GPT<T>::embed(Tape<T>& tape, const Indices& tokens, std::size_t past) {
+  const std::size_t t = tokens.shape().back();
+  Var<T> x = embedding(tokens, tape.param(wte.weight));  // [..., T, C]
+  if (wpe) {
+    Indices positions = xt::empty<std::int64_t>(std::vector<std::size_t>{t});
+    for (std::size_t i = 0; i < t; ++i) positions(i) = std::int64_t(past + i);
+    x = add(x, embedding(positions, tape.param(wpe->weight)));  // + [T, C]
+  }
+  if (tokens.dimension() == 1) x = reshape(x, {1, std::int64_t(t), std::int64_t(config_.n_embd)});
+  return x;
+}
+
+// The blocks h: through the cache, plainly, or in groups of recompute_every_
+// blocks, each under one recompute (gpt.hpp).
+template <class T>
+Var<T> GPT<T>::run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache) {
+  if (cache) {
+    for (std::size_t l = 0; l < h.size(); ++l) x = h[l].forward(x, *cache, l);
+  } else if (recompute_every_ == 0 || !tape.grad_enabled()) {
+    for (TransformerBlock<T>& block : h) x = block.forward(x);
+  } else {
+    for (std::size_t first = 0; first < h.size(); first += recompute_every_) {
+      std::vector<Module<T>*> group;
+      for (std::size_t l = first; l < std::min(first + recompute_every_, h.size()); ++l)
+        group.push_back(&h[l]);
+      x = recompute_modules(group, x);
+    }
+  }
+  return x;
 }
 
 template <class T>
@@ -251,22 +239,15 @@ std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prom
                                            std::size_t max_new_tokens, double temperature,
                                            std::optional<std::size_t> top_k,
                                            std::uint64_t seed) const {
-  const char* owner = "GPT::generate";
-  if (prompt.empty())
-    detail::fail_argument(owner, "prompt", "is empty, expected at least one token");
-  if (prompt.size() + max_new_tokens > config_.block_size)
-    detail::fail_argument(
-        owner, "max_new_tokens",
-        "is " + std::to_string(max_new_tokens) + ": with the " + std::to_string(prompt.size()) +
-            " prompt tokens that exceeds block_size " + std::to_string(config_.block_size));
-  if (!(temperature >= 0.0 && std::isfinite(temperature)))
-    detail::fail_argument(
-        owner, "temperature",
-        "is " + detail::number_str(temperature) + ", expected a finite temperature >= 0");
-  if (top_k && *top_k == 0) detail::fail_argument(owner, "top_k", "is 0, expected k >= 1");
+  const detail::Check check("GPT::generate");
+  check.argument(!prompt.empty(), "prompt", "is empty, expected at least one token");
+  check.argument(prompt.size() + max_new_tokens <= config_.block_size, "max_new_tokens", "is ",
+                 max_new_tokens, ": with the ", prompt.size(),
+                 " prompt tokens that exceeds block_size ", config_.block_size);
+  check_sampling(check, temperature, top_k);
   Indices ids = xt::empty<std::int64_t>(std::vector<std::size_t>{1, prompt.size()});
   std::copy(prompt.begin(), prompt.end(), ids.begin());
-  detail::check_indices(owner, "prompt", ids, config_.vocab_size);
+  detail::check_indices(check.function(), "prompt", ids, config_.vocab_size);
 
   std::vector<std::int64_t> out = prompt;
   if (max_new_tokens == 0) return out;
@@ -281,7 +262,8 @@ std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prom
   std::size_t row = prompt.size() - 1;
   for (std::size_t n = 0; n < max_new_tokens; ++n) {
     const T* last = logits.value().data() + row * v;
-    const std::int64_t next = pick(std::vector<double>(last, last + v), temperature, top_k, rng);
+    const std::int64_t next =
+        sample_token(std::vector<double>(last, last + v), temperature, top_k, rng);
     out.push_back(next);
     if (n + 1 == max_new_tokens) break;
     tape.clear();

@@ -31,17 +31,18 @@
 // threshold in nanoGPT), softmaxes in double and draws by inverse CDF with
 // u = the top 53 bits of a Generator (init.hpp) seeded with `seed` / 2^53; the
 // same seed gives the same tokens. temperature 0 is greedy (the first
-// argmax). prompt.size() + n must be <= block_size (no sliding window).
+// argmax; sampling.hpp). prompt.size() + n must be <= block_size (no
+// sliding window).
 //
-// Activation checkpointing: set_checkpoint_every(k) runs the blocks h in
+// Activation recomputation: set_recompute_every(k) runs the blocks h in
 // groups of k consecutive blocks (the last group may be shorter), each group
-// under one checkpoint (modules/checkpoint_modules.hpp), as
-// Sequential::set_checkpoint_every does: backward keeps only the groups'
+// under one recompute (modules/recompute_modules.hpp), as
+// Sequential::set_recompute_every does: backward keeps only the groups'
 // inputs and outputs ([B, T, C] each) instead of every block's attention
 // and MLP intermediates, and re-runs each group once, its dropouts with the
 // forward's masks. Gradients are those without it, bit for bit; the cost is
 // one more forward of the blocks per step. 0 (the default) turns it off; a
-// tape that does not record (infer, generate, a KvCache) never checkpoints.
+// tape that does not record (infer, generate, a KvCache) never recomputes.
 // It is a way of running, not part of the model: config(), state dicts and
 // saved weights do not record it.
 //
@@ -58,6 +59,7 @@
 #include <variant>
 #include <vector>
 
+#include "../engine/errors.hpp"
 #include "../engine/indices.hpp"
 #include "embedding.hpp"
 #include "transformer_block.hpp"
@@ -97,9 +99,9 @@ class GPT : public Module<T> {
                                      std::optional<std::size_t> top_k = std::nullopt,
                                      std::uint64_t seed = 0) const;
 
-  // Checkpoint every group of k blocks (see above); 0 is off.
-  void set_checkpoint_every(std::size_t k) { checkpoint_every_ = k; }
-  std::size_t checkpoint_every() const { return checkpoint_every_; }
+  // Recompute every group of k blocks (see above); 0 is off.
+  void set_recompute_every(std::size_t k) { recompute_every_ = k; }
+  std::size_t recompute_every() const { return recompute_every_; }
 
   const GPTConfig& gpt_config() const { return config_; }
   ModuleConfig config() const override;
@@ -116,11 +118,14 @@ class GPT : public Module<T> {
                           typename Module<T>::NamedParameters& out) override;
 
  private:
-  void check_tokens(const char* owner, const Indices& tokens, std::size_t past) const;
+  void check_tokens(const detail::Check& check, const Indices& tokens, std::size_t past) const;
+  void check_cache(const detail::Check& check, const KvCache<T>& cache, std::size_t batch) const;
   Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache);
+  Var<T> embed(Tape<T>& tape, const Indices& tokens, std::size_t past);
+  Var<T> run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache);
   void initialize(Generator& generator);
 
-  std::size_t checkpoint_every_ = 0;
+  std::size_t recompute_every_ = 0;
 };
 
 extern template class GPT<float>;

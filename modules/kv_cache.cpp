@@ -24,39 +24,35 @@ KvCache<T>::KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_he
 
 template <class T>
 void KvCache<T>::check_layer(const char* owner, std::size_t layer) const {
-  if (layer >= length_.size())
-    detail::fail_argument(owner, "layer",
-                          "is " + std::to_string(layer) + ", but the KvCache has " +
-                              std::to_string(length_.size()) + " layers");
+  detail::Check(owner).argument(layer < length_.size(), "layer", "is ", layer,
+                                ", but the KvCache has ", length_.size(), " layers");
 }
 
 template <class T>
 void KvCache<T>::check_append(const char* owner, std::size_t layer,
                               std::size_t new_positions) const {
   check_layer(owner, layer);
-  if (length_[layer] + new_positions > capacity_)
-    detail::fail_value(owner, "the KvCache holds " + std::to_string(length_[layer]) +
-                                  " positions in layer " + std::to_string(layer) + "; " +
-                                  std::to_string(new_positions) + " more exceed its capacity " +
-                                  std::to_string(capacity_));
+  detail::Check(owner).value(length_[layer] + new_positions <= capacity_, "the KvCache holds ",
+                             length_[layer], " positions in layer ", layer, "; ", new_positions,
+                             " more exceed its capacity ", capacity_);
 }
 
 template <class T>
 void KvCache<T>::append(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v) {
-  check_layer("KvCache::append", layer);
-  const auto check = [&](const char* name, const xt::xarray<T>& a) {
-    if (a.dimension() != 4 || a.shape()[0] != batch_ || a.shape()[1] != n_kv_heads_ ||
-        a.shape()[3] != head_dim_)
-      detail::fail_shape("KvCache::append", name, a.shape(),
-                         "[" + std::to_string(batch_) + ", " + std::to_string(n_kv_heads_) +
-                             ", T, " + std::to_string(head_dim_) + "]");
-  };
-  check("k", k);
-  check("v", v);
-  if (k.shape() != v.shape())
-    detail::fail_shape("KvCache::append", "v", v.shape(), detail::shape_str(k.shape()) + " (k's)");
+  const detail::Check check("KvCache::append");
+  check_layer(check.function(), layer);
+  for (const auto& [name, a] : {std::pair<const char*, const xt::xarray<T>*>{"k", &k}, {"v", &v}})
+    check.shape(a->dimension() == 4 && a->shape()[0] == batch_ && a->shape()[1] == n_kv_heads_ &&
+                    a->shape()[3] == head_dim_,
+                name, a->shape(), "[", batch_, ", ", n_kv_heads_, ", T, ", head_dim_, "]");
+  check.shape(k.shape() == v.shape(), "v", v.shape(), k.shape(), " (k's)");
+  check_append(check.function(), layer, k.shape()[2]);
+  store(layer, k, v);
+}
+
+template <class T>
+void KvCache<T>::store(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v) {
   const std::size_t t_new = k.shape()[2];
-  check_append("KvCache::append", layer, t_new);
   const std::size_t start = length_[layer];
   for (std::size_t b = 0; b < batch_; ++b)
     for (std::size_t h = 0; h < n_kv_heads_; ++h) {

@@ -19,6 +19,9 @@
 namespace xtgrad {
 
 template <class T>
+class CausalSelfAttention;
+
+template <class T>
 class KvCache {
  public:
   KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim,
@@ -46,7 +49,12 @@ class KvCache {
   std::size_t capacity() const { return capacity_; }
 
  private:
+  // CausalSelfAttention checks the cache at its entry (check_append and the
+  // cache's sizes) and appends keys it shaped itself through store.
+  friend class CausalSelfAttention<T>;
   void check_layer(const char* owner, std::size_t layer) const;
+  // append without its checks: layer, shapes and capacity already checked.
+  void store(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v);
   xt::xarray<T> filled(const xt::xarray<T>& store, std::size_t layer) const;
 
   std::size_t batch_, n_kv_heads_, head_dim_, capacity_;

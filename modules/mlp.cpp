@@ -6,7 +6,7 @@
 #include "../engine/errors.hpp"
 #include "../engine/ops/fused_linear.hpp"
 #include "../engine/ops/linear.hpp"
-#include "checkpoint_modules.hpp"
+#include "recompute_modules.hpp"
 
 namespace xtgrad {
 
@@ -48,8 +48,8 @@ Var<T> Mlp<T>::forward(const Var<T>& x) {
   const Shape& shape = x.shape();
   if (shape.empty() || shape.back() != in_features())
     detail::fail_shape("Mlp", "x", shape, "[..., " + std::to_string(in_features()) + "]");
-  if (checkpoint_ && tape.grad_enabled())
-    return checkpoint_module<T>(
+  if (recompute_ && tape.grad_enabled())
+    return recompute_module<T>(
         *this, [this](const Var<T>& h) { return layers(h); }, x);
   return layers(x);
 }

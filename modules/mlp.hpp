@@ -22,8 +22,8 @@
 // x [..., in] -> [..., out]; a bad x is refused before anything is recorded.
 // Copying an Mlp copies its layers and its dropouts' seeds and steps.
 //
-// set_checkpoint(true): the whole forward runs under one activation
-// checkpoint (modules/checkpoint_modules.hpp): backward keeps only x and the
+// set_recompute(true): the whole forward runs under one activation
+// recompute (modules/recompute_modules.hpp): backward keeps only x and the
 // output and re-runs the layers once, with the same dropout masks; the
 // gradients are those without it, bit for bit. Off by default; not part of
 // config().
@@ -63,8 +63,8 @@ class Mlp : public Module<T> {
   std::size_t in_features() const { return linears_.front().in_features(); }
   std::size_t out_features() const { return linears_.back().out_features(); }
   const MlpOptions& options() const { return options_; }
-  void set_checkpoint(bool on) { checkpoint_ = on; }
-  bool checkpointing() const { return checkpoint_; }
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recomputing() const { return recompute_; }
 
  protected:
   void collect_parameters(const std::string& prefix,
@@ -77,7 +77,7 @@ class Mlp : public Module<T> {
   std::vector<Linear<T>> linears_;
   std::vector<ActivationLayer<T>> activations_;
   std::vector<Dropout<T>> dropouts_;
-  bool checkpoint_ = false;
+  bool recompute_ = false;
 };
 
 extern template class Mlp<float>;

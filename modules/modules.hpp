@@ -7,7 +7,6 @@
 // (io/io.hpp); the Batcher is data/ (data/data.hpp).
 
 #include "attention.hpp"
-#include "checkpoint_modules.hpp"
 #include "conv1d.hpp"
 #include "dropout.hpp"
 #include "embedding.hpp"
@@ -26,6 +25,7 @@
 #include "pretrained/hf_config.hpp"
 #include "pretrained/hf_gpt2.hpp"
 #include "pretrained/hf_mlp.hpp"
+#include "recompute_modules.hpp"
 #include "safetensors_checkpoint.hpp"
 #include "sequential.hpp"
 #include "state_mapping.hpp"

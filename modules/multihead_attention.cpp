@@ -1,4 +1,5 @@
-// MultiheadAttention (attention.hpp): torch.nn.MultiheadAttention(batch_first=True).
+// MultiheadAttention (multihead_attention.hpp): torch.nn.MultiheadAttention(batch_first=True).
+#include "multihead_attention.hpp"
 
 #include <cmath>
 #include <limits>
@@ -9,7 +10,6 @@
 #include "../engine/ops/linear.hpp"
 #include "../engine/ops/shape.hpp"
 #include "../engine/ops/slice.hpp"
-#include "attention.hpp"
 
 namespace xtgrad {
 

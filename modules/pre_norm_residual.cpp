@@ -6,7 +6,7 @@
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/elementwise.hpp"
-#include "checkpoint_modules.hpp"
+#include "recompute_modules.hpp"
 
 namespace xtgrad {
 
@@ -89,8 +89,8 @@ Var<T> PreNormResidual<T>::forward(const Var<T>& x) {
   const Shape& shape = x.shape();
   if (shape.empty() || shape.back() != d_model_)
     detail::fail_shape(k_owner, "x", shape, "[..., " + std::to_string(d_model_) + "]");
-  if (checkpoint_ && x.tape().grad_enabled())
-    return checkpoint_module<T>(
+  if (recompute_ && x.tape().grad_enabled())
+    return recompute_module<T>(
         *this, [this](const Var<T>& h) { return block(h); }, x);
   return block(x);
 }

@@ -25,11 +25,11 @@
 // than relu with FFNKind::positionwise. forward refuses an x whose last
 // axis is not d_model before anything is recorded.
 //
-// set_checkpoint(true): the whole block (norm, FFN, dropout, residual) runs
-// under one activation checkpoint (modules/checkpoint_modules.hpp): backward
+// set_recompute(true): the whole block (norm, FFN, dropout, residual) runs
+// under one activation recompute (modules/recompute_modules.hpp): backward
 // keeps only x and y and re-runs the block once, with the same dropout
 // masks; the gradients are those without it, bit for bit. Off by default; not
-// part of config(). (In a Sequential of blocks, Sequential::set_checkpoint_every
+// part of config(). (In a Sequential of blocks, Sequential::set_recompute_every
 // does the same for all of them; do not turn on both, or each block re-runs twice.)
 
 #include <cstddef>
@@ -75,8 +75,8 @@ class PreNormResidual : public Module<T> {
   std::size_t d_model() const { return d_model_; }
   // The options, eps and activation filled in with their defaults.
   const PreNormResidualOptions& options() const { return options_; }
-  void set_checkpoint(bool on) { checkpoint_ = on; }
-  bool checkpointing() const { return checkpoint_; }
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recomputing() const { return recompute_; }
   // The chosen modules: LayerNorm<T> or RMSNorm<T>; FeedForward<T>,
   // PositionwiseFFN<T> or GatedFFN<T> (std::get<...>(block.ffn) for the type).
   std::variant<LayerNorm<T>, RMSNorm<T>> norm;
@@ -89,7 +89,7 @@ class PreNormResidual : public Module<T> {
 
  private:
   Var<T> block(const Var<T>& x);  // forward after the check of x
-  bool checkpoint_ = false;
+  bool recompute_ = false;
 };
 
 extern template class PreNormResidual<float>;

@@ -6,7 +6,7 @@
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/activations.hpp"
-#include "checkpoint_modules.hpp"
+#include "recompute_modules.hpp"
 
 namespace xtgrad {
 
@@ -35,15 +35,15 @@ template <class T>
 Var<T> Sequential<T>::forward(const Var<T>& x) {
   const Tape<T>& tape = x.tape_for("Sequential", "x");
   Var<T> y = x;
-  if (checkpoint_every_ == 0 || !tape.grad_enabled()) {
+  if (recompute_every_ == 0 || !tape.grad_enabled()) {
     for (const auto& child : children_) y = child->forward(y);
     return y;
   }
-  for (std::size_t first = 0; first < children_.size(); first += checkpoint_every_) {
+  for (std::size_t first = 0; first < children_.size(); first += recompute_every_) {
     std::vector<Module<T>*> group;
-    for (std::size_t i = first; i < std::min(first + checkpoint_every_, children_.size()); ++i)
+    for (std::size_t i = first; i < std::min(first + recompute_every_, children_.size()); ++i)
       group.push_back(children_[i].get());
-    y = checkpoint_modules(group, y);
+    y = recompute_modules(group, y);
   }
   return y;
 }

@@ -13,13 +13,13 @@
 //   net.push_back(ActivationLayer<double>(Activation::relu));
 //   Linear<double>& head = net.emplace_back<Linear<double>>(256, 10, true, generator);
 //
-// Activation checkpointing (torch.utils.checkpoint.checkpoint_sequential):
-// net.set_checkpoint_every(k) runs the children in groups of k consecutive
-// modules (the last group may be shorter), each group under one checkpoint
-// (modules/checkpoint_modules.hpp): backward keeps only the groups' inputs
+// Activation recomputation (torch.utils.checkpoint.checkpoint_sequential):
+// net.set_recompute_every(k) runs the children in groups of k consecutive
+// modules (the last group may be shorter), each group under one recompute
+// (modules/recompute_modules.hpp): backward keeps only the groups' inputs
 // and outputs and re-runs each group once, Dropouts with their forward's
 // masks. Gradients are those without it, bit for bit. 0 (the default) turns
-// it off; a tape that does not record never checkpoints. It is a way of
+// it off; a tape that does not record never recomputes. It is a way of
 // running, not part of the model: config(), state dicts and checkpoints of
 // the weights do not record it.
 
@@ -69,8 +69,8 @@ class Sequential : public Module<T> {
   ModuleConfig config() const override;
 
   // Checkpoint every group of k children (see above); 0 is off.
-  void set_checkpoint_every(std::size_t k) { checkpoint_every_ = k; }
-  std::size_t checkpoint_every() const { return checkpoint_every_; }
+  void set_recompute_every(std::size_t k) { recompute_every_ = k; }
+  std::size_t recompute_every() const { return recompute_every_; }
 
  protected:
   void collect_parameters(const std::string& prefix,
@@ -78,7 +78,7 @@ class Sequential : public Module<T> {
 
  private:
   std::vector<std::unique_ptr<Module<T>>> children_;
-  std::size_t checkpoint_every_ = 0;
+  std::size_t recompute_every_ = 0;
 };
 
 // ActivationLayer<T>(f): y = f(x) (ops/activations.hpp), the module form of

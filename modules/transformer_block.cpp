@@ -12,17 +12,16 @@ constexpr const char* k_owner = "TransformerBlock";
 constexpr std::size_t k_llama_multiple_of = 256;
 
 TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions options) {
-  if (options.style != GPTStyle::gpt2 && options.style != GPTStyle::llama)
-    detail::fail_argument(k_owner, "style", "is not gpt2 or llama");
+  const detail::Check check(k_owner);
+  check.argument(options.style == GPTStyle::gpt2 || options.style == GPTStyle::llama, "style",
+                 "is not gpt2 or llama");
   detail::check_positive_size(k_owner, "n_embd", n_embd);
   if (options.ffn_hidden) detail::check_positive_size(k_owner, "ffn_hidden", *options.ffn_hidden);
   if (!options.ffn_hidden) options.ffn_hidden = default_ffn_hidden(options.style, n_embd);
-  if (options.style == GPTStyle::gpt2 && options.n_kv_heads &&
-      *options.n_kv_heads != options.n_heads)
-    detail::fail_argument(k_owner, "n_kv_heads",
-                          "is " + std::to_string(*options.n_kv_heads) +
-                              ", but the gpt2 style has n_kv_heads = n_heads (" +
-                              std::to_string(options.n_heads) + ")");
+  check.argument(options.style != GPTStyle::gpt2 || !options.n_kv_heads ||
+                     *options.n_kv_heads == options.n_heads,
+                 "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
+                 ", but the gpt2 style has n_kv_heads = n_heads (", options.n_heads, ")");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   return options;
 }
@@ -55,8 +54,7 @@ std::variant<FeedForward<T>, GatedFFN<T>> make_mlp(const TransformerBlockOptions
 
 // x [B, T, C], checked before the norm records anything.
 void check_input(const Shape& x, std::size_t n_embd) {
-  if (x.size() != 3 || x[2] != n_embd)
-    detail::fail_shape(k_owner, "x", x, "[B, T, " + std::to_string(n_embd) + "]");
+  detail::Check(k_owner).shape(x.size() == 3 && x[2] == n_embd, "x", x, "[B, T, ", n_embd, "]");
 }
 
 }  // namespace

@@ -31,7 +31,7 @@
 #include <optional>
 #include <variant>
 
-#include "attention.hpp"
+#include "causal_self_attention.hpp"
 #include "feed_forward.hpp"
 #include "gated_ffn.hpp"
 #include "norm.hpp"

@@ -23,17 +23,7 @@
 // float, F64 for double). All or nothing: everything is checked before any
 // parameter changes; gradients are left as they are.
 //
-// gpt2_config_from_json reads a GPT2Config config.json: vocab_size (or
-// n_vocab), n_positions (or n_ctx), n_embd, n_layer, n_head (required,
-// positive integers), layer_norm_epsilon (default 1e-5), n_inner (null: 4
-// n_embd), tie_word_embeddings (default true), resid_pdrop (default 0.1; GPT
-// has one dropout p for embeddings, attention and residuals: call eval() for
-// inference), activation_function (default "gelu_new"; "gelu_new" and
-// "gelu_pytorch_tanh" are the tanh GELU GPT uses, anything else is refused),
-// scale_attn_weights (must be true when present), scale_attn_by_inverse_layer_idx
-// (must be false when present), model_type (must be "gpt2" when present).
-// Other keys are ignored. Errors: std::invalid_argument naming the file and
-// the key; std::runtime_error when the file cannot be read.
+// gpt2_config_from_json (hf_gpt2_config.hpp) reads its config.json.
 //
 // LLaMA attention: under `prefix` (llama_attention_prefix(l) =
 // "model.layers.<l>.self_attn"), q_proj.weight [H Dh, C], k_proj.weight and
@@ -50,10 +40,9 @@
 #include "../gpt.hpp"
 #include "../tensor_dict.hpp"
 #include "../transformer_block.hpp"
+#include "hf_gpt2_config.hpp"
 
 namespace xtgrad {
-
-GPTConfig gpt2_config_from_json(const std::filesystem::path& path);
 
 template <class T>
 void load_gpt2(GPT<T>& model, const TensorMap& tensors);

@@ -1,4 +1,5 @@
-// gpt2_config_from_json (hf_gpt2.hpp): a GPT2Config config.json as a GPTConfig.
+// gpt2_config_from_json (hf_gpt2_config.hpp): a GPT2Config config.json as a GPTConfig.
+#include "hf_gpt2_config.hpp"
 
 #include <cmath>
 #include <string>
@@ -7,7 +8,6 @@
 
 #include "../../engine/errors.hpp"
 #include "../../io/files.hpp"
-#include "hf_gpt2.hpp"
 
 namespace xtgrad {
 

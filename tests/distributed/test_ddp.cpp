@@ -311,8 +311,8 @@ TEST_CASE("ddp: a second backward before finish() is refused before it writes an
   sync.detach();
 }
 
-TEST_CASE("ddp: a checkpointed model averages the plain gradients; buckets go out per block") {
-  // The checkpoint records a reader of each Parameter its blocks use, so the
+TEST_CASE("ddp: a recomputed model averages the plain gradients; buckets go out per block") {
+  // The recompute records a reader of each Parameter its blocks use, so the
   // synchronizer takes each block's gradients as final right after that
   // block's re-run, never as unused.
   const int P = world().size(), r = world().rank();
@@ -327,7 +327,7 @@ TEST_CASE("ddp: a checkpointed model averages the plain gradients; buckets go ou
     net.emplace_back<PreNormResidual<double>>(8, 16, o, g);
     plain.emplace_back<PreNormResidual<double>>(8, 16, o, g2);
   }
-  net.set_checkpoint_every(1);
+  net.set_recompute_every(1);
   distributed::set_row_offset(net, r * rows), distributed::set_row_offset(plain, r * rows);
   const auto one_bucket_each = SynchronizerOptions().first_bucket(1).bucket(1);
   GradientSynchronizer<double> sync(world(), net, one_bucket_each);
@@ -341,13 +341,13 @@ TEST_CASE("ddp: a checkpointed model averages the plain gradients; buckets go ou
     plain_tape.backward(sum(square(plain(plain_tape.leaf(xs, false)))));
     sync.finish(), sync_plain.finish();
     sync.detach(), sync_plain.detach();
-    std::size_t first_checkpoint = 0;
-    while (std::string(tape.node_op(first_checkpoint)) != "checkpoint") ++first_checkpoint;
+    std::size_t first_recompute = 0;
+    while (std::string(tape.node_op(first_recompute)) != "recompute") ++first_recompute;
     const distributed::RoundStats& stats = sync.last_round();
-    // The first block's Parameters are final at its checkpoint node, the last
+    // The first block's Parameters are final at its recompute node, the last
     // block's earlier in the walk; none is taken as unused (final at once).
-    CHECK(stats.nodes_left_at_ready[n - 1] == first_checkpoint);
-    CHECK(stats.nodes_left_at_ready[0] > first_checkpoint);
+    CHECK(stats.nodes_left_at_ready[n - 1] == first_recompute);
+    CHECK(stats.nodes_left_at_ready[0] > first_recompute);
     CHECK(stats.nodes_left_at_ready[0] < stats.walk_nodes);
     const auto a = net.parameters(), b = plain.parameters();
     for (std::size_t k = 0; k < n; ++k) {

@@ -1,6 +1,9 @@
 #pragma once
-// detail::GraphPass<T>: one reverse pass over a tape for higher-order
-// gradients (backward with create_graph, grad, hvp). Internal to engine/.
+// The create_graph pass, detail::GraphPass<T>: one reverse pass over a tape
+// for higher-order gradients (backward with create_graph, grad, hvp).
+// Internal to engine/. create_graph.cpp defines it, and with it the public
+// functions built on it: Tape::backward(y[, dy], options) and Var::grad_var
+// (tape.hpp), GradSink (grad_rule.hpp).
 //
 // The pass walks the nodes that existed when it started once in reverse, from
 // the highest output down, as the first-order backward does (no recursion).
@@ -54,6 +57,14 @@ struct GraphPass {
   // backward(y, dy, create_graph): the checks of a plain backward, then the
   // pass, then .grad / Parameter::grad and the gradient Vars written.
   static void backward(Tape<T>& tape, const Var<T>& y, const xt::xarray<T>& dy);
+  // After the pass of backward(y, dy, create_graph) over nodes [0, count):
+  // intermediate gradients reset, and each reached node's .grad (summed per
+  // Parameter into Parameter::grad) and gradient Var (grad_var) written. A
+  // leaf or Parameter that holds a gradient already adds the new one onto it
+  // (onto_earlier): onto its earlier gradient Var when that still holds the
+  // value, else onto a constant.
+  void write_grads(std::size_t count);
+  std::size_t onto_earlier(std::size_t i, const xt::xarray<T>& held, std::size_t g);
   // Var::grad_var.
   static Var<T> grad_var(Tape<T>& tape, std::size_t index);
   // The op name, parents and Parameter of node i (the pass reads them

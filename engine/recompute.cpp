@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "recompute.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -12,26 +12,26 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_op = "checkpoint";
+constexpr const char* k_op = "recompute";
 
-// What the "checkpoint" node and its "checkpoint_output" nodes share: fn, the
+// What the "recompute" node and its "recompute_output" nodes share: fn, the
 // nodes of the recording (indices into the tape of the inputs), and which
 // outputs received a gradient in the current backward pass.
 template <class T>
 struct Recording {
-  CheckpointFn<T> fn;
+  RecomputeFn<T> fn;
   std::vector<std::size_t> inputs;              // the inputs' nodes, in fn's order
-  std::vector<std::size_t> outputs;             // the "checkpoint_output" nodes
+  std::vector<std::size_t> outputs;             // the "recompute_output" nodes
   std::vector<const Parameter<T>*> parameters;  // read by the first run, in order of first use
   std::vector<char> reached;                    // per output, this pass
 };
 
 // A private tape taken from this thread's free list and given back cleared:
-// Tape::clear keeps a tape's node buffers, so the next checkpoint's run
+// Tape::clear keeps a tape's node buffers, so the next recompute's run
 // records into them without allocating (or having the kernel zero fresh
 // pages), as a training loop's warm tape does. One tape per run in flight
-// (two when checkpoints nest); between runs they hold the buffers of the
-// largest fn run on this thread (release_checkpoint_tapes frees them).
+// (two when recomputes nest); between runs they hold the buffers of the
+// largest fn run on this thread (release_recompute_tapes frees them).
 template <class T>
 class PrivateTape {
  public:
@@ -95,7 +95,7 @@ void check_outputs(const Tape<T>& tape, const std::vector<Var<T>>& outputs,
   detail::fail_logic(k_op, "the re-run of fn in backward " + what +
                                "; fn must compute the same values from the same inputs (a "
                                "Dropout module must re-run with the step of its forward: "
-                               "checkpoint modules with checkpoint_modules), and Parameters must "
+                               "recompute modules with recompute_modules), and Parameters must "
                                "not change between the forward and the backward");
 }
 
@@ -127,34 +127,26 @@ void check_rerun(Tape<T>& outer, const Recording<T>& rec, const Tape<T>& rerun,
       fail_rerun("read Parameter " + detail::quoted(p->name) + ", which the forward did not");
 }
 
-// The backward rule of the "checkpoint" node: re-run fn on a recording tape,
-// walk it back from the outputs' gradients, hand the inputs theirs.
+// The outputs of the re-run that a gradient reached and that depend on
+// something needing one, as indices k into the outputs.
 template <class T>
-void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
-  PrivateTape<T> lease(true, outer.detect_anomaly());
-  Tape<T>& tape = *lease;
-  std::vector<Var<T>> inputs;
-  inputs.reserve(rec.inputs.size());
-  for (const std::size_t i : rec.inputs)
-    inputs.push_back(tape.leaf(outer.value(i), outer.requires_grad(i)));
-  const std::vector<Var<T>> outputs = rec.fn(inputs);
-  check_outputs(tape, outputs, "when re-run in backward");
-  check_rerun(outer, rec, tape, outputs);
-
-  // The outputs that a gradient reached and that depend on something needing one.
-  std::vector<std::size_t> seeded;  // k
-  std::vector<std::size_t> parents;
+std::vector<std::size_t> seeded_outputs(const Recording<T>& rec,
+                                        const std::vector<Var<T>>& outputs) {
+  std::vector<std::size_t> seeded;
   for (std::size_t k = 0; k < outputs.size(); ++k)
-    if (rec.reached[k] && outputs[k].requires_grad()) {
-      seeded.push_back(k);
-      parents.push_back(outputs[k].index());
-    }
-  if (seeded.empty()) return;  // no gradient flows back to the inputs or Parameters
+    if (rec.reached[k] && outputs[k].requires_grad()) seeded.push_back(k);
+  return seeded;
+}
 
-  // One node reading every seeded output, whose rule writes each output's
-  // gradient (d out_k = the gradient of "checkpoint_output" k on the outer
-  // tape), so that one reverse pass serves all outputs.
-  const std::size_t root = tape.record("checkpoint_seed", parents, true);
+// One node reading every seeded output, whose rule writes each output's
+// gradient (d out_k = the gradient of "recompute_output" k on the outer
+// tape), so that one reverse pass serves all outputs. Returns its index.
+template <class T>
+std::size_t record_seed(Tape<T>& tape, Tape<T>& outer, const Recording<T>& rec,
+                        const std::vector<Var<T>>& outputs, std::vector<std::size_t> seeded) {
+  std::vector<std::size_t> parents;
+  for (const std::size_t k : seeded) parents.push_back(outputs[k].index());
+  const std::size_t root = tape.record("recompute_seed", parents, true);
   tape.value_mut(root).resize(Shape{0});
   Tape<T>* outer_tape = &outer;
   const Recording<T>* recording = &rec;  // both outlive this private tape
@@ -169,13 +161,19 @@ void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
             slot.buffer = g;
         }
       });
-  // An input's gradient continues the sum the reverse pass has begun on its
-  // node (from uses recorded after the checkpoint, or an earlier backward
-  // into a leaf): its private leaf starts from that sum, fn's uses are added
-  // onto it in the order of the plain recording, and the total replaces the
-  // node's gradient. (Not for a Parameter's node, whose Parameter::grad the
-  // re-run may write to meanwhile, nor for an input given twice after its
-  // first place: those add their share at the end.)
+  return root;
+}
+
+// An input's gradient continues the sum the reverse pass has begun on its
+// node (from uses recorded after the recompute, or an earlier backward into
+// a leaf): its private leaf starts from that sum, fn's uses are added onto
+// it in the order of the plain recording, and the total replaces the node's
+// gradient. (Not for a Parameter's node, whose Parameter::grad the re-run
+// may write to meanwhile, nor for an input given twice after its first
+// place: those add their share at the end.) Returns which inputs continue.
+template <class T>
+std::vector<char> continue_input_sums(Tape<T>& tape, Tape<T>& outer, const Recording<T>& rec,
+                                      const std::vector<Var<T>>& inputs) {
   std::vector<char> continued(rec.inputs.size(), 0);
   for (std::size_t k = 0; k < rec.inputs.size(); ++k) {
     const std::size_t i = rec.inputs[k];
@@ -187,78 +185,80 @@ void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
     leaf.buffer = outer.var(i).grad();
     continued[k] = 1;
   }
-  tape.backward(tape.var(root), xt::xarray<T>(Shape{0}));
+  return continued;
+}
 
+// The backward rule of the "recompute" node: re-run fn on a recording tape,
+// walk it back from the outputs' gradients, hand the inputs theirs.
+template <class T>
+void rerun_backward(Tape<T>& outer, const Recording<T>& rec) {
+  PrivateTape<T> lease(true, outer.detect_anomaly());
+  Tape<T>& tape = *lease;
+  std::vector<Var<T>> inputs;
+  for (const std::size_t i : rec.inputs)
+    inputs.push_back(tape.leaf(outer.value(i), outer.requires_grad(i)));
+  const std::vector<Var<T>> outputs = rec.fn(inputs);
+  check_outputs(tape, outputs, "when re-run in backward");
+  check_rerun(outer, rec, tape, outputs);
+  const std::vector<std::size_t> seeded = seeded_outputs(rec, outputs);
+  if (seeded.empty()) return;  // no gradient flows back to the inputs or Parameters
+
+  const std::size_t root = record_seed(tape, outer, rec, outputs, seeded);
+  const std::vector<char> continued = continue_input_sums(tape, outer, rec, inputs);
+  tape.backward(tape.var(root), xt::xarray<T>(Shape{0}));
   // d input_k[...] = (its sum so far, then fn's uses)[...], or (+)= fn's uses
   for (std::size_t k = 0; k < rec.inputs.size(); ++k) {
     const std::size_t i = rec.inputs[k];
     if (!outer.requires_grad(i) || !tape.node_has_grad(inputs[k].index())) continue;
-    const xt::xarray<T>& g = inputs[k].grad();
     GradSlot<T> slot = outer.grad_slot(i);
     if (slot.accumulate && !continued[k])
-      slot.buffer += g;
+      slot.buffer += inputs[k].grad();
     else
-      slot.buffer = g;
+      slot.buffer = inputs[k].grad();
   }
 }
 
-}  // namespace
-
+// Records the "recompute" node on `outer`: its parents are the inputs, then
+// one "param" node per Parameter fn read in its first run (`first`), so that
+// the recording shows it as their reader (see the header; their gradients are
+// written by the re-run's own "param" nodes, never through these).
 template <class T>
-std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
-                               const std::vector<Var<T>>& inputs) {
-  if (!fn) detail::fail_argument(k_op, "fn", "is empty; pass the function to checkpoint");
-  if (inputs.empty())
-    detail::fail_argument(k_op, "inputs",
-                          "is empty; checkpoint needs at least one input Var (its tape is the "
-                          "tape the checkpoint is recorded on)");
-  Tape<T>& outer = inputs[0].tape_for(k_op, "inputs[0]");
-  for (std::size_t k = 1; k < inputs.size(); ++k)
-    outer.check_owns(inputs[k], k_op, ("inputs[" + std::to_string(k) + "]").c_str());
-  if (!outer.grad_enabled()) return fn(inputs);
-
-  // The first run: values only, on a private tape that keeps nothing after this.
-  PrivateTape<T> lease(false, outer.detect_anomaly());
-  Tape<T>& first = *lease;
-  std::vector<Var<T>> private_inputs;
-  private_inputs.reserve(inputs.size());
-  for (const Var<T>& x : inputs) private_inputs.push_back(first.leaf(x.value(), false));
-  const std::vector<Var<T>> outputs = fn(private_inputs);
-  check_outputs(first, outputs, "in the forward");
-
-  auto rec = std::make_shared<Recording<T>>();
-  rec->fn = fn;
+std::size_t record_core(Tape<T>& outer, const std::shared_ptr<Recording<T>>& rec,
+                        const std::vector<Var<T>>& inputs, const Tape<T>& first) {
   rec->parameters = parameters_read(first);
   bool requires_grad = !rec->parameters.empty();
-  std::vector<std::size_t> parents;
   for (const Var<T>& x : inputs) {
     rec->inputs.push_back(x.index());
-    parents.push_back(x.index());
     requires_grad = requires_grad || x.requires_grad();
   }
-  // The Parameters fn reads, as parents of the checkpoint: the recording
-  // then shows it as their reader (see the header). Their gradients are
-  // written by the re-run's own "param" nodes, never through these.
+  std::vector<std::size_t> parents = rec->inputs;
   for (const Parameter<T>* p : rec->parameters)
     parents.push_back(outer.param(const_cast<Parameter<T>&>(*p)).index());
-
   const std::size_t core = outer.record(k_op, parents, requires_grad);
   outer.value_mut(core).resize(Shape{0});
   outer.set_backward(core, [rec](Tape<T>& t, const xt::xarray<T>&) { rerun_backward(t, *rec); });
+  return core;
+}
 
+// Records one "recompute_output" node per output of the first run, holding
+// its value. The private tape is cleared afterwards: the values are moved
+// out, except a Parameter's (which is p.value) and one an earlier output
+// took already (copied).
+template <class T>
+std::vector<Var<T>> record_outputs(Tape<T>& outer, const std::shared_ptr<Recording<T>>& rec,
+                                   std::size_t core, Tape<T>& first,
+                                   const std::vector<Var<T>>& outputs) {
+  const bool requires_grad = outer.requires_grad(core);
   std::vector<Var<T>> results;
-  results.reserve(outputs.size());
   rec->reached.assign(outputs.size(), 0);
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const std::size_t from = outputs[k].index();
-    const std::size_t yi = outer.record("checkpoint_output", {core}, requires_grad);
+    const std::size_t yi = outer.record("recompute_output", {core}, requires_grad);
     xt::xarray<T>& y = outer.value_mut(yi);
-    // The private tape is cleared: move its values out, except a Parameter's
-    // (which is p.value) and one an earlier output took already (copied).
+    const auto end = outputs.begin() + static_cast<std::ptrdiff_t>(k);
     const auto earlier =
-        std::find_if(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(k),
-                     [from](const Var<T>& o) { return o.index() == from; });
-    if (earlier != outputs.begin() + static_cast<std::ptrdiff_t>(k)) {
+        std::find_if(outputs.begin(), end, [from](const Var<T>& o) { return o.index() == from; });
+    if (earlier != end) {
       y = outer.value(rec->outputs[static_cast<std::size_t>(earlier - outputs.begin())]);
     } else if (first.node_param(from) != nullptr) {
       y = first.value(from);
@@ -279,30 +279,59 @@ std::vector<Var<T>> checkpoint(const CheckpointFn<NoDeduce<T>>& fn,
   return results;
 }
 
+}  // namespace
+
 template <class T>
-Var<T> checkpoint(const std::function<Var<NoDeduce<T>>(const Var<NoDeduce<T>>&)>& fn,
-                  const Var<T>& x) {
-  if (!fn) detail::fail_argument(k_op, "fn", "is empty; pass the function to checkpoint");
-  const CheckpointFn<T> wrapped = [fn](const std::vector<Var<T>>& in) {
-    return std::vector<Var<T>>{fn(in[0])};
-  };
-  return checkpoint<T>(wrapped, std::vector<Var<T>>{x})[0];
+std::vector<Var<T>> recompute(const RecomputeFn<NoDeduce<T>>& fn,
+                              const std::vector<Var<T>>& inputs) {
+  const detail::Check check(k_op);
+  check.argument(bool(fn), "fn", "is empty; pass the function to recompute");
+  check.argument(!inputs.empty(), "inputs",
+                 "is empty; recompute needs at least one input Var (its tape is the tape the "
+                 "recompute is recorded on)");
+  Tape<T>& outer = inputs[0].tape_for(k_op, "inputs[0]");
+  for (std::size_t k = 1; k < inputs.size(); ++k)
+    outer.check_owns(inputs[k], k_op, ("inputs[" + std::to_string(k) + "]").c_str());
+  if (!outer.grad_enabled()) return fn(inputs);
+
+  // The first run: values only, on a private tape that keeps nothing after this.
+  PrivateTape<T> lease(false, outer.detect_anomaly());
+  Tape<T>& first = *lease;
+  std::vector<Var<T>> private_inputs;
+  for (const Var<T>& x : inputs) private_inputs.push_back(first.leaf(x.value(), false));
+  const std::vector<Var<T>> outputs = fn(private_inputs);
+  check_outputs(first, outputs, "in the forward");
+
+  auto rec = std::make_shared<Recording<T>>();
+  rec->fn = fn;
+  const std::size_t core = record_core(outer, rec, inputs, first);
+  return record_outputs(outer, rec, core, first, outputs);
 }
 
 template <class T>
-void release_checkpoint_tapes() {
+Var<T> recompute(const std::function<Var<NoDeduce<T>>(const Var<NoDeduce<T>>&)>& fn,
+                 const Var<T>& x) {
+  detail::Check(k_op).argument(bool(fn), "fn", "is empty; pass the function to recompute");
+  const RecomputeFn<T> wrapped = [fn](const std::vector<Var<T>>& in) {
+    return std::vector<Var<T>>{fn(in[0])};
+  };
+  return recompute<T>(wrapped, std::vector<Var<T>>{x})[0];
+}
+
+template <class T>
+void release_recompute_tapes() {
   PrivateTape<T>::free_tapes().clear();
 }
 
-template void release_checkpoint_tapes<float>();
-template void release_checkpoint_tapes<double>();
-template std::vector<Var<float>> checkpoint<float>(const CheckpointFn<float>&,
-                                                   const std::vector<Var<float>>&);
-template std::vector<Var<double>> checkpoint<double>(const CheckpointFn<double>&,
-                                                     const std::vector<Var<double>>&);
-template Var<float> checkpoint<float>(const std::function<Var<float>(const Var<float>&)>&,
-                                      const Var<float>&);
-template Var<double> checkpoint<double>(const std::function<Var<double>(const Var<double>&)>&,
-                                        const Var<double>&);
+template void release_recompute_tapes<float>();
+template void release_recompute_tapes<double>();
+template std::vector<Var<float>> recompute<float>(const RecomputeFn<float>&,
+                                                  const std::vector<Var<float>>&);
+template std::vector<Var<double>> recompute<double>(const RecomputeFn<double>&,
+                                                    const std::vector<Var<double>>&);
+template Var<float> recompute<float>(const std::function<Var<float>(const Var<float>&)>&,
+                                     const Var<float>&);
+template Var<double> recompute<double>(const std::function<Var<double>(const Var<double>&)>&,
+                                       const Var<double>&);
 
 }  // namespace xtgrad

@@ -1,12 +1,12 @@
-#include "checkpoint_modules.hpp"
+#include "recompute_modules.hpp"
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "../engine/checkpoint.hpp"
 #include "../engine/errors.hpp"
+#include "../engine/recompute.hpp"
 #include "dropout.hpp"
 
 namespace xtgrad {
@@ -37,12 +37,12 @@ struct DropoutSteps {
   }
 };
 
-// body under checkpoint; the first call (the forward) notes the steps, every
+// body under recompute; the first call (the forward) notes the steps, every
 // later call (a re-run in backward) runs from them and puts the current ones back.
 template <class T>
-Var<T> checkpoint_with_steps(std::vector<Dropout<T>*> dropouts,
-                             std::function<Var<T>(const Var<T>&)> body, const Var<T>& x) {
-  if (!x.tape_for("checkpoint_modules", "x").grad_enabled()) return body(x);
+Var<T> recompute_with_steps(std::vector<Dropout<T>*> dropouts,
+                            std::function<Var<T>(const Var<T>&)> body, const Var<T>& x) {
+  if (!x.tape_for("recompute_modules", "x").grad_enabled()) return body(x);
   auto steps = std::make_shared<DropoutSteps<T>>();
   steps->dropouts = std::move(dropouts);
   const std::function<Var<T>(const Var<T>&)> fn = [steps, body](const Var<T>& h) {
@@ -59,23 +59,23 @@ Var<T> checkpoint_with_steps(std::vector<Dropout<T>*> dropouts,
     steps->set(steps->at_forward);
     return body(h);
   };
-  return checkpoint<T>(fn, x);
+  return recompute<T>(fn, x);
 }
 
 }  // namespace
 
 template <class T>
-Var<T> checkpoint_modules(const std::vector<Module<T>*>& modules, const Var<T>& x) {
+Var<T> recompute_modules(const std::vector<Module<T>*>& modules, const Var<T>& x) {
   if (modules.empty())
-    detail::fail_argument("checkpoint_modules", "modules", "is empty, expected one or more");
+    detail::fail_argument("recompute_modules", "modules", "is empty, expected one or more");
   std::vector<Dropout<T>*> dropouts;
   for (std::size_t k = 0; k < modules.size(); ++k) {
     if (modules[k] == nullptr)
-      detail::fail_argument("checkpoint_modules", "modules",
+      detail::fail_argument("recompute_modules", "modules",
                             "holds a null module at position " + std::to_string(k));
     add_dropouts(*modules[k], dropouts);
   }
-  return checkpoint_with_steps<T>(
+  return recompute_with_steps<T>(
       std::move(dropouts),
       [modules](const Var<T>& h) {
         Var<T> y = h;
@@ -86,20 +86,20 @@ Var<T> checkpoint_modules(const std::vector<Module<T>*>& modules, const Var<T>& 
 }
 
 template <class T>
-Var<T> checkpoint_module(Module<T>& owner, std::function<Var<T>(const Var<T>&)> body,
-                         const Var<T>& x) {
-  if (!body) detail::fail_argument("checkpoint_module", "body", "is empty");
+Var<T> recompute_module(Module<T>& owner, std::function<Var<T>(const Var<T>&)> body,
+                        const Var<T>& x) {
+  if (!body) detail::fail_argument("recompute_module", "body", "is empty");
   std::vector<Dropout<T>*> dropouts;
   add_dropouts(owner, dropouts);
-  return checkpoint_with_steps<T>(std::move(dropouts), std::move(body), x);
+  return recompute_with_steps<T>(std::move(dropouts), std::move(body), x);
 }
 
-template Var<float> checkpoint_modules(const std::vector<Module<float>*>&, const Var<float>&);
-template Var<double> checkpoint_modules(const std::vector<Module<double>*>&, const Var<double>&);
-template Var<float> checkpoint_module(Module<float>&, std::function<Var<float>(const Var<float>&)>,
-                                      const Var<float>&);
-template Var<double> checkpoint_module(Module<double>&,
-                                       std::function<Var<double>(const Var<double>&)>,
-                                       const Var<double>&);
+template Var<float> recompute_modules(const std::vector<Module<float>*>&, const Var<float>&);
+template Var<double> recompute_modules(const std::vector<Module<double>*>&, const Var<double>&);
+template Var<float> recompute_module(Module<float>&, std::function<Var<float>(const Var<float>&)>,
+                                     const Var<float>&);
+template Var<double> recompute_module(Module<double>&,
+                                      std::function<Var<double>(const Var<double>&)>,
+                                      const Var<double>&);
 
 }  // namespace xtgrad

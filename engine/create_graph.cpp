@@ -1,5 +1,7 @@
-// Higher-order gradients: the create_graph pass of Tape::backward, GradSink,
-// Var::grad_var and the first-order pass of grad() (graph_pass.hpp).
+// Higher-order gradients: the create_graph pass (create_graph.hpp) behind
+// Tape::backward(y, create_graph), GradSink (grad_rule.hpp), Var::grad_var,
+// and the first-order pass of grad().
+#include "create_graph.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -7,7 +9,6 @@
 #include <utility>
 
 #include "errors.hpp"
-#include "graph_pass.hpp"
 #include "ops/elementwise.hpp"
 
 namespace xtgrad {
@@ -146,21 +147,20 @@ void GraphPass<T>::check_params(const Tape<T>& tape, std::size_t top, const char
 
 template <class T>
 void GraphPass<T>::backward(Tape<T>& tape, const Var<T>& y, const xt::xarray<T>& dy) {
-  static constexpr const char* fn = "Tape::backward";
-  tape.check_owns(y, fn, "y");
+  const Check check("Tape::backward");
+  tape.check_owns(y, check.function(), "y");
   const std::size_t root = y.index();
-  if (dy.shape() != tape.value(root).shape())
-    fail_shape(fn, "dy", dy.shape(), shape_str(tape.value(root).shape()) + " (the shape of y)");
-  if (!tape.requires_grad(root))
-    fail_logic(fn,
-               "y does not require a gradient (no input of it was recorded with "
-               "requires_grad, or it was computed with recording off)");
-  check_params(tape, root, fn);
-  check_no_observer(tape, fn);
+  const Shape& y_shape = tape.value(root).shape();
+  check.shape(dy.shape() == y_shape, "dy", dy.shape(), y_shape, " (the shape of y)");
+  check.logic(tape.requires_grad(root),
+              "y does not require a gradient (no input of it was recorded with requires_grad, "
+              "or it was computed with recording off)");
+  check_params(tape, root, check.function());
+  check_no_observer(tape, check.function());
   std::vector<char> wanted(root + 1);
   for (std::size_t i = 0; i <= root; ++i) wanted[i] = tape.requires_grad(i);
   GraphPass<T> pass(tape, root, std::move(wanted));
-  pass.check_rules(fn, {root});
+  pass.check_rules(check.function(), {root});
   if (tape.detect_anomaly_) tape.check_backward_start(root, dy);
 
   // Nothing was changed so far. Seed, run, then write what a plain backward writes.
@@ -168,7 +168,20 @@ void GraphPass<T>::backward(Tape<T>& tape, const Var<T>& y, const xt::xarray<T>&
   EnableGradGuard<T> recording(tape);
   pass.grads[root] = tape.leaf(dy, false).index();
   pass.run();
+  pass.write_grads(count);
+}
 
+template <class T>
+std::size_t GraphPass<T>::onto_earlier(std::size_t i, const xt::xarray<T>& held, std::size_t g) {
+  const std::vector<std::size_t>& vars = tape.graph_grads_;
+  const std::size_t earlier = i < vars.size() ? vars[i] : k_none;
+  const bool live = earlier != k_none && tape.value(earlier) == held;
+  const Var<T> before = live ? tape.var(earlier) : tape.leaf(held, false);
+  return xtgrad::add(before, tape.var(g)).index();
+}
+
+template <class T>
+void GraphPass<T>::write_grads(std::size_t count) {
   std::vector<std::size_t>& vars = tape.graph_grads_;
   vars.resize(count, k_none);
   for (std::size_t i = 0; i < count; ++i) {
@@ -179,37 +192,28 @@ void GraphPass<T>::backward(Tape<T>& tape, const Var<T>& y, const xt::xarray<T>&
   }
   // One sum per Parameter over its nodes (a Parameter recorded twice has one grad).
   std::vector<std::pair<Parameter<T>*, std::size_t>> params;
-  for (std::size_t i = 0; i <= root; ++i) {
-    const std::size_t g = pass.grads[i];
-    auto& node = tape.node_at(i);
-    if (g == k_none || !node.param) continue;
-    auto it = std::find_if(params.begin(), params.end(),
-                           [&](const auto& e) { return e.first == node.param; });
+  for (std::size_t i = 0; i <= top; ++i) {
+    Parameter<T>* p = tape.node_at(i).param;
+    if (grads[i] == k_none || !p) continue;
+    auto it =
+        std::find_if(params.begin(), params.end(), [p](const auto& e) { return e.first == p; });
     if (it == params.end())
-      params.emplace_back(node.param, g);
+      params.emplace_back(p, grads[i]);
     else
-      it->second = xtgrad::add(tape.var(it->second), tape.var(g)).index();
+      it->second = xtgrad::add(tape.var(it->second), tape.var(grads[i])).index();
   }
-  // A leaf that holds a gradient already adds the new one onto it: onto its
-  // earlier gradient Var when that still holds the value, else onto a constant.
-  auto onto_earlier = [&](std::size_t i, const xt::xarray<T>& held, std::size_t g) {
-    const std::size_t earlier = i < vars.size() ? vars[i] : k_none;
-    const bool live = earlier != k_none && tape.value(earlier) == held;
-    const Var<T> before = live ? tape.var(earlier) : tape.leaf(held, false);
-    return xtgrad::add(before, tape.var(g)).index();
-  };
   for (auto& [p, g] : params) {
     std::size_t first = k_none;
     for (std::size_t i = 0; i < count && first == k_none; ++i)
       if (tape.node_at(i).param == p) first = i;
-    if (p->has_grad) g = onto_earlier(first, p->grad, g);
+    if (p->has_grad) g = onto_earlier(first, p->grad, g);  // onto its earlier gradient
     p->grad = tape.value(g);
     p->has_grad = true;
     for (std::size_t i = 0; i < count; ++i)
       if (tape.node_at(i).param == p) vars[i] = g;
   }
-  for (std::size_t i = 0; i <= root; ++i) {
-    std::size_t g = pass.grads[i];
+  for (std::size_t i = 0; i <= top; ++i) {
+    std::size_t g = grads[i];
     auto& node = tape.node_at(i);
     if (g == k_none || node.param) continue;
     if (node.is_leaf && node.grad_ready) g = onto_earlier(i, node.grad, g);
@@ -300,12 +304,12 @@ Var<T> Var<T>::grad_var() const {
   return detail::GraphPass<T>::grad_var(tape_for("Var::grad_var", "this"), index_);
 }
 
-#define XTGRAD_TAPE_GRAPH_INSTANTIATE(T)                                                        \
+#define XTGRAD_CREATE_GRAPH_INSTANTIATE(T)                                                      \
   template void Tape<T>::backward(const Var<T>&, const BackwardOptions&);                       \
   template void Tape<T>::backward(const Var<T>&, const xt::xarray<T>&, const BackwardOptions&); \
   template Var<T> Var<T>::grad_var() const;
-XTGRAD_TAPE_GRAPH_INSTANTIATE(float)
-XTGRAD_TAPE_GRAPH_INSTANTIATE(double)
-#undef XTGRAD_TAPE_GRAPH_INSTANTIATE
+XTGRAD_CREATE_GRAPH_INSTANTIATE(float)
+XTGRAD_CREATE_GRAPH_INSTANTIATE(double)
+#undef XTGRAD_CREATE_GRAPH_INSTANTIATE
 
 }  // namespace xtgrad

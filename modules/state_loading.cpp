@@ -2,13 +2,13 @@
 // share with the checkpoints (state_loading.hpp). The rules and messages are
 // torch.nn.Module.load_state_dict's (torch/nn/modules/module.py,
 // _load_from_state_dict and load_state_dict).
+#include "state_loading.hpp"
 
 #include <algorithm>
 #include <map>
 #include <set>
 
 #include "../engine/errors.hpp"
-#include "state_loading.hpp"
 
 namespace xtgrad {
 

@@ -1,5 +1,5 @@
-// GPT::set_checkpoint_every: a GPT whose blocks run under activation
-// checkpoints trains with the gradients of the plain one, bit for bit in
+// GPT::set_recompute_every: a GPT whose blocks run under activation
+// recomputes trains with the gradients of the plain one, bit for bit in
 // double (dropout on and off, both block styles, groups of 1 and 2 blocks),
 // its dropout steps advance the same way, and its tape keeps fewer elements.
 
@@ -103,16 +103,16 @@ std::size_t count_nodes(const Tape<double>& tape, const std::string& op) {
 
 }  // namespace
 
-TEST_CASE("GPT checkpoint: the gradients of the plain model, bit for bit, both styles") {
+TEST_CASE("GPT recompute: the gradients of the plain model, bit for bit, both styles") {
   for (const GPTStyle style : {GPTStyle::gpt2, GPTStyle::llama})
     for (const double dropout : {0.0, 0.2})
       for (const std::size_t every : {1, 2}) {
         INFO("style " << style_name(style) << ", dropout " << dropout << ", every " << every);
         GPT<double> plain = model_of(small(style, dropout));
         GPT<double> net = model_of(small(style, dropout));
-        net.set_checkpoint_every(every);
-        CHECK(net.checkpoint_every() == every);
-        CHECK(plain.checkpoint_every() == 0);
+        net.set_recompute_every(every);
+        CHECK(net.recompute_every() == every);
+        CHECK(plain.recompute_every() == 0);
         for (int step = 0; step < 2; ++step) {  // new dropout masks every step
           INFO("step " << step);
           const StepResult a = train_step(net), b = train_step(plain);
@@ -131,7 +131,7 @@ TEST_CASE("GPT checkpoint: the gradients of the plain model, bit for bit, both s
       }
 }
 
-TEST_CASE("GPT checkpoint: the tape keeps the groups' outputs instead of the blocks' values") {
+TEST_CASE("GPT recompute: the tape keeps the groups' outputs instead of the blocks' values") {
   for (const GPTStyle style : {GPTStyle::gpt2, GPTStyle::llama}) {
     INFO("style " << style_name(style));
     const GPTConfig c = small(style, 0.1);
@@ -139,37 +139,37 @@ TEST_CASE("GPT checkpoint: the tape keeps the groups' outputs instead of the blo
     GPT<double> plain = model_of(c);
     Tape<double> plain_tape;
     plain.forward(plain_tape, tokens);
-    CHECK(count_nodes(plain_tape, "checkpoint") == 0);
+    CHECK(count_nodes(plain_tape, "recompute") == 0);
     for (const std::size_t every : {1, 2, 3}) {
       INFO("every " << every);
       GPT<double> net = model_of(c);
-      net.set_checkpoint_every(every);
+      net.set_recompute_every(every);
       Tape<double> tape;
       net.forward(tape, tokens);
       const std::size_t groups = (c.n_layer + every - 1) / every;
-      CHECK(count_nodes(tape, "checkpoint") == groups);
+      CHECK(count_nodes(tape, "recompute") == groups);
       // Each group keeps its output [2, 6, C] and nothing of its inside.
-      CHECK(kept_elements(tape, "checkpoint_output") == groups * 2 * 6 * c.n_embd);
-      CHECK(kept_elements(tape, "checkpoint") == 0);
+      CHECK(kept_elements(tape, "recompute_output") == groups * 2 * 6 * c.n_embd);
+      CHECK(kept_elements(tape, "recompute") == 0);
       CHECK(kept_elements(tape) * 2 < kept_elements(plain_tape));
     }
   }
 }
 
-TEST_CASE("GPT checkpoint: inference, generation and the config are untouched") {
+TEST_CASE("GPT recompute: inference, generation and the config are untouched") {
   GPT<double> plain = model_of(small(GPTStyle::gpt2, 0.2));
   GPT<double> net = model_of(small(GPTStyle::gpt2, 0.2));
-  net.set_checkpoint_every(1);
+  net.set_recompute_every(1);
   const Indices tokens = ids({2, 5}, 13, 4);
   CHECK(bit_equal(net.infer(tokens), plain.infer(tokens)));
   CHECK(net.generate({1, 2}, 4, 0.8, std::nullopt, 7) ==
         plain.generate({1, 2}, 4, 0.8, std::nullopt, 7));
-  // A tape that does not record runs the blocks plainly (no checkpoint node).
+  // A tape that does not record runs the blocks plainly (no recompute node).
   Tape<double> tape;
   NoGradGuard<double> no_grad(tape);
   net.forward(tape, tokens);
-  CHECK(count_nodes(tape, "checkpoint") == 0);
+  CHECK(count_nodes(tape, "recompute") == 0);
   CHECK(net.config() == plain.config());
-  net.set_checkpoint_every(0);
-  CHECK(net.checkpoint_every() == 0);
+  net.set_recompute_every(0);
+  CHECK(net.recompute_every() == 0);
 }
