@@ -21,6 +21,10 @@
 // it is dropped when the node needs no gradient. A node that has a BackwardFn
 // but no GradRule makes a create_graph backward that reaches it throw
 // std::logic_error "not twice differentiable: <op>" before anything changes.
+//
+// tape.hpp stores a GradRule in every node and includes this header; a rule's
+// body needs Var and Tape complete, so an op file includes tape.hpp, never
+// this header alone.
 
 #include <cstddef>
 
@@ -76,7 +80,3 @@ extern template class GradSink<float>;
 extern template class GradSink<double>;
 
 }  // namespace xtgrad
-
-// Last: tape.hpp stores a GradRule in every node, and a rule needs Var and
-// Tape complete.
-#include "tape.hpp"  // IWYU pragma: export

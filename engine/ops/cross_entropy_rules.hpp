@@ -12,8 +12,8 @@
 // Rows whose target is ignore_index get 0 (their g is multiplied by a 0/1
 // mask). q and the one-hot are constants (no gradient): the targets are data.
 
-#include "../grad_rule.hpp"
 #include "../indices.hpp"
+#include "../tape.hpp"
 #include "cross_entropy.hpp"
 
 namespace xtgrad::detail {
