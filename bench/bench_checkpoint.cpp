@@ -1,5 +1,5 @@
-// bench_checkpoint: what activation checkpointing (engine/checkpoint.hpp,
-// Sequential::set_checkpoint_every, GPT::set_checkpoint_every) saves in
+// bench_checkpoint: what activation recomputation (engine/recompute.hpp,
+// Sequential::set_recompute_every, GPT::set_recompute_every) saves in
 // memory and costs in time:
 //
 //   build/release/bench/bench_checkpoint [--model mlp] [--tokens 4096 --d 512

@@ -1,7 +1,7 @@
 // The xtgrad side of bench_attention's GPT rows: modules/gpt.hpp's GPT<float>
 // (GPT-2 style, no dropout), cross_entropy over the B * T logits, backward,
 // optim::AdamW over every parameter, zero_grad; one tape reused. Also
-// bench_checkpoint's xtgrad GPT, with GPT::set_checkpoint_every.
+// bench_checkpoint's xtgrad GPT, with GPT::set_recompute_every.
 #include <memory>
 #include <optional>
 #include <random>
