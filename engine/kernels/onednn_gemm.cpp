@@ -124,18 +124,16 @@ bool onednn_compiled() {
   return true;
 }
 
-void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
-                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                 std::size_t k, bool accumulate, MatmulPrecision precision) {
-  // oneDNN reads the calling thread's OpenMP count when a primitive is
-  // created (its work split) and when it runs. One thread per
-  // k_onednn_parallel_macs, at most xtgrad's count, and one inside a job of
-  // xtgrad's pool (parallel.hpp).
-  const int threads = static_cast<int>(parallel_chunks(m * n * k, k_onednn_parallel_macs));
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+namespace {
+
+// One single-threaded primitive call on the calling thread.
+void run_primitive(const float* a, std::size_t lda, bool transpose_a, const float* b,
+                   std::size_t ldb, bool transpose_b, float* c, std::size_t ldc, std::size_t m,
+                   std::size_t n, std::size_t k, bool accumulate, MatmulPrecision precision) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   ThreadState& state = thread_state();
   Entry& entry = lookup(
-      state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, threads});
+      state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, 1});
   if (state.scratchpad.size() < entry.scratchpad_bytes)
     state.scratchpad.resize(entry.scratchpad_bytes);
   entry.a.set_data_handle(const_cast<float*>(a));
@@ -150,6 +148,45 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   dnnl::error::wrap_c_api(dnnl_primitive_execute(entry.primitive.get(), state.stream.get(),
                                                  static_cast<int>(std::size(args)), args),
                           "xtgrad: oneDNN matmul failed");
+}
+
+// Rows (or columns) of C a part must have so that it holds at least
+// k_onednn_parallel_macs multiply-adds.
+std::size_t min_lines(std::size_t line_macs) {
+  return line_macs == 0 ? 1 : (k_onednn_parallel_macs + line_macs - 1) / line_macs;
+}
+
+}  // namespace
+
+void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
+                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                 std::size_t k, bool accumulate, MatmulPrecision precision) {
+  // oneDNN always runs on one OpenMP thread: an OpenMP team's workers keep
+  // spinning after each call (OMP_WAIT_POLICY is active by default and read
+  // only at load), taking the core xtgrad's pool needs next. A large product
+  // is split instead over xtgrad's pool (parallel.hpp) into independent
+  // products on blocks of C, each a single-threaded primitive on pointer
+  // offsets with the same strides: C's rows when M >= N, else its columns,
+  // at least k_onednn_parallel_macs multiply-adds a part (the split depends
+  // on the shape and the thread count only; inside a pool job it is serial).
+  // Every element of C is a dot product over the same K in the same order
+  // whatever the block, so 1 and 2 threads give the same bits (tested in
+  // test_gemm_backend.cpp).
+  if (m >= n) {
+    auto rows = [&](std::size_t begin, std::size_t end) {
+      const float* a_part = transpose_a ? a + begin : a + begin * lda;
+      run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
+                    end - begin, n, k, accumulate, precision);
+    };
+    parallel_run(m, min_lines(n * k), k_onednn_split_align, rows);
+  } else {
+    auto columns = [&](std::size_t begin, std::size_t end) {
+      const float* b_part = transpose_b ? b + begin * ldb : b + begin;
+      run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
+                    k, accumulate, precision);
+    };
+    parallel_run(n, min_lines(m * k), k_onednn_split_align, columns);
+  }
 }
 
 std::string onednn_info() {
