@@ -150,10 +150,23 @@ void run_primitive(const float* a, std::size_t lda, bool transpose_a, const floa
                           "xtgrad: oneDNN matmul failed");
 }
 
-// Rows (or columns) of C a part must have so that it holds at least
-// k_onednn_parallel_macs multiply-adds.
-std::size_t min_lines(std::size_t line_macs) {
-  return line_macs == 0 ? 1 : (k_onednn_parallel_macs + line_macs - 1) / line_macs;
+// Runs part(begin, end) over the parts of [0, lines) lines (rows or columns
+// of C): one part per k_onednn_parallel_macs multiply-adds, at most
+// k_onednn_max_parts, boundaries at multiples of k_onednn_split_align. The
+// parts depend on the shape only, never on the thread count, and xtgrad's
+// pool runs them (serially on one thread or inside a job of the pool).
+template <class Part>
+void run_parts(std::size_t lines, std::size_t macs, Part& part) {
+  const std::size_t blocks = (lines + k_onednn_split_align - 1) / k_onednn_split_align;
+  const std::size_t parts = std::max<std::size_t>(
+      1, std::min({macs / k_onednn_parallel_macs, k_onednn_max_parts, blocks}));
+  const auto bound = [&](std::size_t i) {
+    return std::min(lines, (blocks * i / parts) * k_onednn_split_align);
+  };
+  auto chunk = [&](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) part(bound(i), bound(i + 1));
+  };
+  parallel_run(parts, 1, 1, chunk);
 }
 
 }  // namespace
@@ -166,26 +179,26 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   // only at load), taking the core xtgrad's pool needs next. A large product
   // is split instead over xtgrad's pool (parallel.hpp) into independent
   // products on blocks of C, each a single-threaded primitive on pointer
-  // offsets with the same strides: C's rows when M >= N, else its columns,
-  // at least k_onednn_parallel_macs multiply-adds a part (the split depends
-  // on the shape and the thread count only; inside a pool job it is serial).
-  // Every element of C is a dot product over the same K in the same order
-  // whatever the block, so 1 and 2 threads give the same bits (tested in
-  // test_gemm_backend.cpp).
+  // offsets with the same strides: C's rows when M >= N, else its columns.
+  // The parts depend on the shape only (run_parts), so 1, 2 and 3 threads
+  // give the same bits (tested in test_gemm_backend.cpp and
+  // test_parallel.cpp); a split that followed the thread count would not:
+  // oneDNN's blocking over K depends on a part's M and N, and an FFN's dW
+  // differed in its first element between 1 and 2 threads.
   if (m >= n) {
     auto rows = [&](std::size_t begin, std::size_t end) {
       const float* a_part = transpose_a ? a + begin : a + begin * lda;
       run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
                     end - begin, n, k, accumulate, precision);
     };
-    parallel_run(m, min_lines(n * k), k_onednn_split_align, rows);
+    run_parts(m, m * n * k, rows);
   } else {
     auto columns = [&](std::size_t begin, std::size_t end) {
       const float* b_part = transpose_b ? b + begin * ldb : b + begin;
       run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
                     k, accumulate, precision);
     };
-    parallel_run(n, min_lines(m * k), k_onednn_split_align, columns);
+    run_parts(n, m * n * k, columns);
   }
 }
 

@@ -16,8 +16,10 @@
 // default, read only at load) and take the core xtgrad's pool needs next. A
 // product of at least 2 * k_onednn_parallel_macs multiply-adds is split
 // instead over xtgrad's pool (parallel.hpp, threads.hpp) into blocks of C's
-// rows (M >= N) or columns, each a single-threaded primitive; one part per
-// k_onednn_parallel_macs at most, and serial inside a job of the pool.
+// rows (M >= N) or columns, each a single-threaded primitive: one part per
+// k_onednn_parallel_macs, at most k_onednn_max_parts, whatever the thread
+// count (so every count gives the same bits), run serially on one thread
+// and inside a job of the pool.
 //
 // Weights are read in the user's layout on every call, not packed once per
 // Parameter in oneDNN's preferred layout: a Parameter's value is a public
@@ -37,6 +39,8 @@ enum class MatmulPrecision : unsigned char { f32 };
 inline constexpr std::size_t k_onednn_parallel_macs = std::size_t(1) << 23;
 // Rows or columns of C between part boundaries (a vector of floats).
 inline constexpr std::size_t k_onednn_split_align = 16;
+// Parts of a split product at most (divisible by 1 to 4 threads).
+inline constexpr std::size_t k_onednn_max_parts = 12;
 
 // True when xtgrad was built with oneDNN.
 bool onednn_compiled();
