@@ -124,18 +124,16 @@ bool onednn_compiled() {
   return true;
 }
 
-void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
-                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                 std::size_t k, bool accumulate, MatmulPrecision precision) {
-  // oneDNN reads the calling thread's OpenMP count when a primitive is
-  // created (its work split) and when it runs. One thread per
-  // k_onednn_parallel_macs, at most xtgrad's count, and one inside a job of
-  // xtgrad's pool (parallel.hpp).
-  const int threads = static_cast<int>(parallel_chunks(m * n * k, k_onednn_parallel_macs));
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+namespace {
+
+// One single-threaded primitive call on the calling thread.
+void run_primitive(const float* a, std::size_t lda, bool transpose_a, const float* b,
+                   std::size_t ldb, bool transpose_b, float* c, std::size_t ldc, std::size_t m,
+                   std::size_t n, std::size_t k, bool accumulate, MatmulPrecision precision) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   ThreadState& state = thread_state();
   Entry& entry = lookup(
-      state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, threads});
+      state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, 1});
   if (state.scratchpad.size() < entry.scratchpad_bytes)
     state.scratchpad.resize(entry.scratchpad_bytes);
   entry.a.set_data_handle(const_cast<float*>(a));
@@ -150,6 +148,58 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   dnnl::error::wrap_c_api(dnnl_primitive_execute(entry.primitive.get(), state.stream.get(),
                                                  static_cast<int>(std::size(args)), args),
                           "xtgrad: oneDNN matmul failed");
+}
+
+// Runs part(begin, end) over the parts of [0, lines) lines (rows or columns
+// of C): one part per k_onednn_parallel_macs multiply-adds, at most
+// k_onednn_max_parts, boundaries at multiples of k_onednn_split_align. The
+// parts depend on the shape only, never on the thread count, and xtgrad's
+// pool runs them (serially on one thread or inside a job of the pool).
+template <class Part>
+void run_parts(std::size_t lines, std::size_t macs, Part& part) {
+  const std::size_t blocks = (lines + k_onednn_split_align - 1) / k_onednn_split_align;
+  const std::size_t parts = std::max<std::size_t>(
+      1, std::min({macs / k_onednn_parallel_macs, k_onednn_max_parts, blocks}));
+  const auto bound = [&](std::size_t i) {
+    return std::min(lines, (blocks * i / parts) * k_onednn_split_align);
+  };
+  auto chunk = [&](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) part(bound(i), bound(i + 1));
+  };
+  parallel_run(parts, 1, 1, chunk);
+}
+
+}  // namespace
+
+void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
+                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                 std::size_t k, bool accumulate, MatmulPrecision precision) {
+  // oneDNN always runs on one OpenMP thread: an OpenMP team's workers keep
+  // spinning after each call (OMP_WAIT_POLICY is active by default and read
+  // only at load), taking the core xtgrad's pool needs next. A large product
+  // is split instead over xtgrad's pool (parallel.hpp) into independent
+  // products on blocks of C, each a single-threaded primitive on pointer
+  // offsets with the same strides: C's rows when M >= N, else its columns.
+  // The parts depend on the shape only (run_parts), so 1, 2 and 3 threads
+  // give the same bits (tested in test_gemm_backend.cpp and
+  // test_parallel.cpp); a split that followed the thread count would not:
+  // oneDNN's blocking over K depends on a part's M and N, and an FFN's dW
+  // differed in its first element between 1 and 2 threads.
+  if (m >= n) {
+    auto rows = [&](std::size_t begin, std::size_t end) {
+      const float* a_part = transpose_a ? a + begin : a + begin * lda;
+      run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
+                    end - begin, n, k, accumulate, precision);
+    };
+    run_parts(m, m * n * k, rows);
+  } else {
+    auto columns = [&](std::size_t begin, std::size_t end) {
+      const float* b_part = transpose_b ? b + begin * ldb : b + begin;
+      run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
+                    k, accumulate, precision);
+    };
+    run_parts(n, m * n * k, columns);
+  }
 }
 
 std::string onednn_info() {

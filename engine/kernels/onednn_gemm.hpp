@@ -11,15 +11,15 @@
 // accumulation (beta = 1) is the sum post-op. Each thread's scratchpad is
 // its own buffer (scratchpad_mode::user).
 //
-// oneDNN runs on OpenMP; every call first sets the calling thread's OpenMP
-// count to xtgrad's (threads.hpp), so that oneDNN never runs more threads
-// than set_num_threads allows: one thread per k_onednn_parallel_macs
-// multiply-adds, and one inside a job of xtgrad's pool. An OpenMP region waits for all its threads: on a loaded
-// 2-core host (load average 7.5), 2-thread oneDNN products of 16K to 8M
-// multiply-adds took 1.6 to 18 ms a call, against 2 to 600 us on one thread
-// (libgomp's spinning workers and descheduled ones alike; OMP_WAIT_POLICY=
-// PASSIVE cut it to 30-600 us, still slower than one thread). From 16M
-// (16 rows through a [2048, 512] weight) 2 threads ran at full speed.
+// oneDNN runs on OpenMP, always with one OpenMP thread: a team's workers
+// keep spinning after each call (libgomp's OMP_WAIT_POLICY, active by
+// default, read only at load) and take the core xtgrad's pool needs next. A
+// product of at least 2 * k_onednn_parallel_macs multiply-adds is split
+// instead over xtgrad's pool (parallel.hpp, threads.hpp) into blocks of C's
+// rows (M >= N) or columns, each a single-threaded primitive: one part per
+// k_onednn_parallel_macs, at most k_onednn_max_parts, whatever the thread
+// count (so every count gives the same bits), run serially on one thread
+// and inside a job of the pool.
 //
 // Weights are read in the user's layout on every call, not packed once per
 // Parameter in oneDNN's preferred layout: a Parameter's value is a public
@@ -37,6 +37,10 @@ namespace xtgrad::detail {
 enum class MatmulPrecision : unsigned char { f32 };
 
 inline constexpr std::size_t k_onednn_parallel_macs = std::size_t(1) << 23;
+// Rows or columns of C between part boundaries (a vector of floats).
+inline constexpr std::size_t k_onednn_split_align = 16;
+// Parts of a split product at most (divisible by 1 to 4 threads).
+inline constexpr std::size_t k_onednn_max_parts = 12;
 
 // True when xtgrad was built with oneDNN.
 bool onednn_compiled();

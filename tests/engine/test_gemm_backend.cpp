@@ -97,6 +97,37 @@ TEST_CASE("gemm backend: oneDNN equals OpenBLAS for every transpose pair and bet
           }
 }
 
+TEST_CASE("gemm backend: a large oneDNN product split over 2 threads gives 1 thread's bits") {
+  if (!detail::onednn_compiled()) return;
+  const int threads_before = get_num_threads();
+  std::uint32_t seed = 100;
+  // Past twice the per-part minimum: split by rows (M >= N), then by columns;
+  // odd sizes leave tails in both parts.
+  for (const GemmDims d : {GemmDims{515, 200, 257}, GemmDims{130, 777, 257}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool accumulate : {false, true}) {
+          CAPTURE(d.m);
+          CAPTURE(d.n);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(accumulate);
+          const xt::xarray<float> a = ta ? random_array<float>({d.k, d.m}, seed++)
+                                         : random_array<float>({d.m, d.k}, seed++);
+          const xt::xarray<float> b = tb ? random_array<float>({d.n, d.k}, seed++)
+                                         : random_array<float>({d.k, d.n}, seed++);
+          const xt::xarray<float> c0 = random_array<float>({d.m, d.n}, seed++);
+          set_num_threads(1);
+          const xt::xarray<float> one = onednn_padded(a, ta, b, tb, c0, accumulate, d, 3);
+          set_num_threads(2);
+          const xt::xarray<float> two = onednn_padded(a, ta, b, tb, c0, accumulate, d, 3);
+          CHECK(one == two);
+          const double tol = 2e-6 * (10.0 + d.k);
+          check_close(two, gemm_reference(a, ta, b, tb, c0, accumulate, d), tol, tol);
+        }
+  set_num_threads(threads_before);
+}
+
 TEST_CASE("gemm backend: detail::gemm on each backend equals a scalar loop") {
   for (GemmBackend backend : {GemmBackend::onednn, GemmBackend::openblas}) {
     if (!gemm_backend_available(backend)) continue;
