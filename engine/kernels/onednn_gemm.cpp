@@ -10,8 +10,12 @@
 #include <cstdint>
 #include <vector>
 
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
+
+// The OpenMP runtime oneDNN runs on (libgomp, linked by name): declared here
+// rather than through a compiler's omp.h, which under clang belongs to libomp.
+extern "C" int omp_get_max_threads();
+extern "C" void omp_set_num_threads(int);
 
 namespace xtgrad::detail {
 
