@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <queue>
 #include <string>
 #include <utility>
 
@@ -157,21 +156,32 @@ void merge_piece(const BpeTokenizer::Model& model, std::string_view piece,
       return;
     }
   }
-  std::vector<std::int32_t> id(n);
-  std::vector<std::int32_t> next(n), prev(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    id[i] = model.byte_ids[static_cast<unsigned char>(piece[i])];
-    next[i] = i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1;
-    prev[i] = static_cast<std::int32_t>(i) - 1;
-  }
+  // The symbols as a linked list over the piece's bytes, and the candidate
+  // pairs; the buffers are kept per thread, so a warm encode allocates none.
   struct Candidate {
     std::int32_t rank, position, left, right;  // the pair (left, right) at position
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : position > o.position;
     }
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  std::vector<Candidate> created;
+  struct Scratch {
+    std::vector<std::int32_t> id, next, prev;
+    std::vector<Candidate> heap, created;
+  };
+  thread_local Scratch s;
+  std::vector<std::int32_t>& id = s.id;
+  std::vector<std::int32_t>& next = s.next;
+  std::vector<std::int32_t>& prev = s.prev;
+  id.resize(n), next.resize(n), prev.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    id[i] = model.byte_ids[static_cast<unsigned char>(piece[i])];
+    next[i] = i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1;
+    prev[i] = static_cast<std::int32_t>(i) - 1;  // -2 marks a symbol merged away
+  }
+  std::vector<Candidate>& heap = s.heap;  // a min-heap on (rank, position)
+  std::vector<Candidate>& created = s.created;
+  heap.clear(), created.clear();
+  const std::greater<Candidate> later;
   const auto consider = [&](std::int32_t position, std::vector<Candidate>& into) {
     const std::int32_t right = next[static_cast<std::size_t>(position)];
     if (right < 0) return;
@@ -180,27 +190,29 @@ void merge_piece(const BpeTokenizer::Model& model, std::string_view piece,
     const auto it = model.merges.find(pair_key(a, b));
     if (it != model.merges.end()) into.push_back({it->second.rank, position, a, b});
   };
-  for (std::size_t i = 0; i + 1 < n; ++i) consider(static_cast<std::int32_t>(i), created);
-  for (const Candidate& c : created) heap.push(c);
-  created.clear();
-  std::vector<unsigned char> alive(n, 1);
+  for (std::size_t i = 0; i + 1 < n; ++i) consider(static_cast<std::int32_t>(i), heap);
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    const std::int32_t rank = heap.top().rank;
-    while (!heap.empty() && heap.top().rank == rank) {
-      const Candidate c = heap.top();
-      heap.pop();
+    const std::int32_t rank = heap.front().rank;
+    while (!heap.empty() && heap.front().rank == rank) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const Candidate c = heap.back();
+      heap.pop_back();
       const auto p = static_cast<std::size_t>(c.position);
       const std::int32_t r = next[p];
-      if (!alive[p] || r < 0 || id[p] != c.left || id[static_cast<std::size_t>(r)] != c.right)
+      if (prev[p] == -2 || r < 0 || id[p] != c.left || id[static_cast<std::size_t>(r)] != c.right)
         continue;  // a stale entry: the pair is no longer there
-      id[p] = model.merges.at(pair_key(c.left, c.right)).merged;
-      alive[static_cast<std::size_t>(r)] = 0;
+      id[p] = model.merges.find(pair_key(c.left, c.right))->second.merged;
+      prev[static_cast<std::size_t>(r)] = -2;
       next[p] = next[static_cast<std::size_t>(r)];
       if (next[p] >= 0) prev[static_cast<std::size_t>(next[p])] = c.position;
       if (prev[p] >= 0) consider(prev[p], created);
-      if (next[p] >= 0) consider(c.position, created);
+      consider(c.position, created);
     }
-    for (const Candidate& c : created) heap.push(c);
+    for (const Candidate& c : created) {
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
     created.clear();
   }
   for (std::int32_t i = 0; i >= 0; i = next[static_cast<std::size_t>(i)])
