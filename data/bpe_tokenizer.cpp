@@ -145,7 +145,7 @@ namespace {
 // bytes; pairs a pass creates wait until the pass is over, as encoder.py
 // only looks for the next pair after rebuilding the word.
 void merge_piece(const BpeTokenizer::Model& model, std::string_view piece,
-                 std::vector<std::int32_t>& out) {
+                 std::vector<std::int64_t>& out) {
   const std::size_t n = piece.size();
   if (model.ignore_merges && n > 1) {
     std::string token;
@@ -220,7 +220,7 @@ void merge_piece(const BpeTokenizer::Model& model, std::string_view piece,
 }
 
 void encode_piece(const BpeTokenizer::Model& model, std::string_view piece,
-                  std::vector<std::int32_t>& out) {
+                  std::vector<std::int64_t>& out) {
   if (piece.size() == 1) {
     out.push_back(model.byte_ids[static_cast<unsigned char>(piece[0])]);
     return;
@@ -289,8 +289,9 @@ std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text, SpecialTok
   const auto usable = [special](const AddedToken& a) {
     return !a.special || special == SpecialTokens::allow;
   };
-  std::vector<std::int32_t> ids;
-  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  std::vector<std::int64_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  thread_local std::vector<std::pair<std::size_t, std::size_t>> pieces;
   const auto encode_text = [&](std::string_view part) {
     pieces.clear();
     detail::split_pieces(model.pattern, part, pieces);
@@ -305,10 +306,10 @@ std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text, SpecialTok
       break;
     }
     encode_text(text.substr(from, at - from));
-    ids.push_back(static_cast<std::int32_t>(model.added[i].id));
+    ids.push_back(model.added[i].id);
     from = at + model.added[i].content.size();
   }
-  return std::vector<std::int64_t>(ids.begin(), ids.end());
+  return ids;
 }
 
 std::string BpeTokenizer::decode(const std::vector<std::int64_t>& ids,
