@@ -299,9 +299,13 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json) {
   }
 
   const Json* normalizer = member(root, "normalizer");
-  if (normalizer != nullptr && !normalizer->is_null())
-    source.fail_key("normalizer", "has type '" + detail::escaped(type_of(*normalizer), 64) +
-                                      "'; normalizers are not implemented (expected null)");
+  if (normalizer != nullptr && !normalizer->is_null()) {
+    if (type_of(*normalizer) != "NFC")
+      source.fail_key("normalizer",
+                      "has type '" + detail::escaped(type_of(*normalizer), 64) +
+                          "'; only null and NFC (text already in NFC) are implemented");
+    out.nfc = true;
+  }
   const Json* pre = member(root, "pre_tokenizer");
   if (pre == nullptr) source.fail_key("pre_tokenizer", "is missing");
   out.pattern = pattern_of(source, *pre);

@@ -24,9 +24,10 @@ struct BpeTokenizer::Model {
 
   PreTokenizer pattern = PreTokenizer::gpt2;
   bool ignore_merges = false;
-  std::vector<std::string> tokens;                    // id -> token as the vocabulary writes it
-  std::vector<std::string> token_bytes;               // id -> the bytes decode writes for it
-  std::vector<unsigned char> special;                 // id -> 1 for a special added token
+  bool nfc = false;                      // tokenizer.json's normalizer is NFC (see check_nfc)
+  std::vector<std::string> tokens;       // id -> token as the vocabulary writes it
+  std::vector<std::string> token_bytes;  // id -> the bytes decode writes for it
+  std::vector<unsigned char> special;    // id -> 1 for a special added token
   std::unordered_map<std::string, std::int32_t> ids;  // token -> id
   std::int32_t byte_ids[256] = {};                    // byte -> its byte-level token
   std::unordered_map<std::uint64_t, Merge> merges;    // left << 32 | right -> merge
@@ -62,6 +63,7 @@ struct BpeSource {
   std::string vocab_where;  // the file (and key) of the vocabulary, for messages
   PreTokenizer pattern = PreTokenizer::gpt2;
   bool ignore_merges = false;
+  bool nfc = false;
 };
 
 // Checks `source` (ids dense and unique, merges of tokens, the 256 byte

@@ -5,6 +5,11 @@
 // worked out by hand below). The scanner returns the length of the match at
 // a position; a match always exists and is never empty, so the pieces tile
 // the text.
+//
+// std::regex has no \p{L}; PCRE2 (PCRE2_UCP) or ICU's regex would run the
+// patterns as written, but the scanner needs no dependency for xtgrad or for
+// what links it, reads UTF-8 directly and fixes the Unicode version the ids
+// depend on (docs/tokenizers.md).
 
 #include <algorithm>
 #include <cstddef>
@@ -231,7 +236,7 @@ void decode_classes(std::string_view text, CodePoints& t) {
     t.offset.push_back(at);
     const std::int32_t c = next_code_point(text, at);  // the caller checked the UTF-8
     t.cp.push_back(static_cast<char32_t>(c));
-    t.cls.push_back(unicode_class(static_cast<char32_t>(c)));
+    t.cls.push_back(unicode_class(static_cast<char32_t>(c)) & k_pattern_classes);
   }
   t.offset.push_back(text.size());
 }

@@ -4,12 +4,14 @@
 #include "bpe_tokenizer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <utility>
 
 #include "../engine/errors.hpp"
 #include "bpe_model.hpp"
+#include "unicode_classes.hpp"
 
 namespace xtgrad {
 
@@ -46,6 +48,7 @@ std::shared_ptr<BpeTokenizer::Model> build_bpe_model(BpeSource source) {
   auto model = std::make_shared<BpeTokenizer::Model>();
   model->pattern = source.pattern;
   model->ignore_merges = source.ignore_merges;
+  model->nfc = source.nfc;
 
   // Ids: unique, and together (vocabulary and added tokens) 0 .. N-1, so that
   // no id is a hole and no file makes us allocate more than it holds.
@@ -270,12 +273,34 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text, SpecialTokens special) const {
   const detail::Check check("BpeTokenizer::encode");
+  const Model& model = *model_;
+  // UTF-8, and for an NFC normalizer UAX #15's quick check: text is NFC when
+  // no character has NFC_Quick_Check No or Maybe and the nonzero combining
+  // classes never decrease. Such text NFC leaves as it is, so the normalizer
+  // is the identity; other text is refused rather than tokenized unnormalized.
+  unsigned char last_combining = 0;
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t start = at;
-    check.argument(detail::next_code_point(text, at) >= 0, "text", "is not valid UTF-8 at byte ",
-                   start);
+    const std::int32_t c = detail::next_code_point(text, at);
+    check.argument(c >= 0, "text", "is not valid UTF-8 at byte ", start);
+    if (!model.nfc || c < 0x80) {
+      last_combining = 0;
+      continue;
+    }
+    const auto cp = static_cast<char32_t>(c);
+    const unsigned char combining = detail::canonical_combining_class(cp);
+    const bool stable = !(detail::unicode_class(cp) & detail::k_nfc_not_yes) &&
+                        (combining == 0 || last_combining <= combining);
+    if (!stable) {
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(c));
+      check.argument(false, "text", "has ", code, " at byte ", start,
+                     ", where NFC normalization (this tokenizer's normalizer) may change the "
+                     "text; only text NFC leaves as it is is implemented: normalize it to NFC "
+                     "first");
+    }
+    last_combining = combining;
   }
-  const Model& model = *model_;
   if (special == SpecialTokens::refuse) {
     const auto [i, at] =
         detail::find_added(model, text, 0, [](const AddedToken& a) { return a.special; });

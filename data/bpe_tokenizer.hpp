@@ -29,8 +29,8 @@
 //
 // What is read, and what is refused (std::invalid_argument naming the file
 // and the key or line): tokenizer.json with "model" of "type" "BPE" (no
-// dropout, no subword prefix or suffix, no byte fallback), "normalizer" null,
-// "decoder" ByteLevel, and "pre_tokenizer" one of
+// dropout, no subword prefix or suffix, no byte fallback), "normalizer" null
+// or NFC (Qwen2's; see below), "decoder" ByteLevel, and "pre_tokenizer" one of
 //   ByteLevel (use_regex true)                         -> PreTokenizer::gpt2
 //   Sequence [Split(Regex R, Isolated), ByteLevel(use_regex false)]
 //                                                      -> gpt2, llama3 or qwen2 by R
@@ -38,8 +38,12 @@
 //                                                      -> gpt2_digits
 // with add_prefix_space false. Added tokens with lstrip, rstrip or
 // single_word are refused. SentencePiece, Unigram, WordPiece and WordLevel
-// models, normalizers (NFC, Lowercase, ...) and other pre-tokenizers are
-// refused by name. Every id is unique and the ids are 0 .. N-1 (added tokens
+// models, other normalizers (NFKC, Lowercase, ...) and other pre-tokenizers
+// are refused by name. The NFC normalizer is implemented for text that NFC
+// leaves as it is, as UAX #15's quick check tells (no character with
+// NFC_Quick_Check No or Maybe, combining classes in order): encode refuses
+// other text (std::invalid_argument naming the code point), so pass such
+// text through an NFC normalizer (ICU's, Python's unicodedata) first. Every id is unique and the ids are 0 .. N-1 (added tokens
 // may repeat a vocabulary entry with the same text); every merge's two parts
 // and their concatenation are tokens; the 256 byte-level tokens are present.
 // Files are at most k_bpe_max_file_bytes. The pattern's classes (\p{L},
