@@ -200,7 +200,7 @@ TEST_CASE("SparseMoe: gradcheck of the input and every parameter, away from top-
   check_module_gradients(block, random_array({5, 3}, 7));
 }
 
-TEST_CASE("SparseMoe: zero tokens") {
+TEST_CASE("SparseMoe: zero tokens; create_graph refuses the experts op") {
   SparseMoe<double> block = mixtral_block<double>();
   Tape<double> tape;
   const Var<double> x = tape.leaf(xt::xarray<double>::from_shape({0, fx::mixtral_c}));
@@ -209,6 +209,14 @@ TEST_CASE("SparseMoe: zero tokens") {
   tape.backward(sum(y));
   CHECK(x.grad().size() == 0);
   CHECK(xt::all(xt::equal(block.experts[0].down.weight.grad, 0.0)));
+  // the experts op has no differentiable backward
+  const Var<double> x1 = tape.leaf(random_array({2, fx::mixtral_c}, 3));
+  try {
+    tape.backward(sum(block(x1)), create_graph);
+    FAIL("expected std::logic_error");
+  } catch (const std::logic_error& e) {
+    CHECK(std::string(e.what()).find("not twice differentiable: moe_experts") != std::string::npos);
+  }
 }
 
 TEST_CASE("SparseMoe, moe_route, moe_experts: bad input names the argument, changes nothing") {
