@@ -201,7 +201,8 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   }
 
   MoeOutput<T> out{y, {}, {}, {routing.routed, routing.counts, n, routing.dropped()}};
-  stats_ = out.stats;
+  // infer may run on several threads at once: it leaves the module as it was
+  if (!detail::InferenceScope::active()) stats_ = out.stats;
   if (!losses) return out;
   // E * sum_e f_e P_e, f_e = routed_e / N (no gradient), P_e = mean_t p[t, e]
   xt::xarray<T> f = xt::zeros<T>({e_count});

@@ -133,7 +133,7 @@ class SparseMoe : public Module<T> {
   const SparseMoeOptions& options() const { return options_; }
   std::size_t hidden_size() const { return hidden_size_; }
   std::size_t intermediate_size() const { return intermediate_size_; }
-  // The routing statistics of the last forward (empty before the first).
+  // The routing statistics of the last forward outside infer (empty before the first).
   const MoeStats& router_stats() const { return stats_; }
 
   Linear<T> gate;                               // the router, [E, C]

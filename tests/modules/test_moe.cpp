@@ -113,6 +113,9 @@ void check_block(SparseMoe<T> block, const Case& c) {
   const std::vector<std::size_t> kept(c.kept, c.kept + block.experts.size());
   CHECK(out.stats.kept == kept);
   CHECK(block.router_stats().kept == kept);
+  // inference: the same y on a private tape
+  check_close(block.infer(from_fixture<T>(c.x, shape)), from_fixture<double>(c.y, shape), rtol,
+              atol);
 }
 
 // Throws std::invalid_argument whose message holds every part, and records nothing.
