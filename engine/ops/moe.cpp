@@ -36,7 +36,9 @@ void check_routing(const detail::Check& check, const MoeRouting& r, const detail
                  ", counts E, offsets E + 1 from 0, source offsets[E]); build it with moe_route");
   std::size_t bad = r.experts;  // the first expert whose rows are inconsistent
   for (std::size_t e = 0; e < r.experts && bad == r.experts; ++e) {
-    if (r.offsets[e + 1] < r.offsets[e] || r.offsets[e + 1] - r.offsets[e] != r.counts[e]) bad = e;
+    if (r.offsets[e + 1] < r.offsets[e] || r.offsets[e + 1] > r.source.size() ||
+        r.offsets[e + 1] - r.offsets[e] != r.counts[e])
+      bad = e;
     for (std::size_t row = r.offsets[e]; row < r.offsets[e + 1] && bad == r.experts; ++row) {
       const std::size_t c = r.source[row];
       if (c >= choices || r.expert[c] != e || r.row_of[c] != row) bad = e;

@@ -283,6 +283,14 @@ TEST_CASE("SparseMoe, moe_route, moe_experts: bad input names the argument, chan
                 },
                 {"moe_experts", "'routing'", "2 experts", "expected 3 tokens"});
 
+  MoeRouting broken = routing;
+  broken.source.assign(broken.source.size(), 0);
+  check_refused(tape,
+                [&] {
+                  moe_experts(xs, w, broken, {a, a}, {a, a}, {b, b});
+                },
+                {"moe_experts", "'routing'", "inconsistently"});
+
   // A state dict missing an expert's weight: refused whole, nothing loaded.
   SparseMoe<double> other = mixtral_block<double>();
   const TensorDict<double> kept = other.state_dict();
