@@ -25,9 +25,16 @@ const char* projection_name(ExpertNames names, int which) {
   return names == ExpertNames::mixtral ? mixtral[which] : llama[which];
 }
 
-// "experts.3.w1.weight": the parameter an expert weight's error names.
-std::string expert_weight_name(const char* role, std::size_t e) {
+// "experts.3.w1.weight" or "experts.3.gate_proj.weight": the parameter an
+// expert weight's error names (role "w1", "w3" or "w2", as moe_experts calls them).
+std::string mixtral_weight_name(const char* role, std::size_t e) {
   return "experts." + std::to_string(e) + "." + role + ".weight";
+}
+std::string llama_weight_name(const char* role, std::size_t e) {
+  const std::string r(role);
+  const int which = r == "w1" ? 0 : r == "w3" ? 1 : 2;
+  return "experts." + std::to_string(e) + "." + projection_name(ExpertNames::llama, which) +
+         ".weight";
 }
 
 // The constructor's checks, before any member is built; returns hidden_size.
@@ -121,7 +128,7 @@ SparseMoe<T>::SparseMoe(std::size_t hidden_size, std::size_t intermediate_size,
       intermediate_size_(intermediate_size) {
   experts.reserve(options.num_experts);
   for (std::size_t e = 0; e < options.num_experts; ++e)
-    experts.emplace_back(hidden_size, intermediate_size, options.activation, ExpertNames::mixtral,
+    experts.emplace_back(hidden_size, intermediate_size, options.activation, options.expert_names,
                          generator);
   if (options.shared_expert_intermediate_size > 0) {
     shared_expert.emplace(hidden_size, options.shared_expert_intermediate_size, options.activation,
@@ -160,8 +167,9 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   }
   const std::size_t n = x.size() / c;
   const Shape x2_shape{n, c};
-  detail::MoeDims dims =
-      detail::check_moe_shapes(k_sparse_moe, x2_shape, nullptr, s1, s3, s2, expert_weight_name);
+  detail::MoeDims dims = detail::check_moe_shapes(
+      k_sparse_moe, x2_shape, nullptr, s1, s3, s2,
+      options_.expert_names == ExpertNames::mixtral ? mixtral_weight_name : llama_weight_name);
   dims.k = options_.top_k;
   if (shared_expert) {
     const GatedExpert<T>& s = *shared_expert;
@@ -236,7 +244,9 @@ ModuleConfig SparseMoe<T>::config() const {
       .add("norm_topk_prob", options_.norm_topk_prob)
       .add("activation", std::string(to_string(options_.activation)))
       .add("capacity_factor", options_.capacity_factor.value_or(0.0))
-      .add("shared_expert_intermediate_size", options_.shared_expert_intermediate_size);
+      .add("shared_expert_intermediate_size", options_.shared_expert_intermediate_size)
+      .add("expert_names",
+           std::string(options_.expert_names == ExpertNames::mixtral ? "mixtral" : "llama"));
 }
 
 template class GatedExpert<float>;

@@ -15,12 +15,13 @@
 // and a dropped choice contributes 0 (Switch Transformer).
 //
 // Parameter names are Hugging Face's, so that a Mixtral layer's state dict
-// loads without renaming under a child named "block_sparse_moe" (Qwen2-MoE's
-// shared expert under "mlp"):
+// loads without renaming under a child named "block_sparse_moe" (a
+// Qwen2-MoE layer's under "mlp", with expert_names = ExpertNames::llama):
 //   gate.weight                         [E, C]
 //   experts.{j}.w1.weight               [H, C]   gate projection (activated)
 //   experts.{j}.w3.weight               [H, C]   up projection
 //   experts.{j}.w2.weight               [C, H]   down projection
+//   (ExpertNames::llama: experts.{j}.gate_proj / up_proj / down_proj.weight)
 //   shared_expert.gate_proj.weight      [Hs, C]  (Qwen2MoeMLP)
 //   shared_expert.up_proj.weight        [Hs, C]
 //   shared_expert.down_proj.weight      [C, Hs]
@@ -99,6 +100,7 @@ struct SparseMoeOptions {
   Activation activation = Activation::silu;         // of every expert (SwiGLU)
   std::optional<double> capacity_factor;            // none: dropless
   std::size_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE's)
+  ExpertNames expert_names = ExpertNames::mixtral;  // llama: Qwen2-MoE's routed experts
 };
 
 // Tokens per expert in one forward.

@@ -64,6 +64,7 @@ SparseMoe<T> qwen_block() {
   o.activation = Activation::gelu;
   o.capacity_factor = fx::qwen_capacity_factor;
   o.shared_expert_intermediate_size = fx::qwen_shared;
+  o.expert_names = ExpertNames::llama;
   return SparseMoe<T>(fx::qwen_c, fx::qwen_h, o);
 }
 
