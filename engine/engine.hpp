@@ -24,6 +24,7 @@
 #include "ops/mask.hpp"
 #include "ops/math.hpp"
 #include "ops/matmul.hpp"
+#include "ops/moe.hpp"
 #include "ops/norm.hpp"
 #include "ops/reduce.hpp"
 #include "ops/rotary.hpp"

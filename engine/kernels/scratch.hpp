@@ -20,6 +20,10 @@ enum class ScratchSlot : std::size_t {
   attention_packed,   // kernels/attention_*: every head's key / value (or query) tiles, packed
   attention_rows,     // kernels/attention_kernels: backward's row sums and partial dq of the thread
   attention_tiles,    // kernels/attention_*: one task's score, probability and accumulator tiles
+  moe_rows,           // kernels/moe_kernels: a block of weighted output gradients, [rows, C]
+  moe_row_grad,       // kernels/moe_kernels: the same block's input gradient, [rows, C]
+  moe_gate_grad,      // kernels/moe_kernels: the block's gradient of g = x W1^T, [rows, H]
+  moe_up_grad,        // kernels/moe_kernels: the block's gradient of u = x W3^T, [rows, H]
   count
 };
 
