@@ -98,12 +98,12 @@ std::string shortened(const std::string& text) {
 
 // The first difference between two configs, walked in the order describe()
 // prints them (type, options, children), with the dotted path of the child
-// it is in: "'d_ff' is '16' in the checkpoint, '8' in this module"; "" when
-// they are equal.
+// it is in: "'d_ff' was saved as '16', this module has '8'"; "" when they
+// are equal.
 std::string first_difference(const ModuleConfig& stored, const ModuleConfig& module,
                              const std::string& path) {
   const auto both = [](const std::string& a, const std::string& b) {
-    return " is " + a + " in the checkpoint, " + b + " in this module";
+    return " was saved as " + a + ", this module has " + b;
   };
   if (stored.type != module.type)
     return shown(path + "type") + both(shown(stored.type), shown(module.type));
@@ -115,20 +115,22 @@ std::string first_difference(const ModuleConfig& stored, const ModuleConfig& mod
   for (const auto& [key, value] : stored.options) {
     const std::string* other = value_of(module, key);
     if (!other || *other != value)
-      return shown(path + key) + both(shown(value), other ? shown(*other) : "absent");
+      return shown(path + key) + both(shown(value), other ? shown(*other) : "none");
   }
   for (const auto& [key, value] : module.options)
-    if (!value_of(stored, key)) return shown(path + key) + both("absent", shown(value));
+    if (!value_of(stored, key))
+      return shown(path + key) + " was not saved, this module has " + shown(value);
   if (stored.options != module.options)
     return "the options of " + (path.empty() ? "the module" : shown(path)) +
-           " are in another order";
+           " were saved in another order";
   for (std::size_t i = 0; i < stored.children.size() || i < module.children.size(); ++i) {
     const std::string child =
         path + (i < stored.children.size() ? stored.children[i].first : module.children[i].first);
     if (i >= module.children.size())
-      return "child " + shown(child) + both(shortened(stored.children[i].second.describe()), "absent");
+      return "child " + shown(child) + both(shortened(stored.children[i].second.describe()), "none");
     if (i >= stored.children.size())
-      return "child " + shown(child) + both("absent", shortened(module.children[i].second.describe()));
+      return "child " + shown(child) + " was not saved, this module has " +
+             shortened(module.children[i].second.describe());
     const auto& [name_a, a] = stored.children[i];
     const auto& [name_b, b] = module.children[i];
     if (name_a != name_b)

@@ -49,7 +49,8 @@ Activation hf_config_activation(const std::filesystem::path& config_json, const 
                                 const std::string& function) {
   const std::string where = "config " + detail::path_str(config_json) + ": ";
   const nlohmann::ordered_json config =
-      detail::read_json_file(config_json, function, where, k_max_config_bytes);
+      detail::read_json_file(config_json, function, where, k_max_config_bytes,
+                             detail::JsonKeys::last_wins);
   if (!config.is_object())
     detail::fail_value(
         function, where + "is not a JSON object, expected a Hugging Face config.json object");
