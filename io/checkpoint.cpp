@@ -127,7 +127,8 @@ std::string first_difference(const ModuleConfig& stored, const ModuleConfig& mod
     const std::string child =
         path + (i < stored.children.size() ? stored.children[i].first : module.children[i].first);
     if (i >= module.children.size())
-      return "child " + shown(child) + both(shortened(stored.children[i].second.describe()), "none");
+      return "child " + shown(child) +
+             both(shortened(stored.children[i].second.describe()), "none");
     if (i >= stored.children.size())
       return "child " + shown(child) + " was not saved, this module has " +
              shortened(module.children[i].second.describe());

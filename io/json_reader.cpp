@@ -50,7 +50,8 @@ Json read_json(const std::string& text, const std::string& function, const std::
     // Strict: only whitespace may follow the value.
     return Json::parse(text, callback, true, false);
   } catch (const Json::exception& error) {
-    fail_value(function, subject + "is not valid JSON (" + escaped(error.what(), k_max_shown) + ")");
+    fail_value(function,
+               subject + "is not valid JSON (" + escaped(error.what(), k_max_shown) + ")");
   }
 }
 

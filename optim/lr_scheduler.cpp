@@ -45,8 +45,8 @@ template <class T>
 void LRScheduler<T>::check_group(const char* method, std::size_t group) const {
   if (group >= base_lrs_.size())
     xtgrad::detail::fail_argument(name_ + "::" + method, "group",
-                          "is " + std::to_string(group) + ", expected less than " +
-                              std::to_string(base_lrs_.size()) + " (the number of groups)");
+                                  "is " + std::to_string(group) + ", expected less than " +
+                                      std::to_string(base_lrs_.size()) + " (the number of groups)");
 }
 
 template <class T>
@@ -65,7 +65,7 @@ template <class T>
 double LRScheduler<T>::lr_at(std::int64_t t, std::size_t group) const {
   if (t < 0)
     xtgrad::detail::fail_argument(name_ + "::lr_at", "t",
-                          "is " + std::to_string(t) + ", expected an epoch >= 0");
+                                  "is " + std::to_string(t) + ", expected an epoch >= 0");
   check_group("lr_at", group);
   return schedule(t, base_lrs_[group]);
 }

@@ -43,8 +43,9 @@ template <class T>
 void Optimizer<T>::check_state_index(std::size_t index) const {
   if (index >= params_.size())
     xtgrad::detail::fail_argument(name_ + "::state", "index",
-                          "is " + std::to_string(index) + ", expected less than " +
-                              std::to_string(params_.size()) + " (the number of parameters)");
+                                  "is " + std::to_string(index) + ", expected less than " +
+                                      std::to_string(params_.size()) +
+                                      " (the number of parameters)");
 }
 
 template <class T>
@@ -68,8 +69,9 @@ template <class T>
 void Optimizer<T>::check_group(const char* method, std::size_t group) const {
   if (group >= group_lrs_.size())
     xtgrad::detail::fail_argument(name_ + "::" + method, "group",
-                          "is " + std::to_string(group) + ", expected less than " +
-                              std::to_string(group_lrs_.size()) + " (the number of groups)");
+                                  "is " + std::to_string(group) + ", expected less than " +
+                                      std::to_string(group_lrs_.size()) +
+                                      " (the number of groups)");
 }
 
 template <class T>

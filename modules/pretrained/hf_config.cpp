@@ -48,12 +48,11 @@ Activation hf_config_activation(const std::filesystem::path& config_json, const 
                                 const std::string& model_type, const std::string& fallback,
                                 const std::string& function) {
   const std::string where = "config " + detail::path_str(config_json) + ": ";
-  const nlohmann::ordered_json config =
-      detail::read_json_file(config_json, function, where, k_max_config_bytes,
-                             detail::JsonKeys::last_wins);
+  const nlohmann::ordered_json config = detail::read_json_file(
+      config_json, function, where, k_max_config_bytes, detail::JsonKeys::last_wins);
   if (!config.is_object())
-    detail::fail_value(
-        function, where + "is not a JSON object, expected a Hugging Face config.json object");
+    detail::fail_value(function,
+                       where + "is not a JSON object, expected a Hugging Face config.json object");
   const auto value = config.find(key);
   if (value != config.end()) {
     if (!value->is_string())

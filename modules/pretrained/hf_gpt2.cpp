@@ -177,7 +177,6 @@ std::string llama_layout(const CausalSelfAttention<T>& a) {
          " key/value heads, no biases; nn.Linear weights [out, in]";
 }
 
-
 [[noreturn]] void fail_tied_head(const char* function, const std::string& prefix) {
   detail::fail_value(function, "tensor 'lm_head.weight' differs from '" + prefix +
                                    "wte.weight', but the model ties them "

@@ -67,9 +67,8 @@ struct Reader {
 
 GPTConfig gpt2_config_from_json(const std::filesystem::path& path) {
   const std::string where = "config " + detail::path_str(path);
-  const nlohmann::ordered_json j =
-      detail::read_json_file(path, k_function, where + " ", k_max_config_bytes,
-                             detail::JsonKeys::last_wins);
+  const nlohmann::ordered_json j = detail::read_json_file(
+      path, k_function, where + " ", k_max_config_bytes, detail::JsonKeys::last_wins);
   if (!j.is_object()) detail::fail_value(k_function, where + " is not a JSON object");
   const Reader r{j, where};
   const std::string model_type = r.text("model_type", "gpt2");

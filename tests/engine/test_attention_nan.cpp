@@ -47,8 +47,8 @@ Outcome fused(const Inputs& in) {
     return tape.leaf(xt::xarray<T>(xt::cast<T>(a)));
   };
   Var<T> q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
-  Var<T> y = scaled_dot_product_attention(q, k, v,
-                                          AttentionMask<T>(xt::xarray<T>(xt::cast<T>(in.mask))));
+  Var<T> y =
+      scaled_dot_product_attention(q, k, v, AttentionMask<T>(xt::xarray<T>(xt::cast<T>(in.mask))));
   tape.backward(y, xt::xarray<T>(xt::cast<T>(in.dy)));
   Outcome out;
   for (const Var<T>* x : {&y, &q, &k, &v})
@@ -60,8 +60,8 @@ Outcome composed(const Inputs& in) {
   Tape<double> tape;
   Var<double> q = tape.leaf(in.q), k = tape.leaf(in.k), v = tape.leaf(in.v);
   const xt::xarray<double> bias = in.mask;
-  Var<double> y = composed_attention(tape, q, k, v, &bias, 1.0 / std::sqrt(6.0), 0.0,
-                                     k_attention_key);
+  Var<double> y =
+      composed_attention(tape, q, k, v, &bias, 1.0 / std::sqrt(6.0), 0.0, k_attention_key);
   tape.backward(y, in.dy);
   return {{y.value(), q.grad(), k.grad(), v.grad()}};
 }
@@ -89,8 +89,9 @@ void check_same(const Outcome& got, const Outcome& expected, double rtol) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("attention: a NaN in q, k, v or an additive mask gives NaN where the composition does",
-                   T, float, double) {
+TEST_CASE_TEMPLATE(
+    "attention: a NaN in q, k, v or an additive mask gives NaN where the composition does", T,
+    float, double) {
   const double rtol = sizeof(T) == 4 ? 2e-6 : 1e-12;
   struct Case {
     std::string name;

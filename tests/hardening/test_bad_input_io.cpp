@@ -569,8 +569,8 @@ TEST_CASE_TEMPLATE("bad input: hostile module configs in checkpoints", T, float,
   bad("config: another type, control characters escaped", load(control), IA,
       {"holds Lin\\x01ear(), this module is Linear("});
   bad("config: a NUL byte after the JSON", load(nul_after), IA,
-      {"Module::load", "manifest.tsv' line 2: module config " + nul_at +
-                           " is a NUL byte, expected JSON text"});
+      {"Module::load",
+       "manifest.tsv' line 2: module config " + nul_at + " is a NUL byte, expected JSON text"});
   bad("config: more JSON after the JSON", load(trailing), IA,
       {"line 2: module config is not valid JSON", "expected end of input"});
   bad("safetensors: a NUL byte after the config's JSON", load(nul_after_file), IA,

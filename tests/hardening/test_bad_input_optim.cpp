@@ -185,7 +185,8 @@ TEST_CASE_TEMPLATE("bad input: optimizers, clipping and schedules", T, float, do
   }
   bad("SGD::state: index out of range", [&] { sgd.state(2); }, IA,
       {"SGD::state: argument 'index' is 2, expected less than 2 (the number of parameters)"});
-  bad("Adam::state: index out of range", [&] { adam.state(5); }, IA, {"Adam::state", "'index' is 5"});
+  bad("Adam::state: index out of range", [&] { adam.state(5); }, IA,
+      {"Adam::state", "'index' is 5"});
   bad("AdamW::state: index out of range", [&] { adamw.state(7); }, IA,
       {"AdamW::state", "'index' is 7"});
 
@@ -379,10 +380,8 @@ TEST_CASE_TEMPLATE("bad input: optimizer and schedule state dicts", T, float, do
                   [&] { sgd.set_lr(1, 0.1); },
                   IA,
                   {"SGD::set_lr", "'group' is 1", "less than 1"}});
-  rows.push_back({"Adam::lr: a group out of range",
-                  [&] { adam.lr(3); },
-                  IA,
-                  {"Adam::lr", "'group' is 3"}});
+  rows.push_back(
+      {"Adam::lr: a group out of range", [&] { adam.lr(3); }, IA, {"Adam::lr", "'group' is 3"}});
   // Every group or index argument names the function called, the argument and the range.
   const auto bad = row_adder(rows);
   const std::string groups = ", expected less than 1 (the number of groups)";

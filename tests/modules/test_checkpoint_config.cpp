@@ -162,7 +162,8 @@ TEST_CASE_TEMPLATE("checkpoint: save then load round-trips in both formats", T, 
   }
 }
 
-TEST_CASE("checkpoint: another type or configuration is refused naming the first difference, then both") {
+TEST_CASE(
+    "checkpoint: another type or configuration is refused naming the first difference, then both") {
   using D = double;
   struct Case {
     std::string label;

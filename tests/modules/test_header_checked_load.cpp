@@ -42,7 +42,8 @@ fs::path fixture(const std::string& name) {
 // A JSON string literal of text that has no control characters.
 std::string json_string(const std::string& text) {
   std::string out = "\"";
-  for (const char c : text) out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  for (const char c : text)
+    out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
   return out + "\"";
 }
 
@@ -76,8 +77,8 @@ bool write_sparse(const fs::path& path, const std::vector<Declared>& tensors,
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     std::size_t bytes = tensors[i].dtype == "F64" ? 8 : 4;
     for (const std::size_t d : tensors[i].shape) bytes *= d;
-    json += (i ? "," : "") + entry(tensors[i].name, tensors[i].dtype,
-                                   shape_list(tensors[i].shape), offset, offset + bytes);
+    json += (i ? "," : "") + entry(tensors[i].name, tensors[i].dtype, shape_list(tensors[i].shape),
+                                   offset, offset + bytes);
     offset += bytes;
   }
   json += "}";
@@ -113,7 +114,8 @@ void check_refused_cheaply(const std::function<void()>& load,
 
 }  // namespace
 
-TEST_CASE("Module::load: a safetensors checkpoint declaring another shape is refused from its header") {
+TEST_CASE(
+    "Module::load: a safetensors checkpoint declaring another shape is refused from its header") {
   TempDir tmp("header-load");
   Linear<double> m(3, 4);
   m.save(tmp / "good.safetensors");
@@ -143,7 +145,8 @@ TEST_CASE("Module::load: a safetensors checkpoint declaring another shape is ref
   CHECK(bit_equal(snapshot<double>(m), before));
 }
 
-TEST_CASE("load_gpt2 and load_llama_attention: a tensor of another shape is refused from the header") {
+TEST_CASE(
+    "load_gpt2 and load_llama_attention: a tensor of another shape is refused from the header") {
   TempDir tmp("header-gpt2");
   GPT<float> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
   const TensorMap tensors = read_safetensors(fixture("gpt2_tiny.safetensors")).tensors;
@@ -160,10 +163,10 @@ TEST_CASE("load_gpt2 and load_llama_attention: a tensor of another shape is refu
       MESSAGE("SKIPPED: this file system cannot hold a sparse file of " << shown);
       continue;
     }
-    check_refused_cheaply([&] { load_gpt2(model, path); },
-                          {"xtgrad::load_gpt2: tensor '" + wte + "' has shape " + shown +
-                               ", expected " + detail::shape_str(tensors.at(wte).shape()) +
-                               " (HF GPT-2"});
+    check_refused_cheaply(
+        [&] { load_gpt2(model, path); },
+        {"xtgrad::load_gpt2: tensor '" + wte + "' has shape " + shown + ", expected " +
+         detail::shape_str(tensors.at(wte).shape()) + " (HF GPT-2"});
     CHECK(bit_equal(snapshot<float>(model), before));
   }
   // The same file with the right shapes loads (the checks pass, then the data is read).

@@ -252,9 +252,9 @@ TEST_CASE("gpt2_config_from_json: refuses what GPT does not compute") {
   refused("llama", "{" + base + R"(, "model_type": "llama"})", {"\"model_type\" is \"llama\""});
   // A NUL byte would end the parser's input: what follows it is not hidden.
   const std::string valid = "{" + base + "}";
-  refused("nul", valid + std::string("\0", 1) + R"({"n_layer": 0})",
-          {"nul.json' byte " + std::to_string(valid.size()) +
-           " is a NUL byte, expected JSON text"});
+  refused(
+      "nul", valid + std::string("\0", 1) + R"({"n_layer": 0})",
+      {"nul.json' byte " + std::to_string(valid.size()) + " is a NUL byte, expected JSON text"});
   refused("trailing", valid + "}", {"is not valid JSON", "expected end of input"});
   // n_vocab / n_ctx spellings and gelu_pytorch_tanh are accepted.
   const fs::path old = scratch("old.json");
