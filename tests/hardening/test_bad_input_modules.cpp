@@ -375,6 +375,11 @@ TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNo
   bad("Sequential::push_back(nullptr)", [&] { seq.push_back(std::unique_ptr<Module<T>>()); }, IA,
       {"Sequential::push_back", "'module'", "null"});
   bad("Sequential::at(1)", [&] { seq.at(1); }, OR, {"Sequential::at", "1", "1 modules"});
+  bad("Mlp::layer(2)", [&] { mlp.layer(2); }, IA,
+      {"xtgrad::Mlp::layer: argument 'i' is 2, expected less than 2 (the number of Linear "
+       "layers)"});
+  bad("Mlp::dropout(1)", [&] { mlp.dropout(1); }, IA,
+      {"xtgrad::Mlp::dropout: argument 'i' is 1, expected less than 1"});
 
   // Forwards: a misfit x, a 0-d x, bad handles; bad indices.
   bad("LayerNorm: x of the wrong width", [&] { ln(x5); }, IA,
