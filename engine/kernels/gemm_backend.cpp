@@ -1,4 +1,5 @@
 #include "../gemm_backend.hpp"
+#include "../matmul_precision.hpp"
 
 #include "../errors.hpp"
 #include "onednn_gemm.hpp"
@@ -34,6 +35,8 @@ GemmBackend get_gemm_backend() {
 }
 
 std::string gemm_backend_info() {
+  if (get_matmul_precision() == MatmulPrecision::bf16)
+    return detail::onednn_info(MatmulPrecision::bf16);
   return get_gemm_backend() == GemmBackend::onednn ? detail::onednn_info()
                                                    : detail::openblas_info();
 }
