@@ -43,4 +43,11 @@ GemmBackend get_gemm_backend();
 // kernel, "oneDNN 2.6.3 (brg:avx512_core_bf16)".
 std::string gemm_backend_info();
 
+// One line for benchmarks, demos and logs to print at start: the CPU model
+// (/proc/cpuinfo's, "unknown CPU" elsewhere), the thread count
+// (get_num_threads), gemm_backend_info() and the matmul precision
+// (matmul_precision.hpp): "AMD EPYC 9R45 (1 thread): float GEMMs on oneDNN
+// 2.6.3 (brg:avx512_core_bf16), matmul precision bf16".
+std::string compute_info();
+
 }  // namespace xtgrad
