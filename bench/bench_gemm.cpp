@@ -14,6 +14,7 @@
 // detail::gemm keeps in float (oneDNN bf16 against its loop), the FFN step
 // and the bench's GPT training steps (the char demo's model and one
 // GPT-2-small block), with the relative error of each product.
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -182,6 +183,25 @@ void bf16_rows(const std::vector<Case>& products, const std::vector<Case>& regim
               {{"loop", [&] { p.xtgrad(); }}, {"bf16", [&] { p.onednn(bf16); }}}, timing);
   }
   FfnStep step(4096, 512, 2048);
+  {
+    // ||g_bf16 - g_f32|| / ||g_f32|| of each weight's gradient
+    set_matmul_precision(f32);
+    step.run();
+    const xt::xarray<float> dw1 = step.w1.grad, dw2 = step.w2.grad;
+    set_matmul_precision(bf16);
+    step.run();
+    const auto difference = [](const xt::xarray<float>& g, const xt::xarray<float>& reference) {
+      double d = 0, r = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const double x = g.data()[i], y = reference.data()[i];
+        d += (x - y) * (x - y);
+        r += y * y;
+      }
+      return std::sqrt(d / r);
+    };
+    std::printf("ffn step: bf16 against f32, relative 2-norm difference of dW1 %.1e, dW2 %.1e\n",
+                difference(step.w1.grad, dw1), difference(step.w2.grad, dw2));
+  }
   print_row("ffn step N4096 D512 H2048", 3 * 2 * 2.0 * 4096 * 512 * 2048,
             {{"f32", at(f32, [&] { step.run(); })}, {"bf16", at(bf16, [&] { step.run(); })}},
             timing);
