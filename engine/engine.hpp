@@ -8,6 +8,7 @@
 #include "gradcheck.hpp"
 #include "graph_dot.hpp"
 #include "indices.hpp"
+#include "matmul_precision.hpp"
 #include "ops/activation_derivatives.hpp"
 #include "ops/activations.hpp"
 #include "ops/attention.hpp"
