@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../errors.hpp"
 #include "../kernels/parallel.hpp"
 #include "sum_to.hpp"
@@ -357,6 +358,7 @@ Var<T> tril(const Var<T>& x, std::int64_t diagonal) {
 }
 
 xt::xarray<bool> causal_mask(std::size_t rows, std::size_t cols, std::int64_t diagonal) {
+  detail::checked_allocation<bool>("causal_mask", "arguments 'rows' and 'cols'", {rows, cols});
   xt::xarray<bool> mask = xt::empty<bool>(Shape{rows, cols});
   const std::int64_t d = clamp_diagonal(diagonal, rows, cols);
   bool* m = mask.data();
@@ -380,6 +382,8 @@ xt::xarray<bool> length_mask(const Indices& lengths, std::size_t max_length) {
     check.argument(l[b] >= 0 && static_cast<std::uint64_t>(l[b]) <= max_length, "lengths", "holds ",
                    l[b], " at position ", b, ", expected a length in [0, max_length] = [0, ",
                    max_length, "]");
+  detail::checked_allocation<bool>(op, "arguments 'lengths' and 'max_length'",
+                                   {lengths.size(), max_length});
   xt::xarray<bool> mask = xt::empty<bool>(Shape{lengths.size(), max_length});
   bool* m = mask.data();
   for (std::size_t b = 0; b < lengths.size(); ++b) {  // mask[b, t] = t < lengths[b]

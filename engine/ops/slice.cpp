@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../indices.hpp"
 #include "shape.hpp"
 #include "support/axes.hpp"
@@ -245,9 +246,10 @@ Var<T> concat(const std::vector<Var<T>>& xs, std::int64_t dim) {
     std::snprintf(name, sizeof name, "xs[%zu]", k);
     if (!same) detail::fail_shape(op, name, shape, expected());
     pieces.push_back({xs[k].index(), shape[axis] * s.inner});
-    total += shape[axis];
+    total = detail::checked_add(op, "argument 'xs'", total, shape[axis]);
   }
   expected_shape[axis] = total;
+  detail::checked_allocation<T>(op, "argument 'xs'", expected_shape);
   return join(op, tape, pieces, s.outer, expected_shape);
 }
 
@@ -270,6 +272,7 @@ Var<T> stack(const std::vector<Var<T>>& xs, std::int64_t dim) {
   Shape y_shape(shape.size() + 1);  // shape with len(xs) inserted at axis
   for (std::size_t d = 0; d < y_shape.size(); ++d)
     y_shape[d] = d < axis ? shape[d] : d == axis ? xs.size() : shape[d - 1];
+  detail::checked_allocation<T>(op, "argument 'xs'", y_shape);
   std::vector<Piece> pieces;
   pieces.reserve(xs.size());
   for (const Var<T>& x : xs) pieces.push_back({x.index(), chunk});
@@ -300,13 +303,12 @@ std::vector<Var<T>> split(const Var<T>& x, const std::vector<std::int64_t>& spli
   const std::size_t n = x.shape()[axis];
   std::vector<std::size_t> sizes;
   sizes.reserve(split_sizes.size());
-  std::size_t total = 0;
   bool valid = true;
   for (std::int64_t size : split_sizes) {
     valid = valid && size >= 0;
     sizes.push_back(static_cast<std::size_t>(size));
-    total += static_cast<std::size_t>(size);
   }
+  const std::size_t total = valid ? detail::checked_sum(op, "argument 'split_sizes'", sizes) : 0;
   if (!valid || total != n)
     detail::fail_argument(op, "split_sizes",
                           "is " + detail::shape_str(split_sizes) +
