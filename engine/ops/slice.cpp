@@ -29,18 +29,21 @@ Var<T> take(const char* op, Tape<T>& tape, const Var<T>& x, std::size_t axis, st
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
   const std::size_t inner = s.inner;
+  // Rows of x's outer axes, none when y holds no element (however many rows a
+  // [2^62, 0] x has).
+  const std::size_t outer = y.size() == 0 ? 0 : s.outer;
   // y[o, j, i] = x[o, start + j * step, i]   (x [outer, extent, inner], y [outer, length, inner])
-  for (std::size_t o = 0; o < s.outer; ++o)
+  for (std::size_t o = 0; o < outer; ++o)
     detail::copy_rows(y.data() + o * length * inner, inner,
                       xv.data() + (o * s.extent + start) * inner, step * inner, length, inner,
                       false);
 
-  tape.set_backward(yi, [xi, s, start, length, step](Tape<T>& t, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [xi, s, outer, start, length, step](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     GradSlot<T> slot = t.grad_slot(xi);
     T* dx = detail::zeroed_unless_accumulating(slot);
     // dx[o, start + j * step, i] (+)= dy[o, j, i]; every other position of dx keeps 0
-    for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t o = 0; o < outer; ++o)
       detail::copy_rows(dx + (o * s.extent + start) * s.inner, step * s.inner,
                         dy.data() + o * length * s.inner, s.inner, length, s.inner,
                         slot.accumulate);
@@ -163,7 +166,7 @@ std::vector<Var<T>> pieces_of(const char* op, Tape<T>& tape, const Var<T>& x, st
     std::size_t start = 0;
     for (std::size_t n : sizes) {
       bool finite = true;
-      for (std::size_t o = 0; o < s.outer && finite; ++o)
+      for (std::size_t o = 0; o < s.outer && finite && n * s.inner != 0; ++o)
         for (std::size_t i = (o * s.extent + start) * s.inner;
              i < (o * s.extent + start + n) * s.inner; ++i)
           finite = finite && std::isfinite(xd[i]);
