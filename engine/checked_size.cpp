@@ -69,9 +69,13 @@ std::string shape_text(const std::size_t* sizes, std::size_t rank) {
 }
 
 void fail_element_count(const char* function, const char* names, const std::string& shape,
-                        WideCount count) {
-  fail_value(function, message(names, ": the shape ", shape, " of ", count.str(), " elements",
-                               k_size_t_limit));
+                        WideCount count, WideCount span) {
+  constexpr const char* limit = " overflows std::ptrdiff_t (at most 9223372036854775807)";
+  if (count.fits() && count.value() == 0)
+    fail_value(function, message(names, ": the shape ", shape, " of no elements", limit,
+                                 " in its strides: its nonzero sizes multiply to ", span.str()));
+  fail_value(function,
+             message(names, ": the shape ", shape, " of ", count.str(), " elements", limit));
 }
 
 void check_bytes(const char* function, const char* names, const std::string& what, WideCount count,

@@ -8,7 +8,10 @@
 //   checked_multiply(function, names, a, b)   a * b
 //   checked_add(function, names, a, b)        a + b
 //   checked_sum(function, names, terms)       the sum of a list of sizes
-//   element_count(function, names, shape)     the product of a shape's sizes
+//   element_count(function, names, shape)     the product of a shape's sizes; its
+//                                             nonzero sizes must multiply to at most
+//                                             PTRDIFF_MAX, xtensor's strides being
+//                                             std::ptrdiff_t even with no element
 //   checked_allocation<T>(function, names, shape)
 //                                             element_count, and its bytes within
 //                                             max_allocation_bytes()
@@ -94,6 +97,7 @@ class WideCount {
   friend bool operator<=(WideCount a, WideCount b) { return a.value_ <= b.value_; }
 
   bool fits() const { return value_ <= static_cast<wide>(SIZE_MAX); }
+  bool fits_ptrdiff() const { return value_ <= static_cast<wide>(PTRDIFF_MAX); }
   std::size_t value() const { return static_cast<std::size_t>(value_); }  // when fits()
   // Decimal; "more than 340282366920938463463374607431768211454" once saturated.
   std::string str() const;
@@ -117,18 +121,22 @@ std::size_t checked_sum(const char* function, const char* names,
 void check_bytes(const char* function, const char* names, const std::string& what, WideCount count,
                  std::size_t element_size);
 
-// The message of a shape whose element count overflows; shared by the templates below.
+// The message of a shape whose element count, or the product of its nonzero
+// sizes (`span`), overflows; shared by the templates below.
 [[noreturn]] void fail_element_count(const char* function, const char* names,
-                                     const std::string& shape, WideCount count);
+                                     const std::string& shape, WideCount count, WideCount span);
 std::string shape_text(const std::size_t* sizes, std::size_t rank);
 
 template <class S>
 std::size_t element_count(const char* function, const char* names, const S& shape) {
-  WideCount count(1);
-  for (const auto s : shape) count *= static_cast<std::size_t>(s);
-  if (!count.fits()) {
+  WideCount count(1), span(1);
+  for (const auto s : shape) {
+    count *= static_cast<std::size_t>(s);
+    if (s != 0) span *= static_cast<std::size_t>(s);
+  }
+  if (!span.fits_ptrdiff()) {
     const std::vector<std::size_t> sizes(shape.begin(), shape.end());
-    fail_element_count(function, names, shape_text(sizes.data(), sizes.size()), count);
+    fail_element_count(function, names, shape_text(sizes.data(), sizes.size()), count, span);
   }
   return count.value();
 }

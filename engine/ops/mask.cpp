@@ -303,6 +303,7 @@ Var<T> where(const xt::xarray<bool>& cond, const Var<T>& a, const Var<T>& b) {
   Tape<T>& tape = detail::common_tape<T>(op, {{"a", &a}, {"b", &b}});
   const Shape ab_shape = detail::broadcast_shapes(op, a.shape(), b.shape());
   const Shape y_shape = broadcast_with_cond(op, cond.shape(), ab_shape);
+  detail::checked_allocation<T>(op, "arguments 'cond', 'a' and 'b'", y_shape);
 
   const std::size_t ai = a.index(), bi = b.index();
   const std::size_t yi = tape.record(op, {ai, bi}, a.requires_grad() || b.requires_grad());

@@ -82,7 +82,9 @@ Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
     return detail::shape_str(shape) + " for x of shape " + detail::shape_str(x.shape()) + " (" +
            std::to_string(count) + " elements)";
   };
-  detail::WideCount product(1);  // of the given sizes, exact: a wrapped product could match
+  // The products of the given sizes and of the nonzero ones, exact: a wrapped
+  // product could match.
+  detail::WideCount product(1), span(1);
   std::size_t inferred = shape.size();
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] == -1 && inferred == shape.size())
@@ -94,9 +96,10 @@ Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
                             "is " + given() + ", expected sizes >= 0 (or one -1 to infer)");
     else
       product *= static_cast<std::size_t>(shape[k]);
+    if (shape[k] > 0) span *= static_cast<std::size_t>(shape[k]);
   }
-  if (!product.fits())
-    detail::fail_element_count(op, "argument 'shape'", detail::shape_str(shape), product);
+  if (!span.fits_ptrdiff())
+    detail::fail_element_count(op, "argument 'shape'", detail::shape_str(shape), product, span);
   std::size_t known = product.value();
   Shape result(shape.size());
   for (std::size_t k = 0; k < shape.size(); ++k) result[k] = static_cast<std::size_t>(shape[k]);
