@@ -361,6 +361,7 @@ Var<T> tril(const Var<T>& x, std::int64_t diagonal) {
 xt::xarray<bool> causal_mask(std::size_t rows, std::size_t cols, std::int64_t diagonal) {
   detail::checked_allocation<bool>("causal_mask", "arguments 'rows' and 'cols'", {rows, cols});
   xt::xarray<bool> mask = xt::empty<bool>(Shape{rows, cols});
+  if (mask.size() == 0) return mask;  // however many rows of no column
   const std::int64_t d = clamp_diagonal(diagonal, rows, cols);
   bool* m = mask.data();
   for (std::size_t i = 0; i < rows; ++i) {  // mask[i, j] = j - i <= diagonal
