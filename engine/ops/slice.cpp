@@ -1,5 +1,6 @@
 #include "slice.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -294,7 +295,11 @@ std::vector<Var<T>> split(const Var<T>& x, std::int64_t split_size, std::int64_t
                               ", expected a size >= 1 for x of shape " +
                               detail::shape_str(x.shape()) + " split along dim " +
                               std::to_string(axis) + " (0 only for an axis of size 0)");
-  return pieces_of(op, tape, x, axis, equal_pieces(n, static_cast<std::size_t>(split_size)));
+  // One handle per piece: within memory (an empty x may have 2^62 rows).
+  const std::size_t size = static_cast<std::size_t>(split_size);
+  detail::check_bytes(op, "arguments 'x' and 'split_size'", "the pieces",
+                      n == 0 ? 1 : n / size + (n % size != 0), sizeof(Var<T>));
+  return pieces_of(op, tape, x, axis, equal_pieces(n, size));
 }
 
 template <class T>
@@ -329,6 +334,9 @@ std::vector<Var<T>> chunk(const Var<T>& x, std::int64_t chunks, std::int64_t dim
   if (chunks <= 0)
     detail::fail_argument(op, "chunks", "is " + std::to_string(chunks) + ", expected a count >= 1");
   const std::size_t n = x.shape()[axis], count = static_cast<std::size_t>(chunks);
+  // One handle per piece: within memory (an empty x may have 2^62 rows).
+  detail::check_bytes(op, "arguments 'x' and 'chunks'", "the pieces",
+                      n == 0 ? count : std::min(n, count), sizeof(Var<T>));
   if (n == 0) return pieces_of(op, tape, x, axis, std::vector<std::size_t>(count, 0));
   return pieces_of(op, tape, x, axis, equal_pieces(n, (n + count - 1) / count));
 }
