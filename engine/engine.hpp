@@ -2,6 +2,7 @@
 // Everything in engine/: the tape, the ops, gradcheck, graph export and the profiler.
 
 #include "activation.hpp"
+#include "checked_size.hpp"
 #include "gemm_backend.hpp"
 #include "grad.hpp"
 #include "grad_rule.hpp"
