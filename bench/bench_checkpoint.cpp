@@ -177,6 +177,22 @@ Result run_gpt(const Config& c, std::size_t every, bool libtorch) {
 }
 
 // fn() in a child process, its Result back through a pipe.
+// "bench_checkpoint: <compute_info()>" as the measuring children see it
+// (their thread count), printed by a child of its own: the parent keeps no
+// pool workers, which a fork would not carry over.
+void print_machine_line(const Config& c) {
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    init_openblas(c.threads);
+    set_num_threads(c.threads);
+    std::printf("bench_checkpoint: %s\n", compute_info().c_str());
+    std::fflush(stdout);
+    _exit(0);
+  }
+  if (pid > 0) waitpid(pid, nullptr, 0);
+}
+
 Result in_child(const Config& c, const std::string& name, const std::function<Result()>& fn) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
@@ -309,5 +325,6 @@ int main(int argc, char** argv) {
                  c.embd);
     return 2;
   }
+  print_machine_line(c);
   return c.model == "gpt" ? gpt_table(c) : mlp_table(c);
 }

@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
     if (comm.rank() == 0) app.exit(e);
     return e.get_exit_code();
   }
+  if (comm.rank() == 0) std::printf("bench_ddp: %s\n", compute_info().c_str());
   try {
     if (zero)
       run_zero(comm, c);

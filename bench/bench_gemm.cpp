@@ -8,6 +8,13 @@
 // loaded: run once as is and once with OPENBLAS_CORETYPE=SkylakeX (or
 // another core) in the environment to compare kernel sets. The regime rows
 // compare oneDNN with detail::gemm's own small-product and few-row loops.
+// The bf16 section times MatmulPrecision::bf16 against highest (f32) in
+// interleaved rounds: oneDNN's products (the bf16 time includes xtgrad's
+// conversion of both operands), the conversion alone, the regimes that
+// detail::gemm keeps in float (oneDNN bf16 against its loop), the FFN step
+// and the bench's GPT training steps (the char demo's model and one
+// GPT-2-small block), with the relative error of each product.
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -17,10 +24,13 @@
 #include <xtensor/xrandom.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/engine/gemm_backend.hpp>
+#include <xtgrad/engine/kernels/bf16.hpp>
 #include <xtgrad/engine/kernels/gemm.hpp>
 #include <xtgrad/engine/kernels/onednn_gemm.hpp>
 #include <xtgrad/engine/kernels/openblas_info.hpp>
+#include <xtgrad/engine/matmul_precision.hpp>
 
+#include "attention_cases.hpp"  // GptShape, xtgrad_gpt_step
 #include "harness.hpp"
 
 namespace {
@@ -46,9 +56,9 @@ struct Product {
   }
   detail::MatrixRef<const float> ref_a() const { return {a.data(), ta ? k : m, ta ? m : k}; }
   detail::MatrixRef<const float> ref_b() const { return {b.data(), tb ? n : k, tb ? k : n}; }
-  void onednn() {
+  void onednn(MatmulPrecision precision = MatmulPrecision::highest) {
     detail::onednn_gemm(a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, m, n, k,
-                        accumulate);
+                        accumulate, precision);
   }
   void openblas() {
     detail::blas_gemm<float>(ref_a(), ta, ref_b(), tb, {c.data(), m, n}, accumulate);
@@ -108,15 +118,112 @@ struct FfnStep {
   }
 };
 
+// max |c - c_f64| / max |c_f64| of the product at `precision`, against a
+// double product of the same float operands (c starting from zero).
+double relative_error(Product& p, MatmulPrecision precision) {
+  std::fill(p.c.begin(), p.c.end(), 0.0f);
+  const bool accumulate = p.accumulate;
+  p.accumulate = false;
+  p.onednn(precision);
+  p.accumulate = accumulate;
+  const std::vector<double> a(p.a.begin(), p.a.end()), b(p.b.begin(), p.b.end());
+  std::vector<double> c(p.m * p.n);
+  detail::blas_gemm<double>({a.data(), p.ta ? p.k : p.m, p.ta ? p.m : p.k}, p.ta,
+                            {b.data(), p.tb ? p.n : p.k, p.tb ? p.k : p.n}, p.tb,
+                            {c.data(), p.m, p.n}, false);
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    worst = std::max(worst, std::abs(p.c[i] - c[i]));
+    largest = std::max(largest, std::abs(c[i]));
+  }
+  return worst / largest;
+}
+
+// Runs `run` at `precision` (set_matmul_precision), for a contestant.
+template <class F>
+bench::Runner at(MatmulPrecision precision, F run) {
+  return [precision, run]() mutable {
+    set_matmul_precision(precision);
+    run();
+  };
+}
+
+// The bf16 section (see the top of the file).
+void bf16_rows(const std::vector<Case>& products, const std::vector<Case>& regimes,
+               const TimingOptions& timing) {
+  if (!matmul_precision_supported(MatmulPrecision::bf16)) {
+    std::printf("-- bf16: not supported on this CPU (%s)\n", detail::onednn_bf16_kernel().c_str());
+    return;
+  }
+  const auto f32 = MatmulPrecision::highest, bf16 = MatmulPrecision::bf16;
+  std::printf("-- bf16: oneDNN f32, oneDNN bf16 (%s) with the conversion; relative error\n",
+              detail::onednn_bf16_kernel().c_str());
+  for (const Case& c : products) {
+    Product p(c.m, c.n, c.k, c.ta, c.tb, c.accumulate);
+    const double e32 = relative_error(p, f32), e16 = relative_error(p, bf16);
+    std::printf("  error f32 %.1e bf16 %.1e: ", e32, e16);
+    print_row(c.name, 2.0 * c.m * c.n * c.k,
+              {{"f32", [&] { p.onednn(f32); }}, {"bf16", [&] { p.onednn(bf16); }}}, timing);
+  }
+  {
+    // the conversion of the FFN's first layer: x [4096, 512] and W1 [2048, 512]
+    Product p(4096, 2048, 512, false, true, false);
+    std::vector<std::uint16_t> a16(p.a.size()), b16(p.b.size());
+    print_row(
+        "convert x 4096x512", 2.0 * 4096 * 512,
+        {{"f32 product", [&] { p.onednn(f32); }},
+         {"convert", [&] { detail::to_bf16_matrix(p.a.data(), 512, 4096, 512, a16.data()); }},
+         {"convert W", [&] { detail::to_bf16_matrix(p.b.data(), 512, 2048, 512, b16.data()); }}},
+        timing);
+  }
+  std::printf("-- bf16 in the regimes detail::gemm keeps in float: its loop (f32), oneDNN bf16\n");
+  for (const Case& c : regimes) {
+    Product p(c.m, c.n, c.k, c.ta, c.tb, c.accumulate);
+    print_row(c.name, 2.0 * c.m * c.n * c.k,
+              {{"loop", [&] { p.xtgrad(); }}, {"bf16", [&] { p.onednn(bf16); }}}, timing);
+  }
+  FfnStep step(4096, 512, 2048);
+  {
+    // ||g_bf16 - g_f32|| / ||g_f32|| of each weight's gradient
+    set_matmul_precision(f32);
+    step.run();
+    const xt::xarray<float> dw1 = step.w1.grad, dw2 = step.w2.grad;
+    set_matmul_precision(bf16);
+    step.run();
+    const auto difference = [](const xt::xarray<float>& g, const xt::xarray<float>& reference) {
+      double d = 0, r = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const double x = g.data()[i], y = reference.data()[i];
+        d += (x - y) * (x - y);
+        r += y * y;
+      }
+      return std::sqrt(d / r);
+    };
+    std::printf("ffn step: bf16 against f32, relative 2-norm difference of dW1 %.1e, dW2 %.1e\n",
+                difference(step.w1.grad, dw1), difference(step.w2.grad, dw2));
+  }
+  print_row("ffn step N4096 D512 H2048", 3 * 2 * 2.0 * 4096 * 512 * 2048,
+            {{"f32", at(f32, [&] { step.run(); })}, {"bf16", at(bf16, [&] { step.run(); })}},
+            timing);
+  for (const bench::GptShape& shape :
+       {bench::GptShape{"char L4 H4 C128 T128 B32", 96, 128, 4, 4, 128, 32, 128},
+        bench::GptShape{"block L1 H12 C768 T1024 B1", 96, 1024, 1, 12, 768, 1, 1024}}) {
+    bench::Runner gpt = bench::xtgrad_gpt_step(shape);
+    print_row("gpt step " + shape.name, 0, {{"f32", at(f32, gpt)}, {"bf16", at(bf16, gpt)}},
+              timing);
+  }
+  set_matmul_precision(f32);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"xtgrad's float GEMM backends: oneDNN against OpenBLAS"};
   std::vector<int> thread_counts{1, 2};
-  std::string only = "products,regimes,step";
+  std::string only = "products,regimes,step,bf16";
   double seconds = 1;
   app.add_option("--threads", thread_counts, "thread counts (set_num_threads)");
-  app.add_option("--only", only, "sections: products, regimes, step");
+  app.add_option("--only", only, "sections: products, regimes, step, bf16");
   app.add_option("--seconds", seconds, "time per contestant and row");
   CLI11_PARSE(app, argc, argv);
   const auto on = [&](const char* section) { return only.find(section) != std::string::npos; };
@@ -124,6 +231,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: this build has no oneDNN (XTGRAD_ONEDNN)\n");
     return 1;
   }
+  std::printf("bench_gemm: %s\n", compute_info().c_str());
   std::printf("CPU ISA %s; %s; %s\n", detail::isa_name(detail::cpu_vector_isa()),
               detail::onednn_info().c_str(), detail::openblas_info().c_str());
   TimingOptions timing;
@@ -190,6 +298,7 @@ int main(int argc, char** argv) {
                 timing);
       set_gemm_backend(GemmBackend::onednn);
     }
+    if (on("bf16")) bf16_rows(products, regimes, timing);
   }
   return 0;
 }

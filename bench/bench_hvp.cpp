@@ -137,6 +137,7 @@ int run(const Config& c) {
   libtorch = init_libtorch(c.threads);
 #endif
   const std::string note = openblas_core_note();
+  std::cout << "bench_hvp: " << compute_info() << "\n";
   std::cout << "bench_hvp: Hessian-vector product of an MLP's MSE loss, float32, " << c.threads
             << " thread(s)\n  CPU: " << cpu_model() << " (" << vector_extensions() << ")"
             << "\n  OpenBLAS: " << openblas << "\n  LibTorch: " << libtorch

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include <xtgrad/engine/gemm_backend.hpp>
+#include <xtgrad/engine/matmul_precision.hpp>
 #include <xtgrad/engine/threads.hpp>
 
 #include "cases.hpp"  // init_openblas, init_libtorch, libtorch_set_threads
@@ -62,6 +63,9 @@ void add_run_options(CLI::App& app, const std::string& program, int argc, char**
   app.add_flag("--omp-default", flags.omp_default,
                "keep libgomp's default OMP_WAIT_POLICY (spinning) instead of PASSIVE");
   app.add_flag("--no-libtorch", flags.no_libtorch, "skip LibTorch even when it is compiled in");
+  app.add_option("--precision", o.precision, help.precision)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
 void finish_run_options(RunOptions& o, const RunFlags& flags) {
@@ -76,6 +80,7 @@ Backends init_backends(const RunOptions& o) {
   Backends b;
   b.openblas = init_openblas(o.threads);
   set_num_threads(o.threads);
+  set_matmul_precision(o.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::highest);
   b.libtorch = "off (configure with -DXTGRAD_BENCH_LIBTORCH=ON)";
 #ifdef XTGRAD_BENCH_LIBTORCH
   b.libtorch = o.libtorch ? init_libtorch(o.threads) : "off (--no-libtorch)";
@@ -90,6 +95,7 @@ Meta describe_run(const std::string& program, const RunOptions& o, const Backend
       {"threads", std::to_string(o.threads)},
       {"openblas", backends.openblas},
       {"xtgrad_gemm", gemm_backend_info()},
+      {"matmul_precision", matmul_precision_name(get_matmul_precision())},
       {"libtorch", backends.libtorch},
       {"cpu", cpu_model()},
       {"vector_extensions", vector_extensions()},
@@ -100,6 +106,7 @@ Meta describe_run(const std::string& program, const RunOptions& o, const Backend
       {"settle_seconds", std::to_string(o.timing.settle_seconds)},
       {"openblas_note", openblas_note.empty() ? "none" : openblas_note},
       {"statistic", "times: median over interleaved rounds; ratios: median of per-round ratios"}};
+  std::cout << program << ": " << compute_info() << "\n";
   std::cout << program << ": " << o.threads << " threads (OpenBLAS and LibTorch), float32\n"
             << "  OpenBLAS: " << backends.openblas
             << "\n  xtgrad's float GEMMs: " << gemm_backend_info()

@@ -35,7 +35,8 @@ struct RunOptions {
   bool libtorch = true;  // when compiled in
   std::vector<std::string> sections;
   std::string csv, json, markdown;
-  std::string command;  // this run's command line, for the record
+  std::string command;            // this run's command line, for the record
+  std::string precision = "f32";  // --precision: f32 | bf16 (xtgrad::set_matmul_precision)
   TimingOptions timing;
 };
 
@@ -49,6 +50,7 @@ struct RunHelp {
   std::string quick;          // --quick
   std::string thread_counts;  // --thread-counts
   std::string markdown;       // --markdown
+  std::string precision;      // --precision
 };
 // Flags read once after parsing.
 struct RunFlags {
@@ -58,7 +60,7 @@ struct RunFlags {
 
 // `o.command` from `program` and argv; --quick, --threads, --thread-counts, --sections
 // (one of `all_sections`, all by default), --csv, --json, --markdown,
-// --min-seconds, --omp-default and --no-libtorch.
+// --min-seconds, --omp-default, --no-libtorch and --precision.
 void add_run_options(CLI::App& app, const std::string& program, int argc, char** argv,
                      RunOptions& o, RunFlags& flags, const std::vector<std::string>& all_sections,
                      const RunHelp& help);
@@ -70,10 +72,13 @@ void finish_run_options(RunOptions& o, const RunFlags& flags);
 struct Backends {
   std::string openblas, libtorch;
 };
-// OpenBLAS and xtgrad at o.threads, and LibTorch when it is on.
+// OpenBLAS and xtgrad at o.threads, and LibTorch when it is on; xtgrad's
+// matmul precision o.precision (std::invalid_argument for bf16 where it
+// cannot run).
 Backends init_backends(const RunOptions& o);
 
-// Prints "<program>: N threads ..." with the backends, the CPU and the load
+// Prints the machine line "<program>: <xtgrad::compute_info()>", then
+// "<program>: N threads ..." with the backends, the CPU and the load
 // average; returns the same as the run's record (Meta of report.hpp).
 Meta describe_run(const std::string& program, const RunOptions& o, const Backends& backends);
 

@@ -323,7 +323,9 @@ int main(int argc, char** argv) {
                   {"smoke run for CI: N = 128 only, 1M floats, two rounds",
                    "thread counts of the ffn and small sections (default: 1 and --threads)",
                    "also write the table and the run's settings as Markdown here (the block "
-                   "of docs/benchmarks.md: bench/update_results.cmake)"});
+                   "of docs/benchmarks.md: bench/update_results.cmake)",
+                   "xtgrad's float GEMMs in f32, or bf16 (xtgrad::set_matmul_precision); the "
+                   "floors and LibTorch stay f32"});
   app.add_option("--tokens", o.tokens, "FFN token counts N")->capture_default_str();
   app.add_option("--small-tokens", o.small_tokens, "token counts N of the small section")
       ->capture_default_str()

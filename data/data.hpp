@@ -1,7 +1,10 @@
 #pragma once
 // Everything in data/: mini-batches of an in-memory data set. Batcher
 // (batcher.hpp), one process's seeded shuffle, and DistributedSampler
-// (distributed_sampler.hpp), one rank's slice of the same global batches.
+// (distributed_sampler.hpp), one rank's slice of the same global batches;
+// and text to token ids, BpeTokenizer (bpe_tokenizer.hpp), the byte-level
+// BPE of GPT-2, LLaMA-3, Qwen2 and SmolLM.
 
 #include "batcher.hpp"
+#include "bpe_tokenizer.hpp"
 #include "distributed_sampler.hpp"

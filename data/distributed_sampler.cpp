@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
 #include "batcher.hpp"
 
@@ -31,6 +32,10 @@ DistributedSampler::DistributedSampler(std::size_t n, DistributedSamplerOptions 
                                       " ranks; each rank takes global_batch_size / ranks rows");
   rank_ = static_cast<std::size_t>(rank);
   ranks_ = static_cast<std::size_t>(ranks);
+  // The epoch's order: n rows, padded up to a multiple of the ranks.
+  const std::size_t padded =
+      xtgrad::detail::checked_add(k_name, "arguments 'n' and 'ranks'", n, ranks_);
+  xtgrad::detail::checked_allocation<std::size_t>(k_name, "argument 'n'", {padded});
   start_epoch(0);
 }
 

@@ -105,6 +105,7 @@ xt::xarray<double> column(std::size_t n, double lo, double hi) {
 
 int main(int argc, char** argv) try {
   const Settings settings = parse(argc, argv);
+  std::cout << "fit_pde: " << compute_info() << "\n";
   Generator generator(settings.seed);
   Network u(settings.activation, generator);
   optim::Adam<double> adam(u.parameters(), optim::AdamOptions(3e-3));

@@ -369,6 +369,7 @@ int main(int argc, char** argv) {
   return program.run(
       [&] {
         if (o.threads > 0) xtgrad::set_num_threads(o.threads);
+        program.start_compute("f32");
         return o.dtype == "float" ? run<float>(o, program.parallel)
                                   : run<double>(o, program.parallel);
       },

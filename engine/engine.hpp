@@ -2,12 +2,14 @@
 // Everything in engine/: the tape, the ops, gradcheck, graph export and the profiler.
 
 #include "activation.hpp"
+#include "checked_size.hpp"
 #include "gemm_backend.hpp"
 #include "grad.hpp"
 #include "grad_rule.hpp"
 #include "gradcheck.hpp"
 #include "graph_dot.hpp"
 #include "indices.hpp"
+#include "matmul_precision.hpp"
 #include "ops/activation_derivatives.hpp"
 #include "ops/activations.hpp"
 #include "ops/attention.hpp"
@@ -24,6 +26,7 @@
 #include "ops/mask.hpp"
 #include "ops/math.hpp"
 #include "ops/matmul.hpp"
+#include "ops/moe.hpp"
 #include "ops/norm.hpp"
 #include "ops/reduce.hpp"
 #include "ops/rotary.hpp"

@@ -15,6 +15,10 @@
 //
 // The two libraries round differently in the last bits; either gives the
 // same bits at a given thread count from run to run.
+//
+// At MatmulPrecision::bf16 (matmul_precision.hpp) the large float GEMMs run
+// on oneDNN's bf16 matmul whichever backend is chosen here (OpenBLAS has no
+// bf16 GEMM through xtgrad); the backend applies again at highest.
 
 #include <string>
 
@@ -35,7 +39,15 @@ GemmBackend get_gemm_backend();
 
 // The library, its version and the kernel set that runs large float GEMMs
 // now, for benchmarks and demos to print: "oneDNN 2.6.3 (brg:avx512_core)",
-// "OpenBLAS 0.3.21 (Haswell)".
+// "OpenBLAS 0.3.21 (Haswell)", and at MatmulPrecision::bf16 oneDNN's bf16
+// kernel, "oneDNN 2.6.3 (brg:avx512_core_bf16)".
 std::string gemm_backend_info();
+
+// One line for benchmarks, demos and logs to print at start: the CPU model
+// (/proc/cpuinfo's, "unknown CPU" elsewhere), the thread count
+// (get_num_threads), gemm_backend_info() and the matmul precision
+// (matmul_precision.hpp): "AMD EPYC 9R45 (1 thread): float GEMMs on oneDNN
+// 2.6.3 (brg:avx512_core_bf16), matmul precision bf16".
+std::string compute_info();
 
 }  // namespace xtgrad

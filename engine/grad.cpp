@@ -175,6 +175,8 @@ std::vector<Var<T>> hvp(Tape<T>& tape, const Var<T>& output,
   tape.check_owns(output, fn, "output");
   if (output.size() != 1)
     detail::fail_shape(fn, "output", output.shape(), "one element (a scalar function)");
+  const detail::Check check(fn);
+  check.argument(!inputs.empty(), "inputs", "is empty, expected at least one input");
   if (v.size() != inputs.size())
     detail::fail_argument(fn, "v",
                           "has " + std::to_string(v.size()) + " entries, expected " +

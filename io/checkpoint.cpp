@@ -84,12 +84,71 @@ std::vector<detail::ManifestEntry> matching_entries(
   return out;
 }
 
+// How much of a name or value, and of each whole config, a mismatch shows.
+constexpr std::size_t k_max_shown_value = 100;
+constexpr std::size_t k_max_shown_config = 120;
+
+std::string shown(const std::string& text) {
+  return quoted(detail::escaped(text, k_max_shown_value));
+}
+
+std::string shortened(const std::string& text) {
+  return text.size() <= k_max_shown_config ? text : text.substr(0, k_max_shown_config) + "...";
+}
+
+// The first difference between two configs, walked in the order describe()
+// prints them (type, options, children), with the dotted path of the child
+// it is in: "'d_ff' was saved as '16', this module has '8'"; "" when they
+// are equal.
+std::string first_difference(const ModuleConfig& stored, const ModuleConfig& module,
+                             const std::string& path) {
+  const auto both = [](const std::string& a, const std::string& b) {
+    return " was saved as " + a + ", this module has " + b;
+  };
+  if (stored.type != module.type)
+    return shown(path + "type") + both(shown(stored.type), shown(module.type));
+  const auto value_of = [](const ModuleConfig& c, const std::string& key) -> const std::string* {
+    for (const auto& [k, v] : c.options)
+      if (k == key) return &v;
+    return nullptr;
+  };
+  for (const auto& [key, value] : stored.options) {
+    const std::string* other = value_of(module, key);
+    if (!other || *other != value)
+      return shown(path + key) + both(shown(value), other ? shown(*other) : "none");
+  }
+  for (const auto& [key, value] : module.options)
+    if (!value_of(stored, key))
+      return shown(path + key) + " was not saved, this module has " + shown(value);
+  if (stored.options != module.options)
+    return "the options of " + (path.empty() ? "the module" : shown(path)) +
+           " were saved in another order";
+  for (std::size_t i = 0; i < stored.children.size() || i < module.children.size(); ++i) {
+    const std::string child =
+        path + (i < stored.children.size() ? stored.children[i].first : module.children[i].first);
+    if (i >= module.children.size())
+      return "child " + shown(child) +
+             both(shortened(stored.children[i].second.describe()), "none");
+    if (i >= stored.children.size())
+      return "child " + shown(child) + " was not saved, this module has " +
+             shortened(module.children[i].second.describe());
+    const auto& [name_a, a] = stored.children[i];
+    const auto& [name_b, b] = module.children[i];
+    if (name_a != name_b)
+      return "the name of child " + shown(child) + both(shown(name_a), shown(name_b));
+    const std::string inner = first_difference(a, b, path + name_a + ".");
+    if (!inner.empty()) return inner;
+  }
+  return "";
+}
+
 }  // namespace
 
 void fail_config_mismatch(const std::string& caller, const std::string& what,
                           const ModuleConfig& stored, const ModuleConfig& module) {
-  fail_value(caller,
-             what + " holds " + stored.describe() + ", this module is " + module.describe());
+  fail_value(caller, what + ": " + first_difference(stored, module, "") + "; it holds " +
+                         shortened(stored.describe()) + ", this module is " +
+                         shortened(module.describe()));
 }
 
 template <class T>

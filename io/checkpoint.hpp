@@ -73,9 +73,11 @@ void save_checkpoint(const std::filesystem::path& dir,
 // be exactly theirs, with equal shapes and dtype T (no float32 <-> float64
 // conversion). Assigns each Parameter's value only; gradients are untouched.
 // With `expected`, a version 2 checkpoint must hold that config, else
-// std::invalid_argument "xtgrad::<caller>: checkpoint '<dir>' holds
-// <its config>, this module is <expected>" (describe()); a version 1
-// checkpoint has none to check.
+// std::invalid_argument "xtgrad::<caller>: checkpoint '<dir>': 'd_ff' was
+// saved as '16', this module has '8'; it holds <its config>, this module is
+// <expected>": the first difference (a dotted path into children, both
+// values), then both configs (describe(), each cut at 120 characters); a
+// version 1 checkpoint has none to check.
 template <class T>
 void load_checkpoint(const std::filesystem::path& dir,
                      const std::vector<std::pair<std::string, Parameter<T>*>>& params,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../engine/errors.hpp"
+#include "json_reader.hpp"
 
 namespace xtgrad {
 
@@ -15,7 +16,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr std::size_t k_max_config_bytes = 1'000'000;
-constexpr int k_max_json_depth = 128;
 // How much of one name or value a message quotes.
 constexpr std::size_t k_max_shown = 200;
 
@@ -123,29 +123,8 @@ std::string to_json(const ModuleConfig& config) {
 ModuleConfig parse_module_config(const std::string& text, const std::string& function,
                                  const std::string& where) {
   const Parser parser{function, where};
-  if (text.size() > k_max_config_bytes)
-    parser.fail("has " + std::to_string(text.size()) + " bytes, more than the " +
-                std::to_string(k_max_config_bytes) + " a config may have");
-  // The callback bounds the nesting (before the parser goes deeper) and
-  // refuses duplicate keys, which the parser itself would silently merge.
-  std::vector<std::set<std::string>> keys;
-  const auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (depth > k_max_json_depth)
-      parser.fail("is nested more than " + std::to_string(k_max_json_depth) + " levels deep");
-    if (event == Json::parse_event_t::object_start) keys.emplace_back();
-    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == Json::parse_event_t::key && !keys.empty() &&
-        !keys.back().insert(parsed.get<std::string>()).second)
-      parser.fail("has the key " + detail::quoted(shown(parsed.get<std::string>())) + " twice");
-    return true;
-  };
-  Json j;
-  try {
-    j = Json::parse(text, check);
-  } catch (const Json::exception& error) {
-    parser.fail("is not valid JSON (" + shown(error.what()) + ")");
-  }
-  return parser.config(j, "");
+  return parser.config(
+      detail::read_json(text, function, where + ": module config ", k_max_config_bytes), "");
 }
 
 }  // namespace xtgrad

@@ -220,37 +220,65 @@ const xt::xarray<T>& StoredTensor::get() const {
   return std::get<xt::xarray<T>>(value_);
 }
 
+namespace detail {
+
+void fail_no_tensor(const std::string& function, const std::string& name,
+                    const std::vector<const std::string*>& names) {
+  std::string present;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i == 4) {
+      present += ", ...";
+      break;
+    }
+    present += (i ? ", " : "") + quoted_name(*names[i]);
+  }
+  fail_value(function, "no tensor " + quoted_name(name) + " (there are " +
+                           std::to_string(names.size()) + " tensors" +
+                           (names.empty() ? "" : ": " + present) + ")");
+}
+
+template <class T>
+void fail_tensor_dtype(const std::string& function, const std::string& name,
+                       SafetensorsDtype dtype) {
+  fail_value(function, "tensor " + quoted_name(name) + " has dtype " +
+                           safetensors_dtype_name(dtype) + ", expected " +
+                           (sizeof(T) == 4 ? "F32 (or F16 / BF16)" : "F64") + " for " +
+                           npy_dtype_name<T>() +
+                           "; xtgrad does not convert between float32 and float64 silently");
+}
+
+template void fail_tensor_dtype<float>(const std::string&, const std::string&, SafetensorsDtype);
+template void fail_tensor_dtype<double>(const std::string&, const std::string&, SafetensorsDtype);
+
+}  // namespace detail
+
 template <class T>
 const xt::xarray<T>& get_tensor(const TensorMap& tensors, const std::string& name,
                                 const std::string& function) {
   const auto found = tensors.find(name);
   if (found == tensors.end()) {
-    std::string present;
-    std::size_t shown = 0;
-    for (const auto& entry : tensors) {
-      if (shown++ == 4) {
-        present += ", ...";
-        break;
-      }
-      present += (shown > 1 ? ", " : "") + detail::quoted_name(entry.first);
-    }
-    detail::fail_value(function, "no tensor " + detail::quoted_name(name) + " (there are " +
-                                     std::to_string(tensors.size()) + " tensors" +
-                                     (tensors.empty() ? "" : ": " + present) + ")");
+    std::vector<const std::string*> names;
+    names.reserve(tensors.size());
+    for (const auto& entry : tensors) names.push_back(&entry.first);
+    detail::fail_no_tensor(function, name, names);
   }
   if (!found->second.holds<T>())
-    detail::fail_value(function, "tensor " + detail::quoted_name(name) + " has dtype " +
-                                     safetensors_dtype_name(found->second.dtype()) + ", expected " +
-                                     (sizeof(T) == 4 ? "F32 (or F16 / BF16)" : "F64") + " for " +
-                                     npy_dtype_name<T>() +
-                                     "; xtgrad does not convert between float32 and float64 "
-                                     "silently");
+    detail::fail_tensor_dtype<T>(function, name, found->second.dtype());
   return found->second.get<T>();
 }
 
 Safetensors read_safetensors(const fs::path& path,
-                             const std::function<bool(const std::string&)>& select) {
-  InputFile file = detail::open_regular_file("read_safetensors", "", path);
+                             const std::function<bool(const std::string&)>& select,
+                             const SafetensorsHeaderCheck& check_header) {
+  return detail::read_safetensors_for("read_safetensors", path, select, check_header);
+}
+
+namespace detail {
+
+Safetensors read_safetensors_for(const std::string& function, const fs::path& path,
+                                 const std::function<bool(const std::string&)>& select,
+                                 const SafetensorsHeaderCheck& check_header) {
+  InputFile file = detail::open_regular_file(function, "", path);
   if (file.size < k_length_bytes)
     fail_safetensors(file, "has " + std::to_string(file.size) +
                                " bytes, too short for a safetensors file (an 8-byte header "
@@ -282,6 +310,14 @@ Safetensors read_safetensors(const fs::path& path,
   const std::size_t data_start = k_length_bytes + length;
   check_tiling(file, entries, order, file.size - data_start);
 
+  if (check_header) {
+    std::vector<SafetensorsDeclared> declared;
+    declared.reserve(entries.size());
+    for (std::size_t i : order)
+      declared.push_back({entries[i].name, entries[i].dtype, entries[i].shape});
+    check_header(declared, header.metadata);
+  }
+
   Safetensors out;
   out.metadata = std::move(header.metadata);
   for (std::size_t i : order) {
@@ -291,6 +327,8 @@ Safetensors read_safetensors(const fs::path& path,
   }
   return out;
 }
+
+}  // namespace detail
 
 template const xt::xarray<float>& StoredTensor::get<float>() const;
 template const xt::xarray<double>& StoredTensor::get<double>() const;

@@ -100,11 +100,28 @@ struct Safetensors {
   SafetensorsMetadata metadata;  // "__metadata__"; empty when the file has none
 };
 
+// What the header of a file declares of one tensor.
+struct SafetensorsDeclared {
+  std::string name;
+  SafetensorsDtype dtype = SafetensorsDtype::F32;
+  std::vector<std::size_t> shape;
+};
+
+// A check of a file from its header alone: every tensor it declares (in the
+// order of their data) and its metadata, after the header has been checked
+// against the file's size and before any tensor is allocated or read. It
+// refuses the file by throwing: a file whose tensors do not fit a model costs
+// the size of its header, however large the tensors it declares.
+using SafetensorsHeaderCheck = std::function<void(const std::vector<SafetensorsDeclared>& tensors,
+                                                  const SafetensorsMetadata& metadata)>;
+
 // Reads `path`. When `select` is given, only the tensors it accepts are read
 // and kept (the others are still validated, but skipped over): loading one
-// layer of a large checkpoint costs that layer's memory.
+// layer of a large checkpoint costs that layer's memory. When `check_header`
+// is given, it is called as described above before anything is read.
 Safetensors read_safetensors(const std::filesystem::path& path,
-                             const std::function<bool(const std::string& name)>& select = {});
+                             const std::function<bool(const std::string& name)>& select = {},
+                             const SafetensorsHeaderCheck& check_header = {});
 
 // Writes `tensors` and `metadata` to `path` (see above). Names and metadata
 // must be valid UTF-8; "__metadata__" is not a tensor name; a tensor has at

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/ops/attention.hpp"
 #include "../engine/ops/mask.hpp"
 #include "../engine/ops/rotary.hpp"
@@ -18,8 +19,12 @@ constexpr const char* k_owner = "CausalSelfAttention";
 // HF's initializer_range for GPT-2 and LLaMA.
 constexpr double k_init_std = 0.02;
 
-// The options checked, n_kv_heads filled in; returns them.
-CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOptions options) {
+constexpr const char* k_size_names = "arguments 'n_embd', 'n_heads' and 'n_kv_heads'";
+
+// The options checked, n_kv_heads filled in, the parameters' bytes of
+// `element_size` each within memory; returns them.
+CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOptions options,
+                                   std::size_t element_size) {
   detail::check_positive_size(k_owner, "n_embd", n_embd);
   detail::check_positive_size(k_owner, "n_heads", options.n_heads);
   const detail::Check check(k_owner);
@@ -38,6 +43,8 @@ CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOption
                  options.rope_theta, ", expected a finite theta > 0");
   detail::check_probability(k_owner, "attn_dropout", options.attn_dropout);
   detail::check_probability(k_owner, "resid_dropout", options.resid_dropout);
+  detail::check_bytes(k_owner, k_size_names, "parameters",
+                      detail::causal_self_attention_parameters(n_embd, options), element_size);
   return options;
 }
 
@@ -59,6 +66,17 @@ Var<T> split_heads(const Var<T>& x, std::size_t n) {
 
 }  // namespace
 
+detail::WideCount detail::causal_self_attention_parameters(
+    std::size_t n_embd, const CausalSelfAttentionOptions& options) {
+  const std::size_t h = options.n_heads, hkv = options.n_kv_heads.value_or(h);
+  if (h == 0) return WideCount(0);
+  const std::size_t dh = n_embd / h;
+  const WideCount qkv = (WideCount(h) + WideCount(2) * hkv) * dh;  // h * dh <= n_embd
+  if (options.layout == AttentionLayout::gpt2)  // c_attn [C, qkv] + [qkv], c_proj [C, C] + [C]
+    return WideCount(n_embd) * qkv + qkv + WideCount(n_embd) * n_embd + n_embd;
+  return WideCount(n_embd) * qkv + WideCount(h) * dh * n_embd;  // q, k, v [., C], o_proj [C, h dh]
+}
+
 // q [B, H, T, Dh], k and v [B, Hkv, T, Dh] (before rotary); or, for the
 // packed path, the fused [B, T, 3C] projection alone.
 template <class T>
@@ -73,8 +91,8 @@ CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttent
 
 template <class T>
 CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttentionOptions options,
-                                            Generator& generator)
-    : n_embd_(n_embd), options_(checked(n_embd, options)) {
+                                            Generator& generator) try
+    : n_embd_(n_embd), options_(checked(n_embd, options, sizeof(T))) {
   const std::size_t dh = head_dim(), h = n_heads(), hkv = n_kv_heads();
   if (options_.layout == AttentionLayout::gpt2) {
     c_attn.emplace((h + 2 * hkv) * dh, n_embd, generator, k_init_std);
@@ -87,6 +105,10 @@ CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttent
   }
   attn_dropout = Dropout<T>(options_.attn_dropout, generator);
   resid_dropout = Dropout<T>(options_.resid_dropout, generator);
+} catch (const std::bad_alloc& e) {
+  detail::rethrow_out_of_memory(k_owner, "parameters",
+                                detail::causal_self_attention_parameters(n_embd, options),
+                                sizeof(T), e);
 }
 
 template <class T>

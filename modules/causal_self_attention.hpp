@@ -56,6 +56,14 @@ struct CausalSelfAttentionOptions {
   double resid_dropout = 0.0;
 };
 
+namespace detail {
+class WideCount;
+// The parameter elements of CausalSelfAttention(n_embd, options), counted
+// without wrapping (checked_size.hpp); n_heads > 0, n_kv_heads defaults to it.
+WideCount causal_self_attention_parameters(std::size_t n_embd,
+                                           const CausalSelfAttentionOptions& options);
+}  // namespace detail
+
 template <class T>
 class CausalSelfAttention : public Module<T> {
  public:

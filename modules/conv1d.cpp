@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
 
 namespace xtgrad {
@@ -21,6 +22,7 @@ Conv1D<T>::Conv1D(std::size_t nf, std::size_t nx, Generator& generator, double s
   detail::check_positive_size("Conv1D", "nf", nf);
   detail::check_positive_size("Conv1D", "nx", nx);
   detail::check_std("Conv1D", "std", std);
+  detail::checked_allocation<T>("Conv1D", "arguments 'nf' and 'nx'", {nx, nf});
   weight = Parameter<T>("weight", detail::normal<T>({nx, nf}, std, generator));
   bias = Parameter<T>("bias", xt::zeros<T>({nf}));
 }

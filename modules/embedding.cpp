@@ -5,6 +5,7 @@
 
 #include <xtensor/xview.hpp>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
 
 namespace xtgrad {
@@ -20,6 +21,8 @@ Embedding<T>::Embedding(std::size_t num_embeddings, std::size_t embedding_dim,
                         std::optional<std::int64_t> padding_idx, Generator& generator) {
   detail::check_positive_size("Embedding", "num_embeddings", num_embeddings);
   detail::check_positive_size("Embedding", "embedding_dim", embedding_dim);
+  detail::checked_allocation<T>("Embedding", "arguments 'num_embeddings' and 'embedding_dim'",
+                                {num_embeddings, embedding_dim});
   if (padding_idx) {
     const auto v = static_cast<std::int64_t>(num_embeddings);
     if (*padding_idx < -v || *padding_idx >= v)

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "../engine/checked_size.hpp"
 #include "functional.hpp"
 
 namespace xtgrad {
@@ -26,6 +27,8 @@ GatedFFN<T>::GatedFFN(std::size_t d_in, std::size_t d_hidden, std::size_t d_out,
   detail::check_positive_size("GatedFFN", "d_out", d_out);
   detail::activation_name(activation, "GatedFFN", "activation");
   detail::check_probability("GatedFFN", "dropout", dropout);
+  detail::checked_allocation<T>("GatedFFN", "arguments 'd_in' and 'd_hidden'", {d_in, d_hidden});
+  detail::checked_allocation<T>("GatedFFN", "arguments 'd_hidden' and 'd_out'", {d_hidden, d_out});
   w_up = Parameter<T>("w_up", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
   w_gate = Parameter<T>("w_gate", detail::uniform_fan_in<T>({d_in, d_hidden}, d_in, generator));
   w_down =

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/ops/elementwise.hpp"
 #include "../engine/ops/embedding.hpp"
 #include "../engine/ops/linear.hpp"
@@ -18,8 +19,27 @@ namespace {
 
 constexpr const char* k_owner = "GPT";
 constexpr double k_init_std = 0.02;  // HF's initializer_range
+constexpr const char* k_size_names =
+    "arguments 'vocab_size', 'block_size', 'n_layer', 'n_embd' and 'ffn_hidden'";
 
-GPTConfig checked(GPTConfig c) {
+TransformerBlockOptions block_options(const GPTConfig& c);
+
+// The parameter elements of a GPT of config `c` (n_kv_head and ffn_hidden
+// filled in, or bounded as in TransformerBlock's count), without wrapping.
+detail::WideCount gpt_parameters(const GPTConfig& c) {
+  using detail::WideCount;
+  const WideCount e(c.n_embd);
+  WideCount n = WideCount(c.vocab_size) * e;                        // wte [vocab, C]
+  if (c.style == GPTStyle::gpt2) n += WideCount(c.block_size) * e;  // wpe [block_size, C]
+  n += WideCount(c.n_layer) * detail::transformer_block_parameters(c.n_embd, block_options(c));
+  n += c.style == GPTStyle::gpt2 ? e * 2 : e;               // ln_f
+  if (!c.tie_embeddings) n += WideCount(c.vocab_size) * e;  // lm_head [vocab, C]
+  return n;
+}
+
+// The config checked, n_kv_head and ffn_hidden filled in, the parameters'
+// bytes of `element_size` each within memory.
+GPTConfig checked(GPTConfig c, std::size_t element_size) {
   detail::check_positive_size(k_owner, "vocab_size", c.vocab_size);
   detail::check_positive_size(k_owner, "block_size", c.block_size);
   detail::check_positive_size(k_owner, "n_layer", c.n_layer);
@@ -43,7 +63,7 @@ GPTConfig checked(GPTConfig c) {
                           "is " + std::to_string(*c.n_kv_head) + ", which does not divide n_head " +
                               std::to_string(c.n_head));
   if (c.ffn_hidden) detail::check_positive_size(k_owner, "ffn_hidden", *c.ffn_hidden);
-  if (!c.ffn_hidden) c.ffn_hidden = default_ffn_hidden(c.style, c.n_embd);
+  if (!c.ffn_hidden) c.ffn_hidden = detail::default_ffn_hidden(k_owner, c.style, c.n_embd);
   detail::check_probability(k_owner, "dropout", c.dropout);
   if (!(c.eps >= 0.0 && std::isfinite(c.eps)))
     detail::fail_argument(k_owner, "eps",
@@ -56,6 +76,7 @@ GPTConfig checked(GPTConfig c) {
     detail::fail_argument(
         k_owner, "rope_theta",
         "is " + detail::number_str(c.rope_theta) + ", expected a finite theta > 0");
+  detail::check_bytes(k_owner, k_size_names, "parameters", gpt_parameters(c), element_size);
   return c;
 }
 
@@ -81,8 +102,8 @@ template <class T>
 GPT<T>::GPT(const GPTConfig& config) : GPT(config, detail::lvalue(Generator(k_default_seed))) {}
 
 template <class T>
-GPT<T>::GPT(const GPTConfig& config, Generator& generator)
-    : config_(checked(config)),
+GPT<T>::GPT(const GPTConfig& config, Generator& generator) try
+    : config_(checked(config, sizeof(T))),
       wte(config_.vocab_size, config_.n_embd, std::nullopt, generator),
       drop(config_.dropout, generator),
       ln_f(config_.style == GPTStyle::gpt2
@@ -96,6 +117,8 @@ GPT<T>::GPT(const GPTConfig& config, Generator& generator)
   if (!config_.tie_embeddings)
     lm_head.emplace(config_.n_embd, config_.vocab_size, false, generator);
   initialize(generator);
+} catch (const std::bad_alloc& e) {
+  detail::rethrow_out_of_memory(k_owner, "parameters", gpt_parameters(config), sizeof(T), e);
 }
 
 template <class T>
@@ -241,9 +264,12 @@ std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prom
                                            std::uint64_t seed) const {
   const detail::Check check("GPT::generate");
   check.argument(!prompt.empty(), "prompt", "is empty, expected at least one token");
-  check.argument(prompt.size() + max_new_tokens <= config_.block_size, "max_new_tokens", "is ",
-                 max_new_tokens, ": with the ", prompt.size(),
-                 " prompt tokens that exceeds block_size ", config_.block_size);
+  const std::size_t length =
+      detail::checked_add(check.function(), "the prompt's length and argument 'max_new_tokens'",
+                          prompt.size(), max_new_tokens);
+  check.argument(length <= config_.block_size, "max_new_tokens", "is ", max_new_tokens,
+                 ": with the ", prompt.size(), " prompt tokens that exceeds block_size ",
+                 config_.block_size);
   check_sampling(check, temperature, top_k);
   Indices ids = xt::empty<std::int64_t>(std::vector<std::size_t>{1, prompt.size()});
   std::copy(prompt.begin(), prompt.end(), ids.begin());

@@ -51,7 +51,10 @@
 // gpt2), probabilities and eps out of range; tokens of rank other than 1 or
 // 2, T = 0 or > block_size, ids outside the vocabulary; a cache past its
 // capacity or of another shape; generate with an empty prompt, a negative or
-// non-finite temperature, top_k = 0, or too many tokens for block_size.
+// non-finite temperature, top_k = 0, or too many tokens for block_size;
+// sizes whose products overflow or whose parameters exceed the machine's
+// memory (engine/checked_size.hpp). An allocation below that bound that
+// fails throws OutOfMemoryError naming GPT and the bytes.
 
 #include <cstddef>
 #include <cstdint>

@@ -8,7 +8,8 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "../engine/errors.hpp"  // check_positive_size, for every module constructor
+#include "../engine/checked_size.hpp"  // checked_allocation, for every module constructor
+#include "../engine/errors.hpp"        // check_positive_size, for every module constructor
 
 namespace xtgrad {
 

@@ -3,23 +3,45 @@
 #include <algorithm>
 #include <string>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
 
 namespace xtgrad {
 
+namespace {
+
+constexpr const char* k_owner = "KvCache";
+constexpr const char* k_size_names =
+    "arguments 'batch', 'n_layers', 'n_kv_heads', 'head_dim' and 'capacity'";
+
+// The elements of all keys and values: 2 n_layers [batch, n_kv_heads,
+// capacity, head_dim] buffers, checked to fit memory (checked_size.hpp).
+detail::WideCount cache_elements(std::size_t batch, std::size_t n_layers, std::size_t n_kv_heads,
+                                 std::size_t head_dim, std::size_t capacity) {
+  return detail::WideCount(2) * n_layers * batch * n_kv_heads * capacity * head_dim;
+}
+
+}  // namespace
+
 template <class T>
 KvCache<T>::KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_heads,
-                    std::size_t head_dim, std::size_t capacity)
+                    std::size_t head_dim, std::size_t capacity) try
     : batch_(batch), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
-  detail::check_positive_size("KvCache", "batch", batch);
-  detail::check_positive_size("KvCache", "n_layers", n_layers);
-  detail::check_positive_size("KvCache", "n_kv_heads", n_kv_heads);
-  detail::check_positive_size("KvCache", "head_dim", head_dim);
-  detail::check_positive_size("KvCache", "capacity", capacity);
+  detail::check_positive_size(k_owner, "batch", batch);
+  detail::check_positive_size(k_owner, "n_layers", n_layers);
+  detail::check_positive_size(k_owner, "n_kv_heads", n_kv_heads);
+  detail::check_positive_size(k_owner, "head_dim", head_dim);
+  detail::check_positive_size(k_owner, "capacity", capacity);
   const std::vector<std::size_t> shape = {batch, n_kv_heads, capacity, head_dim};
+  detail::check_bytes(k_owner, k_size_names, "keys and values",
+                      cache_elements(batch, n_layers, n_kv_heads, head_dim, capacity), sizeof(T));
   k_.assign(n_layers, xt::zeros<T>(shape));
   v_.assign(n_layers, xt::zeros<T>(shape));
   length_.assign(n_layers, 0);
+} catch (const std::bad_alloc& e) {
+  detail::rethrow_out_of_memory(k_owner, "keys and values",
+                                cache_elements(batch, n_layers, n_kv_heads, head_dim, capacity),
+                                sizeof(T), e);
 }
 
 template <class T>
@@ -32,8 +54,10 @@ template <class T>
 void KvCache<T>::check_append(const char* owner, std::size_t layer,
                               std::size_t new_positions) const {
   check_layer(owner, layer);
-  detail::Check(owner).value(length_[layer] + new_positions <= capacity_, "the KvCache holds ",
-                             length_[layer], " positions in layer ", layer, "; ", new_positions,
+  const std::size_t length = detail::checked_add(
+      owner, "the cached positions and argument 'new_positions'", length_[layer], new_positions);
+  detail::Check(owner).value(length <= capacity_, "the KvCache holds ", length_[layer],
+                             " positions in layer ", layer, "; ", new_positions,
                              " more exceed its capacity ", capacity_);
 }
 

@@ -9,7 +9,10 @@
 // values, and attends over positions [0, length(layer)).
 //
 // Appending past capacity, to a layer that does not exist, or keys of the
-// wrong shape throws std::invalid_argument and changes nothing.
+// wrong shape throws std::invalid_argument and changes nothing. So does a
+// construction whose keys and values exceed the machine's memory
+// (engine/checked_size.hpp); an allocation below that bound that fails
+// throws OutOfMemoryError.
 
 #include <cstddef>
 #include <vector>

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "../engine/checked_size.hpp"
+
 namespace xtgrad {
 
 template <class T>
@@ -15,6 +17,8 @@ Linear<T>::Linear(std::size_t in_features, std::size_t out_features, bool bias,
     : has_bias_(bias) {
   detail::check_positive_size("Linear", "in_features", in_features);
   detail::check_positive_size("Linear", "out_features", out_features);
+  detail::checked_allocation<T>("Linear", "arguments 'in_features' and 'out_features'",
+                                {out_features, in_features});
   weight = Parameter<T>(
       "weight", detail::uniform_fan_in<T>({out_features, in_features}, in_features, generator));
   if (bias)

@@ -41,6 +41,22 @@ Mlp<T>::Mlp(std::size_t in_features, std::vector<std::size_t> hidden_features,
 }
 
 template <class T>
+Linear<T>& Mlp<T>::layer(std::size_t i) {
+  const detail::Check check("Mlp::layer");
+  check.argument(i < linears_.size(), "i", "is ", i, ", expected less than ", linears_.size(),
+                 " (the number of Linear layers)");
+  return linears_[i];
+}
+
+template <class T>
+Dropout<T>& Mlp<T>::dropout(std::size_t i) {
+  const detail::Check check("Mlp::dropout");
+  check.argument(i < dropouts_.size(), "i", "is ", i, ", expected less than ", dropouts_.size(),
+                 " (a Dropout follows each hidden layer's activation)");
+  return dropouts_[i];
+}
+
+template <class T>
 Var<T> Mlp<T>::forward(const Var<T>& x) {
   const Tape<T>& tape = x.tape_for("Mlp", "x");
   // x is the only input that can misfit (every layer fits the next by

@@ -55,11 +55,13 @@ class Mlp : public Module<T> {
   Var<T> forward(const Var<T>& x) override;
   ModuleConfig config() const override;
 
-  // The k + 1 Linear layers, in order (child "3i" is layer(i)).
+  // The k + 1 Linear layers, in order (child "3i" is layer(i)); an i >=
+  // num_layers() is a std::invalid_argument naming i and the range.
   std::size_t num_layers() const { return linears_.size(); }
-  Linear<T>& layer(std::size_t i) { return linears_.at(i); }
-  // The Dropout after layer(i)'s activation, i < num_layers() - 1 (child "3i+2").
-  Dropout<T>& dropout(std::size_t i) { return dropouts_.at(i); }
+  Linear<T>& layer(std::size_t i);
+  // The Dropout after layer(i)'s activation, i < num_layers() - 1 (child
+  // "3i+2"); another i is a std::invalid_argument naming i and the range.
+  Dropout<T>& dropout(std::size_t i);
   std::size_t in_features() const { return linears_.front().in_features(); }
   std::size_t out_features() const { return linears_.back().out_features(); }
   const MlpOptions& options() const { return options_; }

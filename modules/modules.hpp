@@ -19,6 +19,7 @@
 #include "linear.hpp"
 #include "mlp.hpp"
 #include "module.hpp"
+#include "moe.hpp"
 #include "norm.hpp"
 #include "positionwise_ffn.hpp"
 #include "pre_norm_residual.hpp"

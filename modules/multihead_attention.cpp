@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../engine/check.hpp"
+#include "../engine/checked_size.hpp"
 #include "../engine/ops/attention.hpp"
 #include "../engine/ops/linear.hpp"
 #include "../engine/ops/shape.hpp"
@@ -27,8 +28,15 @@ xt::xarray<T> xavier_uniform(std::size_t fan_out, std::size_t fan_in, Generator&
   return values;
 }
 
+// in_proj_weight [3E, E], in_proj_bias [3E], out_proj [E, E] + [E], without wrapping.
+detail::WideCount mha_parameters(std::size_t embed_dim, bool bias) {
+  const detail::WideCount e(embed_dim);
+  return e * e * 4 + (bias ? e * 4 : detail::WideCount(0));
+}
+
+// The arguments checked, the parameters' bytes of `element_size` each within memory.
 std::size_t checked_width(std::size_t embed_dim, std::size_t num_heads,
-                          const MultiheadAttentionOptions& options) {
+                          const MultiheadAttentionOptions& options, std::size_t element_size) {
   detail::check_positive_size(k_owner, "embed_dim", embed_dim);
   detail::check_positive_size(k_owner, "num_heads", num_heads);
   if (embed_dim % num_heads != 0)
@@ -36,6 +44,8 @@ std::size_t checked_width(std::size_t embed_dim, std::size_t num_heads,
                           "is " + std::to_string(num_heads) + ", which does not divide embed_dim " +
                               std::to_string(embed_dim));
   detail::check_probability(k_owner, "dropout", options.dropout);
+  detail::check_bytes(k_owner, "argument 'embed_dim'", "parameters",
+                      mha_parameters(embed_dim, options.bias), element_size);
   return embed_dim;
 }
 
@@ -140,8 +150,10 @@ MultiheadAttention<T>::MultiheadAttention(std::size_t embed_dim, std::size_t num
 
 template <class T>
 MultiheadAttention<T>::MultiheadAttention(std::size_t embed_dim, std::size_t num_heads,
-                                          MultiheadAttentionOptions options, Generator& generator)
-    : out_proj(checked_width(embed_dim, num_heads, options), embed_dim, options.bias, generator),
+                                          MultiheadAttentionOptions options,
+                                          Generator& generator) try
+    : out_proj(checked_width(embed_dim, num_heads, options, sizeof(T)), embed_dim, options.bias,
+               generator),
       dropout(options.dropout, generator),
       num_heads_(num_heads),
       options_(options) {
@@ -154,6 +166,9 @@ MultiheadAttention<T>::MultiheadAttention(std::size_t embed_dim, std::size_t num
         Parameter<T>("in_proj_bias", xt::zeros<T>(std::vector<std::size_t>{3 * embed_dim}));
     out_proj.bias.value.fill(T(0));
   }
+} catch (const std::bad_alloc& e) {
+  detail::rethrow_out_of_memory(k_owner, "parameters", mha_parameters(embed_dim, options.bias),
+                                sizeof(T), e);
 }
 
 template <class T>

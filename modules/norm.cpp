@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
 
 namespace xtgrad {
@@ -34,6 +35,7 @@ LayerNorm<T>::LayerNorm(std::size_t normalized_shape, double eps, bool elementwi
       affine_(elementwise_affine),
       bias_on_(elementwise_affine && bias) {
   check_norm_options("LayerNorm", normalized_shape, eps);
+  detail::checked_allocation<T>("LayerNorm", "argument 'normalized_shape'", {normalized_shape});
   if (affine_) weight = Parameter<T>("weight", xt::ones<T>({d_}));
   if (bias_on_) this->bias = Parameter<T>("bias", xt::zeros<T>({d_}));
 }
@@ -59,6 +61,7 @@ template <class T>
 RMSNorm<T>::RMSNorm(std::size_t normalized_shape, double eps, bool elementwise_affine)
     : d_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
   check_norm_options("RMSNorm", normalized_shape, eps);
+  detail::checked_allocation<T>("RMSNorm", "argument 'normalized_shape'", {normalized_shape});
   if (affine_) weight = Parameter<T>("weight", xt::ones<T>({d_}));
 }
 

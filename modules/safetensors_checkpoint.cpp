@@ -46,18 +46,12 @@ void save_safetensors_checkpoint(const fs::path& path, const Module<T>& module) 
   write_safetensors(path, to_tensor_map(module), metadata);
 }
 
-template <class T>
-void load_safetensors_checkpoint(const fs::path& path, Module<T>& module, const std::string& fn) {
-  const auto named = module.named_parameters();
-  std::set<std::string> wanted;
-  for (const auto& entry : named) wanted.insert(entry.first);
-  std::vector<std::string> names;  // every tensor of the file, in the order of its data
-  const Safetensors file = read_safetensors(path, [&](const std::string& name) {
-    names.push_back(name);
-    return wanted.count(name) > 0;
-  });
-  const std::string where = "checkpoint " + detail::path_str(path);
-  const SafetensorsMetadata& metadata = file.metadata;
+namespace {
+
+// The metadata of an xtgrad checkpoint against the module: its format
+// version, and its type and config against the module's config.
+void check_checkpoint_metadata(const std::string& fn, const std::string& where,
+                               const SafetensorsMetadata& metadata, const ModuleConfig& mine) {
   if (metadata.count(k_safetensors_version_key) == 0)
     detail::fail_value(fn, where + " has no " + detail::quoted(k_safetensors_version_key) +
                                " in its __metadata__, so it is not an xtgrad checkpoint; load "
@@ -77,16 +71,42 @@ void load_safetensors_checkpoint(const fs::path& path, Module<T>& module, const 
                                detail::quoted(detail::escaped(type, 200)) + " but " +
                                k_safetensors_config_key + " holds a " +
                                detail::quoted(detail::escaped(stored.type, 200)));
-  const ModuleConfig mine = module.config();
   if (stored != mine) fail_config_mismatch(fn, where, stored, mine);
+}
+
+}  // namespace
+
+template <class T>
+void load_safetensors_checkpoint(const fs::path& path, Module<T>& module, const std::string& fn) {
+  const auto named = module.named_parameters();
+  const std::vector<std::pair<std::string, Parameter<T>*>> params(named.begin(), named.end());
+  std::set<std::string> wanted;
+  for (const auto& entry : named) wanted.insert(entry.first);
+  const std::string where = "checkpoint " + detail::path_str(path);
+  const ModuleConfig mine = module.config();
+  std::vector<std::string> names;  // every tensor of the file, in the order of its data
+  // Everything the header declares (metadata, names, dtypes, shapes) is
+  // checked against the module before any tensor is read.
+  const auto check_header = [&](const std::vector<SafetensorsDeclared>& declared,
+                                const SafetensorsMetadata& metadata) {
+    check_checkpoint_metadata(fn, where, metadata, mine);
+    std::vector<detail::SourceTensor<T>> sources;
+    sources.reserve(declared.size());
+    for (const SafetensorsDeclared& d : declared) {
+      names.push_back(d.name);
+      sources.push_back({d.name, nullptr, nullptr, wanted.count(d.name) ? &d : nullptr});
+    }
+    detail::check_sources<T>(fn, mine.type, params, sources, true, detail::DtypeRule::exact);
+  };
+  const Safetensors file = read_safetensors(
+      path, [&](const std::string& name) { return wanted.count(name) > 0; }, check_header);
 
   std::vector<detail::SourceTensor<T>> sources;
   for (const std::string& name : names) {
     const auto found = file.tensors.find(name);
     sources.push_back({name, nullptr, found == file.tensors.end() ? nullptr : &found->second});
   }
-  detail::load_sources<T>(fn, mine.type, {named.begin(), named.end()}, sources, true,
-                          detail::DtypeRule::exact);
+  detail::load_sources<T>(fn, mine.type, params, sources, true, detail::DtypeRule::exact);
 }
 
 template TensorMap to_tensor_map(const Module<float>&);

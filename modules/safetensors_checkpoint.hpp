@@ -17,14 +17,16 @@
 // rename: a failed save leaves any previous file as it was).
 //
 // load_safetensors_checkpoint reads a file written so, hostile or not: the
-// file as read_safetensors checks it (memory bounded by the file's size;
-// only the module's tensors are read), then the metadata (a version other
-// than "2", a missing type or config, a config that is not the JSON of
-// io/module_config.hpp or whose type is not "xtgrad.type" are refused), then
-// the config against the module's ("checkpoint '<path>' holds <its config>,
-// this module is <config()>"), then names, shapes and dtypes as
-// Module::load_state_dict(strict) checks them, except that the dtype must be
-// T's (F32 for float, F64 for double: no conversion). All or nothing. A
+// header as read_safetensors checks it against the file, then, before any
+// tensor is read, the metadata (a version other than "2", a missing type or
+// config, a config that is not the JSON of io/module_config.hpp or whose
+// type is not "xtgrad.type" are refused), the config against the module's
+// ("checkpoint '<path>': <the first difference>; it holds <its config>, this
+// module is <config()>"), then the names, shapes and dtypes the header
+// declares as Module::load_state_dict(strict) checks them, except that the
+// dtype must be T's (F32 for float, F64 for double: no conversion); only
+// then are the module's tensors read (memory bounded by the module's size
+// whatever the header declares). All or nothing. A
 // safetensors file without xtgrad metadata (written by PyTorch) is refused
 // pointing to load_state_dict(read_safetensors(path)), which loads it.
 // Errors: std::invalid_argument for bad content, std::runtime_error for

@@ -30,15 +30,23 @@ std::string key_list(const std::vector<std::string>& names) {
 template <class T>
 std::vector<std::size_t> shape_of(const SourceTensor<T>& s) {
   if (s.value) return {s.value->shape().begin(), s.value->shape().end()};
+  if (s.declared) return s.declared->shape;
   return s.stored->shape();
+}
+
+// Whether a source held in a file holds float64 values.
+template <class T>
+bool holds_double(const SourceTensor<T>& s) {
+  if (s.declared) return s.declared->dtype == SafetensorsDtype::F64;
+  return s.stored->template holds<double>();
 }
 
 // The dtype of a source as messages name it.
 template <class T>
 std::string dtype_of(const SourceTensor<T>& s) {
   if (s.value) return sizeof(T) == 4 ? "float32" : "float64";
-  return std::string(safetensors_dtype_name(s.stored->dtype())) +
-         (s.stored->template holds<float>() ? " (float32)" : " (float64)");
+  return std::string(safetensors_dtype_name(s.declared ? s.declared->dtype : s.stored->dtype())) +
+         (holds_double(s) ? " (float64)" : " (float32)");
 }
 
 // The value as T: a copy, or a conversion (stored_as).
@@ -66,22 +74,27 @@ xt::xarray<T> stored_as(const StoredTensor& stored) {
 template xt::xarray<float> stored_as(const StoredTensor&);
 template xt::xarray<double> stored_as(const StoredTensor&);
 
+namespace {
+
+// The checks: throws naming every mismatch, else the source matched to each
+// parameter (nullptr: missing) and the missing and unexpected names.
 template <class T>
-IncompatibleKeys load_sources(const std::string& function, const std::string& type,
-                              const std::vector<std::pair<std::string, Parameter<T>*>>& params,
-                              const std::vector<SourceTensor<T>>& sources, bool strict,
-                              DtypeRule rule) {
+std::vector<const SourceTensor<T>*> match_sources(
+    const std::string& function, const std::string& type,
+    const std::vector<std::pair<std::string, Parameter<T>*>>& params,
+    const std::vector<SourceTensor<T>>& sources, bool strict, DtypeRule rule,
+    IncompatibleKeys& keys) {
   std::map<std::string, const SourceTensor<T>*> by_name;
   for (const SourceTensor<T>& s : sources) by_name.emplace(s.name, &s);
   std::set<std::string> param_names;
-  IncompatibleKeys keys;
   std::vector<std::string> errors;
   std::vector<const SourceTensor<T>*> matched(params.size(), nullptr);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     param_names.insert(name);
     const auto found = by_name.find(name);
-    if (found == by_name.end() || (!found->second->value && !found->second->stored)) {
+    if (found == by_name.end() ||
+        (!found->second->value && !found->second->stored && !found->second->declared)) {
       keys.missing_keys.push_back(name);
       continue;
     }
@@ -93,7 +106,7 @@ IncompatibleKeys load_sources(const std::string& function, const std::string& ty
                        shape_str(p->value.shape()) + ".");
       continue;
     }
-    if (rule == DtypeRule::exact && s.stored && !s.stored->template holds<T>()) {
+    if (rule == DtypeRule::exact && !s.value && holds_double(s) != (sizeof(T) == 8)) {
       errors.push_back("dtype mismatch for " + escaped(name, 200) + ": the checkpoint holds " +
                        dtype_of(s) + ", the parameter in current model is " +
                        (sizeof(T) == 4 ? "float32" : "float64") +
@@ -118,6 +131,29 @@ IncompatibleKeys load_sources(const std::string& function, const std::string& ty
     for (const std::string& e : errors) what += "\n\t" + e;
     fail_value(function, what);
   }
+  return matched;
+}
+
+}  // namespace
+
+template <class T>
+IncompatibleKeys check_sources(const std::string& function, const std::string& type,
+                               const std::vector<std::pair<std::string, Parameter<T>*>>& params,
+                               const std::vector<SourceTensor<T>>& sources, bool strict,
+                               DtypeRule rule) {
+  IncompatibleKeys keys;
+  match_sources(function, type, params, sources, strict, rule, keys);
+  return keys;
+}
+
+template <class T>
+IncompatibleKeys load_sources(const std::string& function, const std::string& type,
+                              const std::vector<std::pair<std::string, Parameter<T>*>>& params,
+                              const std::vector<SourceTensor<T>>& sources, bool strict,
+                              DtypeRule rule) {
+  IncompatibleKeys keys;
+  const std::vector<const SourceTensor<T>*> matched =
+      match_sources(function, type, params, sources, strict, rule, keys);
   // Every check has passed: convert, then assign (a conversion cannot fail
   // half-way through the assignments).
   std::vector<xt::xarray<T>> values(params.size());
@@ -128,6 +164,14 @@ IncompatibleKeys load_sources(const std::string& function, const std::string& ty
   return keys;
 }
 
+template IncompatibleKeys check_sources(
+    const std::string&, const std::string&,
+    const std::vector<std::pair<std::string, Parameter<float>*>>&,
+    const std::vector<SourceTensor<float>>&, bool, DtypeRule);
+template IncompatibleKeys check_sources(
+    const std::string&, const std::string&,
+    const std::vector<std::pair<std::string, Parameter<double>*>>&,
+    const std::vector<SourceTensor<double>>&, bool, DtypeRule);
 template IncompatibleKeys load_sources(
     const std::string&, const std::string&,
     const std::vector<std::pair<std::string, Parameter<float>*>>&,

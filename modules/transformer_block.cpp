@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "../engine/checked_size.hpp"
 #include "../engine/ops/elementwise.hpp"
 
 namespace xtgrad {
@@ -10,19 +11,27 @@ namespace {
 
 constexpr const char* k_owner = "TransformerBlock";
 constexpr std::size_t k_llama_multiple_of = 256;
+constexpr const char* k_size_names = "arguments 'n_embd', 'n_heads', 'n_kv_heads' and 'ffn_hidden'";
 
-TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions options) {
+// The options checked and filled in, the parameters' bytes of `element_size`
+// each within memory (the attention's own checks come later, in its constructor).
+TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions options,
+                                std::size_t element_size) {
   const detail::Check check(k_owner);
   check.argument(options.style == GPTStyle::gpt2 || options.style == GPTStyle::llama, "style",
                  "is not gpt2 or llama");
   detail::check_positive_size(k_owner, "n_embd", n_embd);
   if (options.ffn_hidden) detail::check_positive_size(k_owner, "ffn_hidden", *options.ffn_hidden);
-  if (!options.ffn_hidden) options.ffn_hidden = default_ffn_hidden(options.style, n_embd);
+  if (!options.ffn_hidden)
+    options.ffn_hidden = detail::default_ffn_hidden(k_owner, options.style, n_embd);
   check.argument(options.style != GPTStyle::gpt2 || !options.n_kv_heads ||
                      *options.n_kv_heads == options.n_heads,
                  "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
                  ", but the gpt2 style has n_kv_heads = n_heads (", options.n_heads, ")");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
+  if (options.n_heads != 0 && n_embd % options.n_heads == 0)  // else the attention refuses them
+    detail::check_bytes(k_owner, k_size_names, "parameters",
+                        detail::transformer_block_parameters(n_embd, options), element_size);
   return options;
 }
 
@@ -60,9 +69,29 @@ void check_input(const Shape& x, std::size_t n_embd) {
 }  // namespace
 
 std::size_t default_ffn_hidden(GPTStyle style, std::size_t n_embd) {
-  if (style == GPTStyle::gpt2) return 4 * n_embd;
-  const std::size_t hidden = 2 * (4 * n_embd) / 3;
-  return k_llama_multiple_of * ((hidden + k_llama_multiple_of - 1) / k_llama_multiple_of);
+  return detail::default_ffn_hidden("default_ffn_hidden", style, n_embd);
+}
+
+std::size_t detail::default_ffn_hidden(const char* owner, GPTStyle style, std::size_t n_embd) {
+  constexpr const char* names = "argument 'n_embd' (the default ffn_hidden)";
+  if (style == GPTStyle::gpt2) return checked_multiply(owner, names, 4, n_embd);
+  const std::size_t hidden = checked_multiply(owner, names, 8, n_embd) / 3;  // 2 (4 n_embd) / 3
+  return k_llama_multiple_of *
+         (checked_add(owner, names, hidden, k_llama_multiple_of - 1) / k_llama_multiple_of);
+}
+
+detail::WideCount detail::transformer_block_parameters(std::size_t n_embd,
+                                                       const TransformerBlockOptions& options) {
+  const CausalSelfAttentionOptions attention = attention_options(options);
+  const WideCount c(n_embd);
+  // (Unfilled, as in a constructor's handler, the gpt2 default bounds the llama one.)
+  const WideCount hidden = options.ffn_hidden ? WideCount(*options.ffn_hidden) : c * 4;
+  if (options.style ==
+      GPTStyle::gpt2)  // ln_1, ln_2 [C] + [C]; mlp w1 [H, C] + [H], w2 [C, H] + [C]
+    return c * 4 + causal_self_attention_parameters(n_embd, attention) + c * hidden * 2 + hidden +
+           c;
+  // ln_1, ln_2 [C]; mlp w_up, w_gate [C, H], w_down [H, C]
+  return c * 2 + causal_self_attention_parameters(n_embd, attention) + c * hidden * 3;
 }
 
 const char* style_name(GPTStyle style) {
@@ -75,14 +104,18 @@ TransformerBlock<T>::TransformerBlock(std::size_t n_embd, TransformerBlockOption
 
 template <class T>
 TransformerBlock<T>::TransformerBlock(std::size_t n_embd, TransformerBlockOptions options,
-                                      Generator& generator)
+                                      Generator& generator) try
     : n_embd_(n_embd),
-      options_(checked(n_embd, options)),
+      options_(checked(n_embd, options, sizeof(T))),
       ln_1(make_norm<T>(options_.style, n_embd, options_.eps)),
       attn(n_embd, attention_options(options_), generator),
       ln_2(make_norm<T>(options_.style, n_embd, options_.eps)),
       mlp(make_mlp<T>(options_, n_embd, generator)),
-      dropout(options_.dropout, generator) {}
+      dropout(options_.dropout, generator) {
+} catch (const std::bad_alloc& e) {
+  detail::rethrow_out_of_memory(
+      k_owner, "parameters", detail::transformer_block_parameters(n_embd, options), sizeof(T), e);
+}
 
 template <class T>
 Var<T> TransformerBlock<T>::forward(const Var<T>& x) {

@@ -52,6 +52,16 @@ struct TransformerBlockOptions {
 
 // The default FFN width of a style (see above).
 std::size_t default_ffn_hidden(GPTStyle style, std::size_t n_embd);
+
+namespace detail {
+// default_ffn_hidden, std::invalid_argument naming `owner` when the width
+// overflows std::size_t.
+std::size_t default_ffn_hidden(const char* owner, GPTStyle style, std::size_t n_embd);
+// The parameter elements of TransformerBlock(n_embd, options), counted
+// without wrapping (checked_size.hpp); the options filled in (ffn_hidden,
+// n_kv_heads) as the constructor does.
+WideCount transformer_block_parameters(std::size_t n_embd, const TransformerBlockOptions& options);
+}  // namespace detail
 // "gpt2" / "llama".
 const char* style_name(GPTStyle style);
 

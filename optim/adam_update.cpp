@@ -186,7 +186,8 @@ AdamFamily<T, Options>::AdamFamily(const std::vector<ParamGroup<T, Options>>& gr
 
 template <class T, class Options>
 Options AdamFamily<T, Options>::options(std::size_t group) const {
-  return Options(options_.at(group)).lr(this->lr(group));
+  this->check_group("options", group);
+  return Options(options_[group]).lr(this->lr(group));
 }
 
 template <class T, class Options>

@@ -137,10 +137,10 @@ class AdamFamily : public Optimizer<T> {
   void step() override;
 
   // The hyperparameters of a group, with its current learning rate (set_lr,
-  // schedules). std::out_of_range for a bad group.
+  // schedules). std::invalid_argument for a bad group.
   Options options(std::size_t group = 0) const;
   // The state of parameter `index`; nullptr before its first update. Throws
-  // std::out_of_range for a bad index.
+  // std::invalid_argument for a bad index.
   const AdamParamState<T>* state(std::size_t index) const;
 
   StateDict<T> state_dict() const override;

@@ -42,6 +42,35 @@ LRScheduler<T>::LRScheduler(std::string name, Optimizer<T>& optimizer)
 }
 
 template <class T>
+void LRScheduler<T>::check_group(const char* method, std::size_t group) const {
+  if (group >= base_lrs_.size())
+    xtgrad::detail::fail_argument(name_ + "::" + method, "group",
+                                  "is " + std::to_string(group) + ", expected less than " +
+                                      std::to_string(base_lrs_.size()) + " (the number of groups)");
+}
+
+template <class T>
+double LRScheduler<T>::last_lr(std::size_t group) const {
+  check_group("last_lr", group);
+  return last_lrs_[group];
+}
+
+template <class T>
+double LRScheduler<T>::base_lr(std::size_t group) const {
+  check_group("base_lr", group);
+  return base_lrs_[group];
+}
+
+template <class T>
+double LRScheduler<T>::lr_at(std::int64_t t, std::size_t group) const {
+  if (t < 0)
+    xtgrad::detail::fail_argument(name_ + "::lr_at", "t",
+                                  "is " + std::to_string(t) + ", expected an epoch >= 0");
+  check_group("lr_at", group);
+  return schedule(t, base_lrs_[group]);
+}
+
+template <class T>
 void LRScheduler<T>::start() {
   last_epoch_ = 0;
   apply();

@@ -41,16 +41,15 @@ class LRScheduler {
   // Advance one epoch and set each group's learning rate to lr_at(last_epoch(), g).
   void step();
 
-  // Per group (the first by default); std::out_of_range for a bad group.
-  double last_lr(std::size_t group = 0) const { return last_lrs_.at(group); }
-  double base_lr(std::size_t group = 0) const { return base_lrs_.at(group); }
+  // Per group (the first by default); std::invalid_argument for a bad group.
+  double last_lr(std::size_t group = 0) const;
+  double base_lr(std::size_t group = 0) const;
   const std::vector<double>& last_lrs() const { return last_lrs_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
   std::int64_t last_epoch() const { return last_epoch_; }
   // The closed form of the schedule at epoch t >= 0 for group `group`.
-  double lr_at(std::int64_t t, std::size_t group = 0) const {
-    return schedule(t, base_lrs_.at(group));
-  }
+  // std::invalid_argument for a bad group or t < 0.
+  double lr_at(std::int64_t t, std::size_t group = 0) const;
   // The class name: "StepLR", "CosineAnnealingLR", ...
   const std::string& name() const { return name_; }
 
@@ -70,6 +69,8 @@ class LRScheduler {
   struct Loaded;
   Loaded read_state_dict(const StateDict<T>& state, const std::string& function) const;
   void apply();
+  // std::invalid_argument naming <name>::<method>, the group and the number of groups.
+  void check_group(const char* method, std::size_t group) const;
   std::string name_;
   Optimizer<T>* optimizer_;
   std::vector<double> base_lrs_;

@@ -42,9 +42,10 @@ Optimizer<T>::Optimizer(std::string name, std::vector<std::vector<Parameter<T>*>
 template <class T>
 void Optimizer<T>::check_state_index(std::size_t index) const {
   if (index >= params_.size())
-    throw std::out_of_range("xtgrad::" + name_ + "::state: argument 'index' is " +
-                            std::to_string(index) + ", expected less than " +
-                            std::to_string(params_.size()) + " (the number of parameters)");
+    xtgrad::detail::fail_argument(name_ + "::state", "index",
+                                  "is " + std::to_string(index) + ", expected less than " +
+                                      std::to_string(params_.size()) +
+                                      " (the number of parameters)");
 }
 
 template <class T>
@@ -65,11 +66,17 @@ void Optimizer<T>::zero_grad() {
 }
 
 template <class T>
-double Optimizer<T>::lr(std::size_t group) const {
+void Optimizer<T>::check_group(const char* method, std::size_t group) const {
   if (group >= group_lrs_.size())
-    throw std::out_of_range("xtgrad::" + name_ + "::lr: argument 'group' is " +
-                            std::to_string(group) + ", expected less than " +
-                            std::to_string(group_lrs_.size()) + " (the number of groups)");
+    xtgrad::detail::fail_argument(name_ + "::" + method, "group",
+                                  "is " + std::to_string(group) + ", expected less than " +
+                                      std::to_string(group_lrs_.size()) +
+                                      " (the number of groups)");
+}
+
+template <class T>
+double Optimizer<T>::lr(std::size_t group) const {
+  check_group("lr", group);
   return group_lrs_[group];
 }
 
@@ -81,10 +88,7 @@ void Optimizer<T>::set_lr(double lr) {
 
 template <class T>
 void Optimizer<T>::set_lr(std::size_t group, double lr) {
-  if (group >= group_lrs_.size())
-    throw std::out_of_range("xtgrad::" + name_ + "::set_lr: argument 'group' is " +
-                            std::to_string(group) + ", expected less than " +
-                            std::to_string(group_lrs_.size()) + " (the number of groups)");
+  check_group("set_lr", group);
   detail::require_finite_nonnegative(name_ + "::set_lr", "lr", lr);
   group_lrs_[group] = lr;
 }

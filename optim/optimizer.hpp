@@ -74,7 +74,7 @@ class Optimizer {
   // can release them instead.
   virtual void zero_grad();
 
-  // The learning rate of a group (the first by default). std::out_of_range
+  // The learning rate of a group (the first by default). std::invalid_argument
   // for a group index >= group_count().
   double lr(std::size_t group = 0) const;
   // Sets every group's learning rate to lr. Throws std::invalid_argument
@@ -105,9 +105,13 @@ class Optimizer {
   Optimizer(std::string name, std::vector<std::vector<Parameter<T>*>> groups,
             std::vector<double> lrs);
 
-  // For state(index) of the derived classes: std::out_of_range naming the
-  // optimizer, the index and the number of parameters.
+  // For state(index) of the derived classes: std::invalid_argument naming
+  // the optimizer, the index and the number of parameters.
   void check_state_index(std::size_t index) const;
+  // For a group argument of `method` ("lr", "options", ...):
+  // std::invalid_argument "xtgrad::<name>::<method>: argument 'group' is g,
+  // expected less than n (the number of groups)" when g >= group_count().
+  void check_group(const char* method, std::size_t group) const;
   // The owner named by errors about group g's hyperparameters: the name, and
   // " param group <g>" when there is more than one group.
   std::string group_owner(std::size_t group) const;

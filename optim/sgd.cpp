@@ -68,7 +68,8 @@ SGD<T>::SGD(const std::vector<SGDParamGroup<T>>& groups)
 
 template <class T>
 SGDOptions SGD<T>::options(std::size_t group) const {
-  return SGDOptions(options_.at(group)).lr(this->lr(group));
+  this->check_group("options", group);
+  return SGDOptions(options_[group]).lr(this->lr(group));
 }
 
 template <class T>

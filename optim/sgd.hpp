@@ -92,10 +92,10 @@ class SGD : public Optimizer<T> {
   void step() override;
 
   // The hyperparameters of a group, with its current learning rate (set_lr,
-  // schedules). std::out_of_range for a bad group.
+  // schedules). std::invalid_argument for a bad group.
   SGDOptions options(std::size_t group = 0) const;
   // The state of parameter `index`; nullptr before its first update and always
-  // when momentum == 0. Throws std::out_of_range for a bad index.
+  // when momentum == 0. Throws std::invalid_argument for a bad index.
   const SGDParamState<T>* state(std::size_t index) const;
 
   StateDict<T> state_dict() const override;

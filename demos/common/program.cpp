@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <utility>
 
+#include <xtgrad/engine/gemm_backend.hpp>
+#include <xtgrad/engine/matmul_precision.hpp>
+
 namespace demos {
 
 Program::Program(int& argc, char**& argv, std::string program, const std::string& description)
@@ -60,6 +63,20 @@ void Program::add_observer(xtgrad::training::StepObserverOptions& o) {
                              "gflops", "bytes", "gbytes"}));
   app.add_option("--profile-csv", o.profile_csv, "also write the profile as CSV");
   app.add_option("--profile-json", o.profile_json, "also write the profile as JSON");
+}
+
+void Program::add_precision(std::string& precision) {
+  app.add_option("--precision", precision,
+                 "float GEMMs in f32, or bf16 (inputs rounded to bfloat16, float accumulation; "
+                 "needs AMX or AVX512-BF16); tensors and optimizer state stay float")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
+void Program::start_compute(const std::string& precision) const {
+  xtgrad::set_matmul_precision(precision == "bf16" ? xtgrad::MatmulPrecision::bf16
+                                                   : xtgrad::MatmulPrecision::highest);
+  if (!parallel.quiet()) std::printf("%s: %s\n", name.c_str(), xtgrad::compute_info().c_str());
 }
 
 std::optional<int> Program::parse(int argc, char** argv, const std::function<void()>& check) {

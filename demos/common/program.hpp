@@ -57,6 +57,15 @@ class Program {
   // --graph FILE, --profile, --profile-steps, --profile-sort, --profile-csv,
   // --profile-json (training::StepObserver).
   void add_observer(xtgrad::training::StepObserverOptions& o);
+  // --precision f32|bf16: how float GEMMs compute (xtgrad::set_matmul_precision;
+  // f32 is MatmulPrecision::highest).
+  void add_precision(std::string& precision);
+
+  // Sets the matmul precision `precision` names (--precision; bf16 where it
+  // cannot run: std::invalid_argument saying why) and prints, on rank 0, the
+  // machine line "<name>: <xtgrad::compute_info()>". Call it after
+  // xtgrad::set_num_threads.
+  void start_compute(const std::string& precision) const;
 
   // Parses the command line, then runs `check` (which may throw
   // CLI::ValidationError). nullopt to go on; otherwise the exit code: 0

@@ -33,6 +33,7 @@ struct Options {
   ModelConfig model;
   TrainOptions train;
   int threads = 2;
+  std::string precision = "f32";  // --precision
   std::string out = "fashion_out";
   std::string data_dir = k_default_data_dir;
   std::size_t train_limit = 0, test_limit = 0;
@@ -85,6 +86,7 @@ int run(const Options& o, demos::Program& program) {
   xtgrad::training::Parallel& parallel = program.parallel;
   const Clock::time_point start = Clock::now();
   xtgrad::set_num_threads(o.threads);
+  program.start_compute(o.precision);
   FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
   const double data_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const std::size_t n_train = data.train.labels.size();
@@ -177,6 +179,7 @@ void add_options(demos::Program& program, Options& o) {
       ->check(CLI::Range(1, 16384));
   program.add_threads(o.threads,
                       "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)");
+  program.add_precision(o.precision);
   app.add_option("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -37,6 +37,7 @@ struct Options {
   TrainOptions train;
   GenerateOptions generate;
   int threads = 2;
+  std::string precision = "f32";  // --precision
   std::string out = "gpt_out";
   std::string data_dir = k_default_data_dir;
   std::string generate_from;  // --generate
@@ -94,6 +95,7 @@ int run_training(const Options& o, demos::Program& program) {
   xtgrad::training::Parallel& parallel = program.parallel;
   const Clock::time_point start = Clock::now();
   xtgrad::set_num_threads(o.threads);
+  program.start_compute(o.precision);
   const Corpus corpus = load_corpus(o.data_dir);
   const Vocabulary vocab = Vocabulary::of({&corpus.train, &corpus.validation});
   const xtgrad::Indices train_ids = vocab.encode_indices(corpus.train, "the training text");
@@ -226,6 +228,7 @@ void add_options(demos::Program& program, Options& o) {
   program.add_threads(o.threads,
                       "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
                       "process under mpirun unless given)");
+  program.add_precision(o.precision);
   program.add_out(o.out);
   app.add_option("--data-dir", o.data_dir, "directory of the fortune files")->capture_default_str();
   program.add_save_resume(o.train.save, o.train.resume,
@@ -259,7 +262,8 @@ void add_options(demos::Program& program, Options& o) {
 void check_modes(const CLI::App& app, const Options& o) {
   // Training options make no sense with --generate, nor generation's without it.
   if (!o.generate_from.empty())
-    for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out"})
+    for (const char* name :
+         {"--save", "--resume", "--stop-after", "--steps", "--out", "--precision"})
       if (app.count(name) > 0)
         throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
                                                      "--prompt, --max-new-chars, --temperature, "

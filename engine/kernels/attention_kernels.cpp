@@ -77,10 +77,17 @@ void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& 
       T* sr = s + r * bc;
       const std::size_t i = i0 + r;
       score_row(p, b, h, i, j0, count, bc, sr);  // s = scale q k^T (+ mask), hidden -inf
-      const T m_new = std::max(m[r], row_max(sr, bc));
-      if (m_new == minus_inf) {  // no visible key yet: P = 0
-        std::fill(sr, sr + bc, T(0));
-        continue;
+      T m_new = std::max(m[r], row_max(sr, bc));
+      if (m_new == minus_inf) {
+        // A max of -inf: every key of the row so far is hidden, or a score is
+        // NaN (the max passes over NaN). Only the first is "no visible key yet"
+        // (P = 0); a NaN (in q, k or an additive mask) must stay NaN, as in
+        // softmax(q k^T) v: m = NaN makes P, l, the output and L NaN from here on.
+        if (std::none_of(sr, sr + count, [](T x) { return std::isnan(x); })) {
+          std::fill(sr, sr + bc, T(0));
+          continue;
+        }
+        m_new = std::numeric_limits<T>::quiet_NaN();
       }
       const T alpha = std::exp(m[r] - m_new);
       // P[j] = exp(s[j] - m_new);  l = alpha l + sum_j P[j]  (undropped, as PyTorch)

@@ -1,6 +1,7 @@
 #include "gemm.hpp"
 
 #include "../gemm_backend.hpp"
+#include "../matmul_precision.hpp"
 #include "gemm_streaming.hpp"
 #include "onednn_gemm.hpp"
 #include "openblas_info.hpp"
@@ -270,9 +271,11 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (get_gemm_backend() == GemmBackend::onednn) {
+    // Read once: every part of a split product computes at this precision.
+    const MatmulPrecision precision = get_matmul_precision();
+    if (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn) {
       onednn_gemm(a.data, a.cols, transpose_a, b.data, b.cols, transpose_b, c.data, c.cols, m, n, k,
-                  accumulate);
+                  accumulate, precision);
       return;
     }
     warn_if_stale_openblas();

@@ -31,7 +31,9 @@ struct MatrixRef {
 // at k = 1 sger was faster, but it cannot overwrite, and zeroing dW first
 // costs more than the difference.)
 // The other float products go to the backend of gemm_backend.hpp (oneDNN's
-// matmul, onednn_gemm.hpp, or OpenBLAS), double ones to OpenBLAS.
+// matmul, onednn_gemm.hpp, or OpenBLAS), or to oneDNN's bf16 matmul at
+// MatmulPrecision::bf16 (matmul_precision.hpp, read once per call; the small
+// and few-row products above stay float), double ones to OpenBLAS.
 // Both loops stay ahead of oneDNN too (one thread, Zen 5, medians of
 // interleaved rounds; oneDNN's call costs about 1 us): the toy model's
 // [6, 8] . [8, 16]^T and [16, 6]^T . [6, 8] took 0.15-0.24 of oneDNN's time,

@@ -4,7 +4,19 @@
 
 #include <stdexcept>
 
+namespace xtgrad::detail {
+
+bool native_bf16_kernel(const std::string& kernel) {
+  return kernel.find("avx512_core_bf16") != std::string::npos ||
+         kernel.find("amx") != std::string::npos;
+}
+
+}  // namespace xtgrad::detail
+
 #if XTGRAD_HAVE_ONEDNN
+
+#include "bf16.hpp"
+#include "scratch.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -55,8 +67,10 @@ const dnnl::engine& cpu_engine() {
 
 memory::data_type data_type(MatmulPrecision precision) {
   switch (precision) {
-    case MatmulPrecision::f32:
+    case MatmulPrecision::highest:
       break;
+    case MatmulPrecision::bf16:
+      return memory::data_type::bf16;
   }
   return memory::data_type::f32;
 }
@@ -130,18 +144,19 @@ bool onednn_compiled() {
 
 namespace {
 
-// One single-threaded primitive call on the calling thread.
-void run_primitive(const float* a, std::size_t lda, bool transpose_a, const float* b,
-                   std::size_t ldb, bool transpose_b, float* c, std::size_t ldc, std::size_t m,
-                   std::size_t n, std::size_t k, bool accumulate, MatmulPrecision precision) {
+// One single-threaded primitive call on the calling thread; a and b are
+// float at MatmulPrecision::highest, bfloat16 at bf16.
+void run_primitive(const void* a, std::size_t lda, bool transpose_a, const void* b, std::size_t ldb,
+                   bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                   std::size_t k, bool accumulate, MatmulPrecision precision) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   ThreadState& state = thread_state();
   Entry& entry = lookup(
       state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, 1});
   if (state.scratchpad.size() < entry.scratchpad_bytes)
     state.scratchpad.resize(entry.scratchpad_bytes);
-  entry.a.set_data_handle(const_cast<float*>(a));
-  entry.b.set_data_handle(const_cast<float*>(b));
+  entry.a.set_data_handle(const_cast<void*>(a));
+  entry.b.set_data_handle(const_cast<void*>(b));
   entry.c.set_data_handle(c);
   entry.scratchpad.set_data_handle(state.scratchpad.data());
   // The C API takes the arguments as an array (the C++ one builds a map).
@@ -173,6 +188,29 @@ void run_parts(std::size_t lines, std::size_t macs, Part& part) {
   parallel_run(parts, 1, 1, chunk);
 }
 
+// onednn_gemm on operands of element type E (float, or bfloat16 as
+// std::uint16_t): the split described there.
+template <class E>
+void split_gemm(const E* a, std::size_t lda, bool transpose_a, const E* b, std::size_t ldb,
+                bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                std::size_t k, bool accumulate, MatmulPrecision precision) {
+  if (m >= n) {
+    auto rows = [&](std::size_t begin, std::size_t end) {
+      const E* a_part = transpose_a ? a + begin : a + begin * lda;
+      run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
+                    end - begin, n, k, accumulate, precision);
+    };
+    run_parts(m, m * n * k, rows);
+  } else {
+    auto columns = [&](std::size_t begin, std::size_t end) {
+      const E* b_part = transpose_b ? b + begin * ldb : b + begin;
+      run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
+                    k, accumulate, precision);
+    };
+    run_parts(n, m * n * k, columns);
+  }
+}
+
 }  // namespace
 
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
@@ -189,28 +227,49 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   // test_parallel.cpp); a split that followed the thread count would not:
   // oneDNN's blocking over K depends on a part's M and N, and an FFN's dW
   // differed in its first element between 1 and 2 threads.
-  if (m >= n) {
-    auto rows = [&](std::size_t begin, std::size_t end) {
-      const float* a_part = transpose_a ? a + begin : a + begin * lda;
-      run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
-                    end - begin, n, k, accumulate, precision);
-    };
-    run_parts(m, m * n * k, rows);
-  } else {
-    auto columns = [&](std::size_t begin, std::size_t end) {
-      const float* b_part = transpose_b ? b + begin * ldb : b + begin;
-      run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
-                    k, accumulate, precision);
-    };
-    run_parts(n, m * n * k, columns);
+  if (precision != MatmulPrecision::bf16) {
+    split_gemm(a, lda, transpose_a, b, ldb, transpose_b, c, ldc, m, n, k, accumulate, precision);
+    return;
+  }
+  // bf16: each operand's stored block ([k, m] when a is transposed, else
+  // [m, k]; [n, k] or [k, n] for b) rounded once into contiguous scratch,
+  // then split as in float; the primitive accumulates in float.
+  const std::size_t a_rows = transpose_a ? k : m, a_cols = transpose_a ? m : k;
+  const std::size_t b_rows = transpose_b ? n : k, b_cols = transpose_b ? k : n;
+  std::uint16_t* a16 = thread_scratch<std::uint16_t>(ScratchSlot::gemm_bf16_a, a_rows * a_cols);
+  std::uint16_t* b16 = thread_scratch<std::uint16_t>(ScratchSlot::gemm_bf16_b, b_rows * b_cols);
+  to_bf16_matrix(a, lda, a_rows, a_cols, a16);
+  to_bf16_matrix(b, ldb, b_rows, b_cols, b16);
+  split_gemm<std::uint16_t>(a16, a_cols, transpose_a, b16, b_cols, transpose_b, c, ldc, m, n, k,
+                            accumulate, precision);
+}
+
+namespace {
+
+// The implementation oneDNN picks for a [256, 256] . [256, 256] product at
+// `precision`, "" when it has none.
+std::string probe_kernel(MatmulPrecision precision) {
+  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, precision, 1};
+  try {
+    return describe(probe).impl_info_str();
+  } catch (const dnnl::error&) {
+    return "";
   }
 }
 
-std::string onednn_info() {
+}  // namespace
+
+std::string onednn_info(MatmulPrecision precision) {
   const dnnl_version_t* v = dnnl_version();
-  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, MatmulPrecision::f32, 1};
+  const std::string kernel =
+      precision == MatmulPrecision::bf16 ? onednn_bf16_kernel() : probe_kernel(precision);
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " (" + describe(probe).impl_info_str() + ")";
+         std::to_string(v->patch) + " (" + (kernel.empty() ? "none" : kernel) + ")";
+}
+
+const std::string& onednn_bf16_kernel() {
+  static const std::string kernel = probe_kernel(MatmulPrecision::bf16);
+  return kernel;
 }
 
 std::size_t onednn_cached_primitives() {
@@ -232,8 +291,13 @@ void onednn_gemm(const float*, std::size_t, bool, const float*, std::size_t, boo
   throw std::logic_error("xtgrad: onednn_gemm called in a build without oneDNN");
 }
 
-std::string onednn_info() {
+std::string onednn_info(MatmulPrecision) {
   return "oneDNN (not built)";
+}
+
+const std::string& onednn_bf16_kernel() {
+  static const std::string none;
+  return none;
 }
 
 std::size_t onednn_cached_primitives() {

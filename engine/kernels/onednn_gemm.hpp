@@ -25,16 +25,24 @@
 // Parameter in oneDNN's preferred layout: a Parameter's value is a public
 // array that users may write at any time, so no cache keyed on it could tell
 // a packed copy from a stale one.
+//
+// At MatmulPrecision::bf16 (matmul_precision.hpp) the stored blocks of a and
+// b are first rounded to bfloat16 by xtgrad's own pass (bf16.hpp) into the
+// calling thread's scratch (ScratchSlot::gemm_bf16_a / _b, grown, never
+// shrunk: no allocation per call once warm), contiguous; the primitive reads
+// them with the same transposes as strides, accumulates in float and writes
+// float c (the sum post-op adds onto float c). The precision is another
+// field of a primitive's key and another data type of its source and
+// weights descriptors. The conversion is done once per call, before the
+// split, so every part reads the same rounded operands; it costs one pass
+// over a and b, (m * k + k * n) elements, against m * n * k multiply-adds.
+
+#include "../matmul_precision.hpp"
 
 #include <cstddef>
 #include <string>
 
 namespace xtgrad::detail {
-
-// What a product is computed in. Every primitive is created for one, and the
-// cache keys on it: a reduced-precision product is another enumerator here
-// and another data type of the source and weights descriptors, nothing else.
-enum class MatmulPrecision : unsigned char { f32 };
 
 inline constexpr std::size_t k_onednn_parallel_macs = std::size_t(1) << 23;
 // Rows or columns of C between part boundaries (a vector of floats).
@@ -50,11 +58,24 @@ bool onednn_compiled();
 // transposed). m, n, k > 0. std::logic_error when not built with oneDNN.
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                 std::size_t k, bool accumulate, MatmulPrecision precision = MatmulPrecision::f32);
+                 std::size_t k, bool accumulate,
+                 MatmulPrecision precision = MatmulPrecision::highest);
 
 // "oneDNN 2.6.3 (brg:avx512_core)": the version and the implementation
-// oneDNN picks for a representative f32 product on this CPU.
-std::string onednn_info();
+// oneDNN picks for a representative product at `precision` on this CPU
+// ("brg:avx512_core_bf16" for bf16 on Zen 4 and 5), "none" in the
+// parentheses when oneDNN has no implementation.
+std::string onednn_info(MatmulPrecision precision = MatmulPrecision::highest);
+
+// The implementation oneDNN picks for a representative bf16 product on this
+// CPU ("brg:avx512_core_bf16", an AMX kernel), empty when it has none or
+// xtgrad is built without oneDNN. Asked once, then remembered.
+const std::string& onednn_bf16_kernel();
+
+// Whether `kernel` (an impl_info_str) computes in bf16 natively: an AMX or
+// an AVX512-BF16 kernel. oneDNN's other bf16 kernels (its gemm on plain
+// AVX-512, its reference code) emulate bf16 at below float speed.
+bool native_bf16_kernel(const std::string& kernel);
 
 // Primitives in the calling thread's cache (for tests).
 std::size_t onednn_cached_primitives();

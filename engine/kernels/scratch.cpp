@@ -25,6 +25,7 @@ T* aligned_thread_scratch(ScratchSlot slot, std::size_t size) {
 
 template float* thread_scratch<float>(ScratchSlot, std::size_t);
 template double* thread_scratch<double>(ScratchSlot, std::size_t);
+template std::uint16_t* thread_scratch<std::uint16_t>(ScratchSlot, std::size_t);
 template float* aligned_thread_scratch<float>(ScratchSlot, std::size_t);
 template double* aligned_thread_scratch<double>(ScratchSlot, std::size_t);
 

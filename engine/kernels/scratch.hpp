@@ -15,11 +15,17 @@ enum class ScratchSlot : std::size_t {
   fused_activation,   // ops/fused_linear: a block of rows of f(h) or u * f(g)
   fused_gradient,     // ops/fused_linear: the same block of its gradient
   gemm_pack,          // kernels/gemm: an operand of a small product, repacked
+  gemm_bf16_a,        // kernels/onednn_gemm: a's stored block in bfloat16 (std::uint16_t)
+  gemm_bf16_b,        // kernels/onednn_gemm: b's stored block in bfloat16 (std::uint16_t)
   gemm_x_blocks,      // kernels/gemm_streaming: a few rows of x in blocks of k
   gemm_partial_sums,  // kernels/gemm_streaming: partial sums carried between blocks
   attention_packed,   // kernels/attention_*: every head's key / value (or query) tiles, packed
   attention_rows,     // kernels/attention_kernels: backward's row sums and partial dq of the thread
   attention_tiles,    // kernels/attention_*: one task's score, probability and accumulator tiles
+  moe_rows,           // kernels/moe_kernels: a block of weighted output gradients, [rows, C]
+  moe_row_grad,       // kernels/moe_kernels: the same block's input gradient, [rows, C]
+  moe_gate_grad,      // kernels/moe_kernels: the block's gradient of g = x W1^T, [rows, H]
+  moe_up_grad,        // kernels/moe_kernels: the block's gradient of u = x W3^T, [rows, H]
   count
 };
 

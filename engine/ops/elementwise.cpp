@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "sum_to.hpp"
 #include "support/broadcast.hpp"
 
@@ -51,6 +52,8 @@ template <class T>
 Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b) {
   Tape<T>& tape = detail::common_tape<T>(op, {{"a", &a}, {"b", &b}});
   const Shape y_shape = detail::broadcast_shapes(op, a.shape(), b.shape());
+  if (a.shape() != b.shape())  // a result larger than both operands: within memory
+    detail::checked_allocation<T>(op, "arguments 'a' and 'b'", y_shape);
   const std::size_t ai = a.index(), bi = b.index();
   const std::size_t yi = tape.record(op, {ai, bi}, a.requires_grad() || b.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../errors.hpp"
 #include "mask.hpp"
 
@@ -112,6 +113,7 @@ Var<T> record_embedding(Tape<T>& tape, const Indices& indices, const Var<T>& wei
   const std::size_t rows = weight.shape()[0], dim = weight.shape()[1];
   Shape y_shape(indices.shape().begin(), indices.shape().end());
   y_shape.push_back(dim);
+  detail::checked_allocation<T>(op_name, "arguments 'indices' and 'weight'", y_shape);
   const std::size_t wi = weight.index();
   const std::size_t yi = tape.record(op_name, {wi}, weight.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);

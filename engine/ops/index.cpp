@@ -3,6 +3,7 @@
 #include <string>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "support/axes.hpp"
 #include "support/copy.hpp"
 
@@ -59,6 +60,7 @@ Var<T> index_select(const Var<T>& x, std::int64_t dim, const Indices& index) {
   const std::size_t k = index.size();
   Shape y_shape = x.shape();
   y_shape[axis] = k;
+  detail::checked_allocation<T>(op, "arguments 'x' and 'index'", y_shape);
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
   const xt::xarray<T>& xv = tape.value(xi);

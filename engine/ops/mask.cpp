@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../errors.hpp"
 #include "../kernels/parallel.hpp"
 #include "sum_to.hpp"
@@ -302,6 +303,7 @@ Var<T> where(const xt::xarray<bool>& cond, const Var<T>& a, const Var<T>& b) {
   Tape<T>& tape = detail::common_tape<T>(op, {{"a", &a}, {"b", &b}});
   const Shape ab_shape = detail::broadcast_shapes(op, a.shape(), b.shape());
   const Shape y_shape = broadcast_with_cond(op, cond.shape(), ab_shape);
+  detail::checked_allocation<T>(op, "arguments 'cond', 'a' and 'b'", y_shape);
 
   const std::size_t ai = a.index(), bi = b.index();
   const std::size_t yi = tape.record(op, {ai, bi}, a.requires_grad() || b.requires_grad());
@@ -357,7 +359,9 @@ Var<T> tril(const Var<T>& x, std::int64_t diagonal) {
 }
 
 xt::xarray<bool> causal_mask(std::size_t rows, std::size_t cols, std::int64_t diagonal) {
+  detail::checked_allocation<bool>("causal_mask", "arguments 'rows' and 'cols'", {rows, cols});
   xt::xarray<bool> mask = xt::empty<bool>(Shape{rows, cols});
+  if (mask.size() == 0) return mask;  // however many rows of no column
   const std::int64_t d = clamp_diagonal(diagonal, rows, cols);
   bool* m = mask.data();
   for (std::size_t i = 0; i < rows; ++i) {  // mask[i, j] = j - i <= diagonal
@@ -380,6 +384,8 @@ xt::xarray<bool> length_mask(const Indices& lengths, std::size_t max_length) {
     check.argument(l[b] >= 0 && static_cast<std::uint64_t>(l[b]) <= max_length, "lengths", "holds ",
                    l[b], " at position ", b, ", expected a length in [0, max_length] = [0, ",
                    max_length, "]");
+  detail::checked_allocation<bool>(op, "arguments 'lengths' and 'max_length'",
+                                   {lengths.size(), max_length});
   xt::xarray<bool> mask = xt::empty<bool>(Shape{lengths.size(), max_length});
   bool* m = mask.data();
   for (std::size_t b = 0; b < lengths.size(); ++b) {  // mask[b, t] = t < lengths[b]

@@ -34,6 +34,8 @@
 //                                      "query i sees keys j <= i"
 //   length_mask(lengths, max_length)   [B, max_length], true iff t < lengths[b];
 //                                      lengths [B] in [0, max_length]
+// A mask whose element count overflows std::size_t or whose bytes exceed the
+// machine's memory is refused (engine/checked_size.hpp).
 //
 // Each op is one pass over the result forward and one over dy backward (where
 // with a broadcast cond also expands cond once each way). Errors are

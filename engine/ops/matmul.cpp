@@ -4,6 +4,7 @@
 #include <string>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../errors.hpp"
 #include "../kernels/gemm.hpp"
 #include "shape.hpp"
@@ -181,6 +182,7 @@ template <class T>
 Var<T> matmul(const Var<T>& a, const Var<T>& b) {
   Tape<T>& tape = detail::common_tape<T>(op_name, {{"a", &a}, {"b", &b}});
   const MatmulDims d = check_matmul_shapes(a.shape(), b.shape());
+  detail::checked_allocation<T>(op_name, "arguments 'a' and 'b'", d.y_shape);
   const std::size_t ai = a.index(), bi = b.index();
   const std::size_t yi = tape.record(op_name, {ai, bi}, a.requires_grad() || b.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../indices.hpp"
 #include "sum_to.hpp"
 #include "support/broadcast.hpp"
@@ -81,7 +82,10 @@ Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
     return detail::shape_str(shape) + " for x of shape " + detail::shape_str(x.shape()) + " (" +
            std::to_string(count) + " elements)";
   };
-  std::size_t known = 1, inferred = shape.size();
+  // The products of the given sizes and of the nonzero ones, exact: a wrapped
+  // product could match.
+  detail::WideCount product(1), span(1);
+  std::size_t inferred = shape.size();
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] == -1 && inferred == shape.size())
       inferred = k;
@@ -91,8 +95,12 @@ Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
       detail::fail_argument(op, "shape",
                             "is " + given() + ", expected sizes >= 0 (or one -1 to infer)");
     else
-      known *= static_cast<std::size_t>(shape[k]);
+      product *= static_cast<std::size_t>(shape[k]);
+    if (shape[k] > 0) span *= static_cast<std::size_t>(shape[k]);
   }
+  if (!span.fits_ptrdiff())
+    detail::fail_element_count(op, "argument 'shape'", detail::shape_str(shape), product, span);
+  std::size_t known = product.value();
   Shape result(shape.size());
   for (std::size_t k = 0; k < shape.size(); ++k) result[k] = static_cast<std::size_t>(shape[k]);
   if (inferred < shape.size()) {
@@ -209,6 +217,7 @@ Var<T> expand(const Var<T>& x, const std::vector<std::int64_t>& shape) {
       y_shape[k] = static_cast<std::size_t>(s);
     }
   }
+  detail::checked_allocation<T>(op, "argument 'shape'", y_shape);
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
   const xt::xarray<T>& xv = tape.value(xi);

@@ -1,10 +1,12 @@
 #include "slice.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "../check.hpp"
+#include "../checked_size.hpp"
 #include "../indices.hpp"
 #include "shape.hpp"
 #include "support/axes.hpp"
@@ -28,18 +30,21 @@ Var<T> take(const char* op, Tape<T>& tape, const Var<T>& x, std::size_t axis, st
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
   const std::size_t inner = s.inner;
+  // Rows of x's outer axes, none when y holds no element (however many rows a
+  // [2^62, 0] x has).
+  const std::size_t outer = y.size() == 0 ? 0 : s.outer;
   // y[o, j, i] = x[o, start + j * step, i]   (x [outer, extent, inner], y [outer, length, inner])
-  for (std::size_t o = 0; o < s.outer; ++o)
+  for (std::size_t o = 0; o < outer; ++o)
     detail::copy_rows(y.data() + o * length * inner, inner,
                       xv.data() + (o * s.extent + start) * inner, step * inner, length, inner,
                       false);
 
-  tape.set_backward(yi, [xi, s, start, length, step](Tape<T>& t, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [xi, s, outer, start, length, step](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     GradSlot<T> slot = t.grad_slot(xi);
     T* dx = detail::zeroed_unless_accumulating(slot);
     // dx[o, start + j * step, i] (+)= dy[o, j, i]; every other position of dx keeps 0
-    for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t o = 0; o < outer; ++o)
       detail::copy_rows(dx + (o * s.extent + start) * s.inner, step * s.inner,
                         dy.data() + o * length * s.inner, s.inner, length, s.inner,
                         slot.accumulate);
@@ -162,7 +167,7 @@ std::vector<Var<T>> pieces_of(const char* op, Tape<T>& tape, const Var<T>& x, st
     std::size_t start = 0;
     for (std::size_t n : sizes) {
       bool finite = true;
-      for (std::size_t o = 0; o < s.outer && finite; ++o)
+      for (std::size_t o = 0; o < s.outer && finite && n * s.inner != 0; ++o)
         for (std::size_t i = (o * s.extent + start) * s.inner;
              i < (o * s.extent + start + n) * s.inner; ++i)
           finite = finite && std::isfinite(xd[i]);
@@ -245,9 +250,10 @@ Var<T> concat(const std::vector<Var<T>>& xs, std::int64_t dim) {
     std::snprintf(name, sizeof name, "xs[%zu]", k);
     if (!same) detail::fail_shape(op, name, shape, expected());
     pieces.push_back({xs[k].index(), shape[axis] * s.inner});
-    total += shape[axis];
+    total = detail::checked_add(op, "argument 'xs'", total, shape[axis]);
   }
   expected_shape[axis] = total;
+  detail::checked_allocation<T>(op, "argument 'xs'", expected_shape);
   return join(op, tape, pieces, s.outer, expected_shape);
 }
 
@@ -270,6 +276,7 @@ Var<T> stack(const std::vector<Var<T>>& xs, std::int64_t dim) {
   Shape y_shape(shape.size() + 1);  // shape with len(xs) inserted at axis
   for (std::size_t d = 0; d < y_shape.size(); ++d)
     y_shape[d] = d < axis ? shape[d] : d == axis ? xs.size() : shape[d - 1];
+  detail::checked_allocation<T>(op, "argument 'xs'", y_shape);
   std::vector<Piece> pieces;
   pieces.reserve(xs.size());
   for (const Var<T>& x : xs) pieces.push_back({x.index(), chunk});
@@ -288,7 +295,11 @@ std::vector<Var<T>> split(const Var<T>& x, std::int64_t split_size, std::int64_t
                               ", expected a size >= 1 for x of shape " +
                               detail::shape_str(x.shape()) + " split along dim " +
                               std::to_string(axis) + " (0 only for an axis of size 0)");
-  return pieces_of(op, tape, x, axis, equal_pieces(n, static_cast<std::size_t>(split_size)));
+  // One handle per piece: within memory (an empty x may have 2^62 rows).
+  const std::size_t size = static_cast<std::size_t>(split_size);
+  detail::check_bytes(op, "arguments 'x' and 'split_size'", "the pieces",
+                      n == 0 ? 1 : n / size + (n % size != 0), sizeof(Var<T>));
+  return pieces_of(op, tape, x, axis, equal_pieces(n, size));
 }
 
 template <class T>
@@ -300,13 +311,12 @@ std::vector<Var<T>> split(const Var<T>& x, const std::vector<std::int64_t>& spli
   const std::size_t n = x.shape()[axis];
   std::vector<std::size_t> sizes;
   sizes.reserve(split_sizes.size());
-  std::size_t total = 0;
   bool valid = true;
   for (std::int64_t size : split_sizes) {
     valid = valid && size >= 0;
     sizes.push_back(static_cast<std::size_t>(size));
-    total += static_cast<std::size_t>(size);
   }
+  const std::size_t total = valid ? detail::checked_sum(op, "argument 'split_sizes'", sizes) : 0;
   if (!valid || total != n)
     detail::fail_argument(op, "split_sizes",
                           "is " + detail::shape_str(split_sizes) +
@@ -324,6 +334,9 @@ std::vector<Var<T>> chunk(const Var<T>& x, std::int64_t chunks, std::int64_t dim
   if (chunks <= 0)
     detail::fail_argument(op, "chunks", "is " + std::to_string(chunks) + ", expected a count >= 1");
   const std::size_t n = x.shape()[axis], count = static_cast<std::size_t>(chunks);
+  // One handle per piece: within memory (an empty x may have 2^62 rows).
+  detail::check_bytes(op, "arguments 'x' and 'chunks'", "the pieces",
+                      n == 0 ? count : std::min(n, count), sizeof(Var<T>));
   if (n == 0) return pieces_of(op, tape, x, axis, std::vector<std::size_t>(count, 0));
   return pieces_of(op, tape, x, axis, equal_pieces(n, (n + count - 1) / count));
 }

@@ -8,6 +8,7 @@
 
 #include "../../engine/errors.hpp"
 #include "../../io/files.hpp"
+#include "../../io/json_reader.hpp"
 
 namespace xtgrad {
 
@@ -46,24 +47,12 @@ Activation hf_activation(const std::string& name, const std::string& function) {
 Activation hf_config_activation(const std::filesystem::path& config_json, const std::string& key,
                                 const std::string& model_type, const std::string& fallback,
                                 const std::string& function) {
-  detail::InputFile file = detail::open_regular_file(function, "", config_json);
   const std::string where = "config " + detail::path_str(config_json) + ": ";
-  if (file.size > k_max_config_bytes)
-    detail::fail_value(function, where + "has " + std::to_string(file.size) +
-                                     " bytes, more than a config.json's limit of " +
-                                     std::to_string(k_max_config_bytes));
-  std::string text(file.size, '\0');
-  detail::read_exact(file, text.data(), text.size());
-  // nlohmann's lexer would take a NUL for the end of the text.
-  const std::size_t nul = text.find('\0');
-  if (nul != std::string::npos)
-    detail::fail_value(
-        function, where + "byte " + std::to_string(nul) + " is a NUL byte, expected JSON text");
-  const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+  const nlohmann::ordered_json config = detail::read_json_file(
+      config_json, function, where, k_max_config_bytes, detail::JsonKeys::last_wins);
   if (!config.is_object())
-    detail::fail_value(
-        function, where + (config.is_discarded() ? "is not valid JSON" : "is not a JSON object") +
-                      ", expected a Hugging Face config.json object");
+    detail::fail_value(function,
+                       where + "is not a JSON object, expected a Hugging Face config.json object");
   const auto value = config.find(key);
   if (value != config.end()) {
     if (!value->is_string())

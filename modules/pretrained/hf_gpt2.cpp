@@ -1,5 +1,8 @@
 #include "hf_gpt2.hpp"
 
+#include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -28,10 +31,6 @@ struct Slot {
 std::string dotted(std::string prefix) {
   if (!prefix.empty() && prefix.back() != '.') prefix += '.';
   return prefix;
-}
-
-std::vector<std::size_t> shape_of(const xt::xarray<float>::shape_type& s) {
-  return {s.begin(), s.end()};
 }
 
 template <class T>
@@ -77,6 +76,21 @@ void require_gpt2(const char* function, GPTStyle style) {
                           "is of the llama style; GPT-2 checkpoints load into the gpt2 style");
 }
 
+[[noreturn]] void fail_unknown(const char* function, const std::string& name,
+                               const std::string& layout) {
+  detail::fail_value(function, "tensor " + detail::quoted_name(name) +
+                                   " is not a parameter or buffer of the model (" + layout + ")");
+}
+
+template <class T, class S>
+void check_slot_shape(const char* function, const Slot<T>& slot, const S& shape,
+                      const std::string& layout) {
+  if (!std::equal(shape.begin(), shape.end(), slot.file_shape.begin(), slot.file_shape.end()))
+    detail::fail_value(function, "tensor " + detail::quoted_name(slot.key) + " has shape " +
+                                     detail::shape_str(shape) + ", expected " +
+                                     detail::shape_str(slot.file_shape) + " (" + layout + ")");
+}
+
 // Checks every slot and every name of `tensors` (those starting with
 // `scope`), then assigns all slots: all or nothing.
 template <class T>
@@ -87,20 +101,52 @@ void load_slots(const char* function, const TensorMap& tensors, const std::vecto
   for (const Slot<T>& s : slots) known.insert(s.key);
   for (const auto& [name, tensor] : tensors)
     if (name.compare(0, scope.size(), scope) == 0 && !known.count(name))
-      detail::fail_value(function, "tensor " + detail::quoted_name(name) +
-                                       " is not a parameter or buffer of the model (" + layout +
-                                       ")");
+      fail_unknown(function, name, layout);
   std::vector<xt::xarray<T>> values;
   values.reserve(slots.size());
   for (const Slot<T>& slot : slots) {
     const xt::xarray<T>& a = get_tensor<T>(tensors, slot.key, function);
-    if (shape_of(a.shape()) != slot.file_shape)
-      detail::fail_value(function, "tensor " + detail::quoted_name(slot.key) + " has shape " +
-                                       detail::shape_str(a.shape()) + ", expected " +
-                                       detail::shape_str(slot.file_shape) + " (" + layout + ")");
+    check_slot_shape(function, slot, a.shape(), layout);
     values.push_back(slot.transposed ? xt::xarray<T>(xt::transpose(a)) : a);
   }
   for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->value = std::move(values[i]);
+}
+
+// The tensor `name` of a header as get_tensor<T> would return it: refused
+// as get_tensor refuses it when missing or not of a T dtype.
+template <class T>
+const SafetensorsDeclared& declared_tensor(
+    const char* function, const std::map<std::string, const SafetensorsDeclared*>& by_name,
+    const std::string& name) {
+  const auto found = by_name.find(name);
+  if (found == by_name.end()) {
+    std::vector<const std::string*> names;
+    names.reserve(by_name.size());
+    for (const auto& entry : by_name) names.push_back(&entry.first);
+    detail::fail_no_tensor(function, name, names);
+  }
+  if (!detail::dtype_reads_as<T>(found->second->dtype))
+    detail::fail_tensor_dtype<T>(function, name, found->second->dtype);
+  return *found->second;
+}
+
+// The checks of load_slots on what a file's header declares, in the same
+// order and with the same messages, before any tensor is read.
+template <class T>
+void check_declared(const char* function, const std::vector<SafetensorsDeclared>& declared,
+                    const std::vector<Slot<T>>& slots, const std::set<std::string>& skipped,
+                    const std::string& scope, const std::string& layout) {
+  std::map<std::string, const SafetensorsDeclared*> by_name;  // those under `scope`
+  for (const SafetensorsDeclared& d : declared)
+    if (d.name.compare(0, scope.size(), scope) == 0) by_name.emplace(d.name, &d);
+  std::set<std::string> known = skipped;
+  for (const Slot<T>& s : slots) known.insert(s.key);
+  for (const auto& [name, d] : by_name)
+    if (!known.count(name)) fail_unknown(function, name, layout);
+  for (const Slot<T>& slot : slots) {
+    const SafetensorsDeclared& d = declared_tensor<T>(function, by_name, slot.key);
+    check_slot_shape(function, slot, d.shape, layout);
+  }
 }
 
 template <class T>
@@ -131,15 +177,20 @@ std::string llama_layout(const CausalSelfAttention<T>& a) {
          " key/value heads, no biases; nn.Linear weights [out, in]";
 }
 
-}  // namespace
+[[noreturn]] void fail_tied_head(const char* function, const std::string& prefix) {
+  detail::fail_value(function, "tensor 'lm_head.weight' differs from '" + prefix +
+                                   "wte.weight', but the model ties them "
+                                   "(GPTConfig::tie_embeddings = false to load both)");
+}
 
+// The slots of a whole model, under "transformer." when the file has
+// "transformer.wte.weight" (`has` tells which names the file holds); a tied
+// model skips the file's lm_head.weight (its values are compared with wte's).
 template <class T>
-void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
-  const char* function = "load_gpt2";
-  require_gpt2<T>(function, model.gpt_config().style);
-  const std::string prefix = tensors.count("transformer.wte.weight") ? "transformer." : "";
+std::vector<Slot<T>> gpt2_slots(GPT<T>& model, const std::function<bool(const std::string&)>& has,
+                                std::set<std::string>& skipped, std::string& prefix) {
+  prefix = has("transformer.wte.weight") ? "transformer." : "";
   std::vector<Slot<T>> slots;
-  std::set<std::string> skipped;
   slots.push_back({prefix + "wte.weight", shape_of(model.wte.weight), &model.wte.weight, false});
   slots.push_back({prefix + "wpe.weight", shape_of(model.wpe->weight), &model.wpe->weight, false});
   for (std::size_t l = 0; l < model.h.size(); ++l)
@@ -148,24 +199,58 @@ void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
   slots.push_back({prefix + "ln_f.weight", shape_of(ln_f.weight), &ln_f.weight, false});
   slots.push_back({prefix + "ln_f.bias", shape_of(ln_f.bias), &ln_f.bias, false});
   const std::string head = "lm_head.weight";
-  if (model.lm_head) {
+  if (model.lm_head)
     slots.push_back({head, shape_of(model.lm_head->weight), &model.lm_head->weight, false});
-  } else if (tensors.count(head)) {
+  else if (has(head))
+    skipped.insert(head);
+  return slots;
+}
+
+}  // namespace
+
+template <class T>
+void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
+  const char* function = "load_gpt2";
+  require_gpt2<T>(function, model.gpt_config().style);
+  std::set<std::string> skipped;
+  std::string prefix;
+  const std::vector<Slot<T>> slots = gpt2_slots(
+      model, [&](const std::string& name) { return tensors.count(name) > 0; }, skipped, prefix);
+  const std::string head = "lm_head.weight";
+  if (!model.lm_head && tensors.count(head)) {
     // A tied checkpoint that still holds lm_head.weight: it must be wte's.
     const xt::xarray<T>& lm = get_tensor<T>(tensors, head, function);
     const xt::xarray<T>& wte = get_tensor<T>(tensors, prefix + "wte.weight", function);
     if (lm.shape() != wte.shape() || !std::equal(lm.begin(), lm.end(), wte.begin()))
-      detail::fail_value(function, "tensor 'lm_head.weight' differs from '" + prefix +
-                                       "wte.weight', but the model ties them "
-                                       "(GPTConfig::tie_embeddings = false to load both)");
-    skipped.insert(head);
+      fail_tied_head(function, prefix);
   }
   load_slots(function, tensors, slots, skipped, "", gpt2_layout(model));
 }
 
 template <class T>
 void load_gpt2(GPT<T>& model, const fs::path& file) {
-  load_gpt2(model, read_safetensors(file).tensors);
+  const char* function = "load_gpt2";
+  require_gpt2<T>(function, model.gpt_config().style);
+  // Every name, dtype and shape the header declares is checked against the
+  // model before any tensor is read.
+  const auto check_header = [&](const std::vector<SafetensorsDeclared>& declared,
+                                const SafetensorsMetadata&) {
+    std::map<std::string, const SafetensorsDeclared*> by_name;
+    for (const SafetensorsDeclared& d : declared) by_name.emplace(d.name, &d);
+    std::set<std::string> skipped;
+    std::string prefix;
+    const std::vector<Slot<T>> slots = gpt2_slots(
+        model, [&](const std::string& name) { return by_name.count(name) > 0; }, skipped, prefix);
+    const std::string head = "lm_head.weight";
+    if (!model.lm_head && by_name.count(head)) {
+      // A tied lm_head.weight of another shape than wte's differs from it.
+      const SafetensorsDeclared& lm = declared_tensor<T>(function, by_name, head);
+      const SafetensorsDeclared& wte = declared_tensor<T>(function, by_name, prefix + "wte.weight");
+      if (lm.shape != wte.shape) fail_tied_head(function, prefix);
+    }
+    check_declared(function, declared, slots, skipped, "", gpt2_layout(model));
+  };
+  load_gpt2(model, detail::read_safetensors_for(function, file, {}, check_header).tensors);
 }
 
 template <class T>
@@ -227,10 +312,16 @@ void load_llama_attention(CausalSelfAttention<T>& attention, const fs::path& fil
                           const std::string& prefix) {
   const std::string scope = dotted(prefix);
   const std::vector<Slot<T>> slots = llama_slots(attention, scope);
+  const auto check_header = [&](const std::vector<SafetensorsDeclared>& declared,
+                                const SafetensorsMetadata&) {
+    check_declared("load_llama_attention", declared, slots, {}, scope, llama_layout(attention));
+  };
   // Everything under the attention's prefix, so that a bias there is seen and refused.
-  const TensorMap tensors = read_safetensors(file, [&](const std::string& name) {
-                              return name.compare(0, scope.size(), scope) == 0;
-                            }).tensors;
+  const TensorMap tensors =
+      read_safetensors(
+          file, [&](const std::string& name) { return name.compare(0, scope.size(), scope) == 0; },
+          check_header)
+          .tensors;
   load_llama_attention(attention, tensors, prefix);
 }
 

@@ -29,7 +29,10 @@
 // "model.layers.<l>.self_attn"), q_proj.weight [H Dh, C], k_proj.weight and
 // v_proj.weight [Hkv Dh, C], o_proj.weight [C, H Dh], nn.Linear's [out, in]
 // as CausalSelfAttention's llama layout stores them; biases (attention_bias)
-// are refused. The path overloads read only the tensors they need.
+// are refused. The path overloads read only the tensors they need, after
+// checking every name, dtype and shape the file's header declares against
+// the model (a file declaring tensors of another size costs its header, not
+// their size); their messages name load_gpt2 or load_llama_attention.
 
 #include <cstddef>
 #include <filesystem>

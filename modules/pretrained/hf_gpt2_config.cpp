@@ -8,6 +8,7 @@
 
 #include "../../engine/errors.hpp"
 #include "../../io/files.hpp"
+#include "../../io/json_reader.hpp"
 
 namespace xtgrad {
 
@@ -17,18 +18,18 @@ constexpr const char* k_function = "gpt2_config_from_json";
 constexpr std::size_t k_max_config_bytes = 1'000'000;
 
 struct Reader {
-  const nlohmann::json& j;
+  const nlohmann::ordered_json& j;
   std::string where;  // "config '<path>'"
 
   [[noreturn]] void fail(const std::string& what) const {
     detail::fail_value(k_function, where + ": " + what);
   }
-  const nlohmann::json* find(const char* key) const {
+  const nlohmann::ordered_json* find(const char* key) const {
     const auto it = j.find(key);
     return it == j.end() ? nullptr : &*it;
   }
   std::size_t size(const char* key, const char* alias = nullptr) const {
-    const nlohmann::json* v = find(key);
+    const nlohmann::ordered_json* v = find(key);
     if (!v && alias) v = find(alias);
     if (!v)
       fail(std::string("has no \"") + key + "\"" +
@@ -38,7 +39,7 @@ struct Reader {
     return v->get<std::size_t>();
   }
   double number(const char* key, double fallback, bool probability) const {
-    const nlohmann::json* v = find(key);
+    const nlohmann::ordered_json* v = find(key);
     if (!v) return fallback;
     if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0 ||
         (probability && v->get<double>() > 1))
@@ -47,14 +48,14 @@ struct Reader {
     return v->get<double>();
   }
   bool flag(const char* key, bool fallback) const {
-    const nlohmann::json* v = find(key);
+    const nlohmann::ordered_json* v = find(key);
     if (!v) return fallback;
     if (!v->is_boolean())
       fail(std::string("\"") + key + "\" is " + v->dump() + ", expected true or false");
     return v->get<bool>();
   }
   std::string text(const char* key, const std::string& fallback) const {
-    const nlohmann::json* v = find(key);
+    const nlohmann::ordered_json* v = find(key);
     if (!v) return fallback;
     if (!v->is_string())
       fail(std::string("\"") + key + "\" is " + v->dump() + ", expected a string");
@@ -65,21 +66,9 @@ struct Reader {
 }  // namespace
 
 GPTConfig gpt2_config_from_json(const std::filesystem::path& path) {
-  detail::InputFile file = detail::open_regular_file(k_function, "", path);
   const std::string where = "config " + detail::path_str(path);
-  if (file.size > k_max_config_bytes)
-    detail::fail_value(k_function, where + " has " + std::to_string(file.size) +
-                                       " bytes, more than the " +
-                                       std::to_string(k_max_config_bytes) + " a config may have");
-  std::string bytes(file.size, '\0');
-  detail::read_exact(file, bytes.data(), bytes.size());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(bytes);
-  } catch (const nlohmann::json::exception& error) {
-    detail::fail_value(k_function,
-                       where + " is not valid JSON (" + detail::escaped(error.what(), 200) + ")");
-  }
+  const nlohmann::ordered_json j = detail::read_json_file(
+      path, k_function, where + " ", k_max_config_bytes, detail::JsonKeys::last_wins);
   if (!j.is_object()) detail::fail_value(k_function, where + " is not a JSON object");
   const Reader r{j, where};
   const std::string model_type = r.text("model_type", "gpt2");
@@ -103,7 +92,7 @@ GPTConfig gpt2_config_from_json(const std::filesystem::path& path) {
   if (c.n_embd % c.n_head != 0)
     r.fail("\"n_head\" " + std::to_string(c.n_head) + " does not divide \"n_embd\" " +
            std::to_string(c.n_embd));
-  if (const nlohmann::json* inner = r.find("n_inner"); inner && !inner->is_null())
+  if (const nlohmann::ordered_json* inner = r.find("n_inner"); inner && !inner->is_null())
     c.ffn_hidden = r.size("n_inner");
   c.eps = r.number("layer_norm_epsilon", 1e-5, false);
   c.dropout = r.number("resid_pdrop", 0.1, true);

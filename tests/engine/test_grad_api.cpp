@@ -165,6 +165,8 @@ TEST_CASE("grad api: bad arguments name the function and the argument, and chang
                           {"xtgrad::hvp", "'v'", "0 entries", "1"});
   CHECK_THROWS_WITH_PARTS(hvp(tape, s, {x}, {xt::xarray<double>{1.0}}), std::invalid_argument,
                           {"xtgrad::hvp", "'v[0]'", "[1]", "[2]"});
+  CHECK_THROWS_WITH_PARTS(hvp(tape, s, {}, {}), std::invalid_argument,
+                          {"xtgrad::hvp: argument 'inputs' is empty"});
   CHECK(tape.size() == before + 1);
 }
 

@@ -4,11 +4,15 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <functional>
+#include <limits>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -290,4 +294,157 @@ TEST_CASE("bad input: gradcheck options and functions") {
     return s;
   };
   report("gradcheck", run_rows(rows, snapshot));
+}
+
+// Sizes computed from the arguments: a product or sum that wraps around
+// std::size_t, or a result past the machine's memory, is refused before
+// anything is recorded (engine/checked_size.hpp).
+TEST_CASE_TEMPLATE("bad input: sizes that overflow or exceed memory", T, float, double) {
+  constexpr std::size_t k_2_32 = std::size_t{1} << 32, k_2_40 = std::size_t{1} << 40;
+  constexpr std::int64_t k_int64_max = std::numeric_limits<std::int64_t>::max();
+  Tape<T> tape;
+  const Var<T> x1 = tape.leaf(xt::xarray<T>{T(1)});                       // [1]
+  const Var<T> x11 = tape.leaf(xt::xarray<T>(xt::ones<T>(Shape{1, 1})));  // [1, 1]
+  const Var<T> x3 = tape.leaf(xt::xarray<T>{T(1), T(2), T(3)});           // [3]
+  const Var<T> none = tape.leaf(xt::xarray<T>(xt::zeros<T>({2, 0})));     // [2, 0]
+  const Var<T> tall = tape.leaf(xt::xarray<T>(xt::zeros<T>(Shape{std::size_t{1} << 62, 0})));
+  // A column and a row of 2^20 each: their broadcast or product has 2^40 elements.
+  constexpr std::size_t k_2_20 = std::size_t{1} << 20;
+  const Var<T> column = tape.leaf(xt::xarray<T>(xt::zeros<T>(Shape{k_2_20, 1})));
+  const Var<T> row = tape.leaf(xt::xarray<T>(xt::zeros<T>(Shape{1, k_2_20})));
+  const Indices zeros = xt::zeros<std::int64_t>(Shape{k_2_20});
+  const xt::xarray<bool> cond = xt::zeros<bool>(Shape{k_2_20, 1});
+  const Indices lengths = {0, 1, 2};
+  const auto snapshot = snapshot_of<T>({&tape}, {x1, x11, x3, none, tall, column, row});
+  std::vector<Row> rows;
+  const auto bad = row_adder(rows);
+  const auto IA = Expect::invalid_argument;
+  const std::string overflows = "overflows std::size_t (at most 18446744073709551615)";
+  const std::string too_many = "overflows std::ptrdiff_t (at most 9223372036854775807)";
+
+  bad("causal_mask: rows * cols = 2^64", [] { causal_mask(k_2_32, k_2_32); }, IA,
+      {"xtgrad::causal_mask: arguments 'rows' and 'cols': the shape [4294967296, 4294967296] of "
+       "18446744073709551616 elements",
+       too_many});
+  bad("causal_mask: 2^60 bytes", [] { causal_mask(k_2_40, std::size_t{1} << 20); }, IA,
+      {"causal_mask", "'rows' and 'cols'", "1152921504606846976 bytes, more than the"});
+  bad("length_mask: 3 * 2^63", [&] { length_mask(lengths, std::size_t{1} << 63); }, IA,
+      {"length_mask", "'lengths' and 'max_length'", "27670116110564327424 elements", too_many});
+  bad("length_mask: 3 * 2^40 bytes", [&] { length_mask(lengths, k_2_40); }, IA,
+      {"length_mask", "'lengths' and 'max_length'", "3298534883328 bytes, more than the"});
+  bad("split: sizes summing to 2^64 + 1",
+      [&] {
+        split(x1, {k_int64_max, k_int64_max, 3}, 0);
+      },
+      IA,
+      {"xtgrad::split: argument 'split_sizes': the sum of [9223372036854775807, "
+       "9223372036854775807, 3] = 18446744073709551617",
+       overflows});
+  bad("split: sizes summing to 2^64 + 3 along an axis of 3",
+      [&] {
+        split(x3, {k_int64_max, k_int64_max, 5}, 0);
+      },
+      IA, {"split", "'split_sizes'", overflows});
+  bad("expand: to 2^64 elements",
+      [&] {
+        expand(x11, {std::int64_t(k_2_32), std::int64_t(k_2_32)});
+      },
+      IA, {"expand", "argument 'shape'", "[4294967296, 4294967296]", too_many});
+  bad("expand: a new axis of 2^64",
+      [&] {
+        expand(x1, {std::int64_t(k_2_32), std::int64_t(k_2_32), 1});
+      },
+      IA, {"expand", "argument 'shape'", too_many});
+  bad("expand: to 2^40 elements", [&] { expand(x1, {std::int64_t(k_2_40)}); }, IA,
+      {"expand", "argument 'shape'", "the shape [1099511627776] of 1099511627776 elements of",
+       "bytes, more than the"});
+  bad("reshape: [2^62, 4] of a 0-element x",
+      [&] {
+        reshape(none, {std::int64_t{1} << 62, 4});
+      },
+      IA,
+      {"xtgrad::reshape: argument 'shape': the shape [4611686018427387904, 4] of "
+       "18446744073709551616 elements",
+       too_many});
+  bad("reshape: [2^62, -1, 8] of a 0-element x",
+      [&] {
+        reshape(none, {std::int64_t{1} << 62, -1, 8});
+      },
+      IA, {"reshape", "'shape'", too_many});
+  bad("concat: 8 axes of 2^62 along dim 0", [&] { concat(std::vector<Var<T>>(8, tall), 0); }, IA,
+      {"concat", "argument 'xs'", "13835058055282163712 + 4611686018427387904", overflows});
+
+  const std::string past_memory = "[1048576, 1048576] of 1099511627776 elements of";
+  bad("add: a column and a row of 2^20", [&] { add(column, row); }, IA,
+      {"xtgrad::add: arguments 'a' and 'b': the shape " + past_memory, "bytes, more than the"});
+  bad("mul: a row and a column of 2^20", [&] { mul(row, column); }, IA,
+      {"mul", "arguments 'a' and 'b'", past_memory});
+  bad("where: a column condition and a row", [&] { xtgrad::where(cond, row, x1); }, IA,
+      {"where", "arguments 'cond', 'a' and 'b'", past_memory});
+  bad("matmul: [2^20, 1] . [1, 2^20]", [&] { matmul(column, row); }, IA,
+      {"matmul", "arguments 'a' and 'b'", past_memory});
+  bad("index_select: 2^20 rows of 2^20", [&] { index_select(row, 0, zeros); }, IA,
+      {"index_select", "arguments 'x' and 'index'", past_memory});
+  bad("embedding: 2^20 rows of 2^20", [&] { embedding(zeros, row); }, IA,
+      {"embedding", "arguments 'indices' and 'weight'", past_memory});
+
+  report("sizes", run_rows(rows, snapshot));
+}
+
+TEST_CASE("checked sizes: the helpers' messages, and OutOfMemoryError") {
+  using namespace xtgrad::detail;
+  const auto message_of = [](const auto& call) -> std::string {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no exception)";
+  };
+  CHECK(checked_multiply("f", "arguments 'a' and 'b'", 3, 5) == 15);
+  CHECK(checked_add("f", "arguments 'a' and 'b'", 3, 5) == 8);
+  CHECK(checked_sum("f", "argument 'sizes'", {1, 2, 3}) == 6);
+  CHECK(element_count("f", "argument 'shape'", std::vector<std::size_t>{2, 3, 4}) == 24);
+  CHECK(element_count("f", "argument 'shape'", std::vector<std::size_t>{}) == 1);
+  CHECK(element_count("f", "argument 'shape'", {std::size_t{1} << 62, 0, 0}) == 0);
+  CHECK(message_of([] {
+          element_count("f", "argument 'shape'", {0, std::size_t{1} << 63});
+        }) ==
+        "xtgrad::f: argument 'shape': the shape [0, 9223372036854775808] of no elements overflows "
+        "std::ptrdiff_t (at most 9223372036854775807) in its strides: its nonzero sizes multiply "
+        "to 9223372036854775808");
+  CHECK(checked_allocation<float>("f", "argument 'shape'", {2, 3}) == 6);
+  CHECK(max_allocation_bytes() > 0);
+  CHECK(max_allocation_bytes() <= std::size_t(std::numeric_limits<std::ptrdiff_t>::max()));
+  CHECK(message_of([] { checked_multiply("f", "arguments 'a' and 'b'", SIZE_MAX, 2); }) ==
+        "xtgrad::f: arguments 'a' and 'b': 18446744073709551615 * 2 = 36893488147419103230 "
+        "overflows std::size_t (at most 18446744073709551615)");
+  CHECK(message_of([] { checked_add("f", "arguments 'a' and 'b'", SIZE_MAX, 1); }) ==
+        "xtgrad::f: arguments 'a' and 'b': 18446744073709551615 + 1 = 18446744073709551616 "
+        "overflows std::size_t (at most 18446744073709551615)");
+  CHECK(message_of([] {
+          element_count("f", "argument 'shape'", {SIZE_MAX, SIZE_MAX, SIZE_MAX});
+        }) ==
+        "xtgrad::f: argument 'shape': the shape [18446744073709551615, 18446744073709551615, "
+        "18446744073709551615] of at least 340282366920938463463374607431768211455 elements "
+        "overflows std::ptrdiff_t (at most 9223372036854775807)");
+  const std::string bound = std::to_string(max_allocation_bytes());
+  const bool physical =
+      max_allocation_bytes() < std::size_t(std::numeric_limits<std::ptrdiff_t>::max());
+  CHECK(
+      message_of([] { check_bytes("f", "argument 'n'", "parameters", std::size_t{1} << 62, 8); }) ==
+      "xtgrad::f: argument 'n': parameters of 4611686018427387904 elements of 8 bytes each = "
+      "36893488147419103232 bytes, more than the " +
+          bound +
+          (physical ? " bytes of this machine's physical memory"
+                    : " bytes one allocation can hold"));
+  try {
+    rethrow_out_of_memory("M", "parameters", 1000, 4, std::bad_alloc());
+    FAIL("rethrow_out_of_memory returned");
+  } catch (const std::bad_alloc& e) {
+    CHECK(typeid(e) == typeid(OutOfMemoryError));
+    CHECK(std::string(e.what()) ==
+          "xtgrad::M: out of memory allocating parameters of 1000 elements of 4 bytes each = "
+          "4000 bytes (std::bad_alloc)");
+  }
 }

@@ -516,6 +516,11 @@ TEST_CASE_TEMPLATE("bad input: hostile module configs in checkpoints", T, float,
       "{\"type\":\"S\",\"options\":{},\"children\":[[\"0\",{\"type\":\"A\",\"options\":{}}],"
       "[\"0\",{\"type\":\"A\",\"options\":{}}]]}");
   const fs::path control = with_config("control", "{\"type\":\"Lin\\u0001ear\",\"options\":{}}");
+  // A NUL byte after the JSON would end nlohmann's input there and hide what follows.
+  const std::string hidden = std::string("\0", 1) + "{\"type\":\"Other\"}";
+  const std::string nul_at = "byte " + std::to_string(good_json.size());
+  const fs::path nul_after = with_config("nul_after", good_json + hidden);
+  const fs::path trailing = with_config("trailing", good_json + " {}");
 
   const fs::path torch_file = file("torch.safetensors", {{"format", "pt"}});
   const fs::path version_1 = file("v1.safetensors", metadata_with("xtgrad.version", "1"));
@@ -526,6 +531,8 @@ TEST_CASE_TEMPLATE("bad input: hostile module configs in checkpoints", T, float,
   const fs::path array_file = file("array.safetensors", metadata_with("xtgrad.config", "[1]"));
   const fs::path other_type_file =
       file("other_type.safetensors", metadata_with("xtgrad.type", "FeedForward"));
+  const fs::path nul_after_file =
+      file("nul_after.safetensors", metadata_with("xtgrad.config", good_json + hidden));
 
   auto snapshot = [&] {
     State s;
@@ -561,6 +568,14 @@ TEST_CASE_TEMPLATE("bad input: hostile module configs in checkpoints", T, float,
       {"module config has the child '0' twice"});
   bad("config: another type, control characters escaped", load(control), IA,
       {"holds Lin\\x01ear(), this module is Linear("});
+  bad("config: a NUL byte after the JSON", load(nul_after), IA,
+      {"Module::load",
+       "manifest.tsv' line 2: module config " + nul_at + " is a NUL byte, expected JSON text"});
+  bad("config: more JSON after the JSON", load(trailing), IA,
+      {"line 2: module config is not valid JSON", "expected end of input"});
+  bad("safetensors: a NUL byte after the config's JSON", load(nul_after_file), IA,
+      {"nul_after.safetensors' xtgrad.config: module config " + nul_at +
+       " is a NUL byte, expected JSON text"});
   bad("safetensors: a file without xtgrad metadata", load(torch_file), IA,
       {"Module::load", "torch.safetensors", "has no 'xtgrad.version'",
        "module.load_state_dict(read_safetensors(path))"});

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <xtensor/xtensor.hpp>
+#include <xtgrad/data/data.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 
@@ -375,6 +377,11 @@ TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNo
   bad("Sequential::push_back(nullptr)", [&] { seq.push_back(std::unique_ptr<Module<T>>()); }, IA,
       {"Sequential::push_back", "'module'", "null"});
   bad("Sequential::at(1)", [&] { seq.at(1); }, OR, {"Sequential::at", "1", "1 modules"});
+  bad("Mlp::layer(2)", [&] { mlp.layer(2); }, IA,
+      {"xtgrad::Mlp::layer: argument 'i' is 2, expected less than 2 (the number of Linear "
+       "layers)"});
+  bad("Mlp::dropout(1)", [&] { mlp.dropout(1); }, IA,
+      {"xtgrad::Mlp::dropout: argument 'i' is 1, expected less than 1"});
 
   // Forwards: a misfit x, a 0-d x, bad handles; bad indices.
   bad("LayerNorm: x of the wrong width", [&] { ln(x5); }, IA,
@@ -413,4 +420,137 @@ TEST_CASE_TEMPLATE("bad input: norms, Dropout, Embedding, Sequential, Mlp, PreNo
   }
 
   report("model modules", run_rows(rows, snapshot));
+}
+
+// ---------------------------------------------------------------- sizes
+
+// Constructor sizes whose products wrap around std::size_t or whose
+// parameters exceed the machine's memory, and the sums of positions of
+// generate and KvCache: std::invalid_argument naming the module, the
+// arguments and the count (engine/checked_size.hpp), with nothing changed.
+TEST_CASE_TEMPLATE("bad input: module sizes that overflow or exceed memory", T, float, double) {
+  constexpr std::size_t k_2_32 = std::size_t{1} << 32, k_2_40 = std::size_t{1} << 40;
+  constexpr std::size_t k_2_62 = std::size_t{1} << 62, k_max = SIZE_MAX;
+  const auto config = [](GPTStyle style, std::size_t vocab, std::size_t block, std::size_t layers,
+                         std::size_t embd) {
+    GPTConfig c;
+    c.style = style;
+    c.vocab_size = vocab;
+    c.block_size = block;
+    c.n_layer = layers;
+    c.n_head = 1;
+    c.n_embd = embd;
+    return c;
+  };
+  // A llama-style GPT has no position table: a block_size of 2^62 builds,
+  // and its cache is what must refuse.
+  const GPT<T> long_context(config(GPTStyle::llama, 5, k_2_62, 1, 2));
+  KvCache<T> cache(1, 1, 1, 2, 4);
+  cache.append(0, xt::zeros<T>({1, 1, 1, 2}), xt::zeros<T>({1, 1, 1, 2}));  // length 1
+  const auto snapshot = [&] {
+    State s;
+    for (Parameter<T>* p : const_cast<GPT<T>&>(long_context).parameters()) s.add(*p);
+    s.add(cache.length(0));
+    s.add(cache.keys(0));
+    return s;
+  };
+  std::vector<Row> rows;
+  const auto IA = Expect::invalid_argument;
+  const auto bad = row_adder(rows);
+  const std::string overflows = "overflows std::size_t (at most 18446744073709551615)";
+  const std::string too_many = "overflows std::ptrdiff_t (at most 9223372036854775807)";
+  const std::string more = "bytes, more than the";
+
+  bad("GPT: block_size * n_embd = 2^64 (wpe)",
+      [&] { GPT<T>(config(GPTStyle::gpt2, 5, std::size_t{1} << 63, 1, 2)); }, IA,
+      {"xtgrad::GPT: arguments 'vocab_size', 'block_size', 'n_layer', 'n_embd' and 'ffn_hidden': "
+       "parameters of ",
+       more});
+  bad("GPT: terabytes of embeddings", [&] { GPT<T>(config(GPTStyle::gpt2, k_2_40, 4, 1, 4)); }, IA,
+      {"GPT", "'vocab_size'", "parameters of 4398046511372 elements", more});
+  bad("GPT: 2^40 layers", [&] { GPT<T>(config(GPTStyle::llama, 5, 4, k_2_40, 2)); }, IA,
+      {"GPT", "'n_layer'", "parameters of", more});
+  bad("GPT: the default ffn_hidden 4 * 2^62",
+      [&] { GPT<T>(config(GPTStyle::gpt2, 5, 4, 1, k_2_62)); }, IA,
+      {"xtgrad::GPT: argument 'n_embd' (the default ffn_hidden): 4 * 4611686018427387904 = "
+       "18446744073709551616",
+       overflows});
+  bad("GPT::make_cache: capacity 2^62", [&] { long_context.make_cache(); }, IA,
+      {"xtgrad::KvCache: arguments 'batch', 'n_layers', 'n_kv_heads', 'head_dim' and 'capacity': "
+       "keys and values of 18446744073709551616 elements",
+       more});
+  bad("GPT::make_cache: batch SIZE_MAX", [&] { long_context.make_cache(k_max); }, IA,
+      {"KvCache", "'batch'", "keys and values", more});
+  bad("GPT::generate: max_new_tokens SIZE_MAX",
+      [&] {
+        long_context.generate({1, 2}, k_max);
+      },
+      IA,
+      {"xtgrad::GPT::generate: the prompt's length and argument 'max_new_tokens': 2 + "
+       "18446744073709551615 = 18446744073709551617",
+       overflows});
+  bad("KvCache: 2^64 positions of keys", [] { KvCache<T>(1, 1, 1, k_2_32, k_2_32); }, IA,
+      {"KvCache", "'capacity'", "keys and values of 36893488147419103232 elements", more});
+  bad("KvCache: terabytes", [] { KvCache<T>(2, 24, 16, 128, k_2_32); }, IA,
+      {"KvCache", "keys and values", more});
+  bad("KvCache::check_append: length 1 + SIZE_MAX",
+      [&] { cache.check_append("KvCache::append", 0, k_max); }, IA,
+      {"xtgrad::KvCache::append: the cached positions and argument 'new_positions': 1 + "
+       "18446744073709551615",
+       overflows});
+  bad("MultiheadAttention: embed_dim 2^32", [] { MultiheadAttention<T>(k_2_32, 1); }, IA,
+      {"xtgrad::MultiheadAttention: argument 'embed_dim': parameters of "
+       "73786976312018075648 elements",
+       more});
+  bad("MultiheadAttention: embed_dim 2^40, no bias",
+      [] {
+        MultiheadAttention<T>(k_2_40, 1, MultiheadAttentionOptions{false, 0.0});
+      },
+      IA, {"MultiheadAttention", "'embed_dim'", more});
+  CausalSelfAttentionOptions one_head;
+  bad("CausalSelfAttention: n_embd 2^32", [&] { CausalSelfAttention<T>(k_2_32, one_head); }, IA,
+      {"xtgrad::CausalSelfAttention: arguments 'n_embd', 'n_heads' and 'n_kv_heads': parameters",
+       more});
+  CausalSelfAttentionOptions llama;
+  llama.layout = AttentionLayout::llama;
+  llama.n_heads = 2;
+  bad("CausalSelfAttention llama: n_embd 2^40", [&] { CausalSelfAttention<T>(k_2_40, llama); }, IA,
+      {"CausalSelfAttention", "'n_embd'", more});
+  TransformerBlockOptions block;
+  bad("TransformerBlock: n_embd 2^32", [&] { TransformerBlock<T>(k_2_32, block); }, IA,
+      {"xtgrad::TransformerBlock: arguments 'n_embd', 'n_heads', 'n_kv_heads' and 'ffn_hidden': "
+       "parameters",
+       more});
+  bad("TransformerBlock: the default ffn_hidden 4 * 2^62",
+      [&] { TransformerBlock<T>(k_2_62, block); }, IA,
+      {"TransformerBlock", "'n_embd' (the default ffn_hidden)", overflows});
+  TransformerBlockOptions wide_ffn;
+  wide_ffn.ffn_hidden = k_2_40;
+  bad("TransformerBlock: ffn_hidden 2^40", [&] { TransformerBlock<T>(4, wide_ffn); }, IA,
+      {"TransformerBlock", "'ffn_hidden'", more});
+  bad("default_ffn_hidden: llama 8 * 2^62", [] { default_ffn_hidden(GPTStyle::llama, k_2_62); }, IA,
+      {"xtgrad::default_ffn_hidden: argument 'n_embd'", overflows});
+  bad("Linear: 2^32 x 2^32", [] { Linear<T>(k_2_32, k_2_32); }, IA,
+      {"xtgrad::Linear: arguments 'in_features' and 'out_features': the shape [4294967296, "
+       "4294967296] of 18446744073709551616 elements",
+       too_many});
+  bad("Linear: terabytes", [] { Linear<T>(k_2_40, 4); }, IA,
+      {"Linear", "[4, 1099511627776]", more});
+  bad("Embedding: 2^40 x 2^20", [] { Embedding<T>(k_2_40, std::size_t{1} << 20); }, IA,
+      {"Embedding", "'num_embeddings' and 'embedding_dim'", more});
+  bad("LayerNorm: 2^62", [] { LayerNorm<T>{k_2_62}; }, IA,
+      {"LayerNorm", "'normalized_shape'", more});
+  bad("RMSNorm: 2^62", [] { RMSNorm<T>{k_2_62}; }, IA, {"RMSNorm", "'normalized_shape'", more});
+  bad("GatedFFN: 2^32 x 2^32", [] { GatedFFN<T>(k_2_32, k_2_32, 1); }, IA,
+      {"GatedFFN", "'d_in' and 'd_hidden'", too_many});
+  bad("GatedFFN: d_out 2^40", [] { GatedFFN<T>(4, 4, k_2_40); }, IA,
+      {"GatedFFN", "'d_hidden' and 'd_out'", more});
+  bad("Conv1D: 2^32 x 2^32", [] { Conv1D<T>(k_2_32, k_2_32); }, IA,
+      {"Conv1D", "'nf' and 'nx'", too_many});
+  bad("DistributedSampler: n SIZE_MAX", [] { distributed::DistributedSampler(k_max, {2}, 0, 2); },
+      IA, {"distributed::DistributedSampler", "'n' and 'ranks'", overflows});
+  bad("DistributedSampler: n 2^40", [] { distributed::DistributedSampler(k_2_40, {}, 0, 1); }, IA,
+      {"distributed::DistributedSampler", "argument 'n'", more});
+
+  report("module sizes", run_rows(rows, snapshot));
 }

@@ -183,9 +183,12 @@ TEST_CASE_TEMPLATE("bad input: optimizers, clipping and schedules", T, float, do
                     },
                     [&f] { f.restore_p2(); }});
   }
-  bad("SGD::state: index out of range", [&] { sgd.state(2); }, Expect::out_of_range, {"2"});
-  bad("Adam::state: index out of range", [&] { adam.state(5); }, Expect::out_of_range, {"5"});
-  bad("AdamW::state: index out of range", [&] { adamw.state(7); }, Expect::out_of_range, {"7"});
+  bad("SGD::state: index out of range", [&] { sgd.state(2); }, IA,
+      {"SGD::state: argument 'index' is 2, expected less than 2 (the number of parameters)"});
+  bad("Adam::state: index out of range", [&] { adam.state(5); }, IA,
+      {"Adam::state", "'index' is 5"});
+  bad("AdamW::state: index out of range", [&] { adamw.state(7); }, IA,
+      {"AdamW::state", "'index' is 7"});
 
   // clip_grad_norm
   const auto clip = [&](std::string label, std::vector<Parameter<T>*> params, double max_norm,
@@ -375,12 +378,27 @@ TEST_CASE_TEMPLATE("bad input: optimizer and schedule state dicts", T, float, do
                {"unexpected array 'base_lrs'"});
   rows.push_back({"SGD::set_lr: a group out of range",
                   [&] { sgd.set_lr(1, 0.1); },
-                  Expect::out_of_range,
+                  IA,
                   {"SGD::set_lr", "'group' is 1", "less than 1"}});
-  rows.push_back({"Adam::lr: a group out of range",
-                  [&] { adam.lr(3); },
-                  Expect::out_of_range,
-                  {"Adam::lr", "'group' is 3"}});
+  rows.push_back(
+      {"Adam::lr: a group out of range", [&] { adam.lr(3); }, IA, {"Adam::lr", "'group' is 3"}});
+  // Every group or index argument names the function called, the argument and the range.
+  const auto bad = row_adder(rows);
+  const std::string groups = ", expected less than 1 (the number of groups)";
+  bad("SGD::options: a group out of range", [&] { sgd.options(1); }, IA,
+      {"xtgrad::SGD::options: argument 'group' is 1" + groups});
+  bad("Adam::options: a group out of range", [&] { adam.options(2); }, IA,
+      {"xtgrad::Adam::options: argument 'group' is 2" + groups});
+  bad("AdamW::options: a group out of range", [&] { adamw.options(3); }, IA,
+      {"xtgrad::AdamW::options: argument 'group' is 3" + groups});
+  bad("StepLR::last_lr: a group out of range", [&] { step_lr.last_lr(1); }, IA,
+      {"xtgrad::StepLR::last_lr: argument 'group' is 1" + groups});
+  bad("CosineAnnealingLR::base_lr: a group out of range", [&] { cosine.base_lr(4); }, IA,
+      {"xtgrad::CosineAnnealingLR::base_lr: argument 'group' is 4" + groups});
+  bad("StepLR::lr_at: a group out of range", [&] { step_lr.lr_at(2, 1); }, IA,
+      {"xtgrad::StepLR::lr_at: argument 'group' is 1" + groups});
+  bad("CosineAnnealingLR::lr_at: an epoch < 0", [&] { cosine.lr_at(-1); }, IA,
+      {"xtgrad::CosineAnnealingLR::lr_at: argument 't' is -1, expected an epoch >= 0"});
   rows.push_back({"AdamW::set_lr: a negative lr for group 0",
                   [&] { adamw.set_lr(0, -0.5); },
                   IA,

@@ -26,7 +26,8 @@ TEST_CASE("bad input: every saved fuzz input (seeds and former crashes) replays 
       {"state", &fuzz::state_one},
       {"tape", &fuzz::tape_one},
       {"safetensors", &fuzz::safetensors_one},
-      {"idx", &fuzz::idx_one}};
+      {"idx", &fuzz::idx_one},
+      {"sizes", &fuzz::sizes_one}};
   for (const auto& [name, harness] : targets) {
     const fs::path dir =
         fs::path(XTGRAD_SOURCE_DIR) / "tests" / "hardening" / "fuzz" / "corpus" / name;

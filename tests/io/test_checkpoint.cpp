@@ -28,6 +28,7 @@
 #include "support/file_size_limit.hpp"
 #include "support/module_fixtures.hpp"
 #include "support/npy_bytes.hpp"
+#include "support/peak_memory.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -36,6 +37,7 @@ using testing::directory_names;
 using testing::FileSizeLimit;
 using testing::npy_dict;
 using testing::npy_file;
+using testing::peak_rss_bytes;
 using testing::read_file;
 using testing::snapshot;
 using testing::TempDir;
@@ -88,13 +90,6 @@ std::string outcome_without_blocking(F f, const fs::path& fifo) {
     return "blocked, then " + result.get();
   }
   return result.get();
-}
-
-// Peak resident memory of this process so far, in bytes.
-std::size_t peak_rss_bytes() {
-  ::rusage usage{};
-  REQUIRE(::getrusage(RUSAGE_SELF, &usage) == 0);
-  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
 }
 
 // True when `text` holds a control character (other than none at all).

@@ -162,12 +162,13 @@ TEST_CASE_TEMPLATE("checkpoint: save then load round-trips in both formats", T, 
   }
 }
 
-TEST_CASE("checkpoint: a checkpoint of another type or configuration is refused naming both") {
+TEST_CASE(
+    "checkpoint: another type or configuration is refused naming the first difference, then both") {
   using D = double;
   struct Case {
     std::string label;
     std::function<std::unique_ptr<Module<D>>()> saved, loading;
-    std::string holds, is;
+    std::string holds, is, difference;
   };
   const std::string ff_gelu =
       "FeedForward(d_model=4, d_ff=16, activation=gelu, bias=true, dropout=0)";
@@ -175,27 +176,33 @@ TEST_CASE("checkpoint: a checkpoint of another type or configuration is refused 
       {"another type, the same parameter names and shapes",
        [] { return std::make_unique<FeedForward<D>>(4, 16); },
        [] { return std::make_unique<PositionwiseFFN<D>>(4, 16); }, ff_gelu,
-       "PositionwiseFFN(d_model=4, d_ff=16, dropout=0)"},
+       "PositionwiseFFN(d_model=4, d_ff=16, dropout=0)",
+       "'type' was saved as 'FeedForward', this module has 'PositionwiseFFN'"},
       {"another size", [] { return std::make_unique<FeedForward<D>>(4, 16); },
        [] { return std::make_unique<FeedForward<D>>(4, 8); }, ff_gelu,
-       "FeedForward(d_model=4, d_ff=8, activation=gelu, bias=true, dropout=0)"},
+       "FeedForward(d_model=4, d_ff=8, activation=gelu, bias=true, dropout=0)",
+       "'d_ff' was saved as '16', this module has '8'"},
       {"another activation", [] { return std::make_unique<FeedForward<D>>(4, 16); },
        [] { return std::make_unique<FeedForward<D>>(4, 16, Activation::relu); }, ff_gelu,
-       "FeedForward(d_model=4, d_ff=16, activation=relu, bias=true, dropout=0)"},
+       "FeedForward(d_model=4, d_ff=16, activation=relu, bias=true, dropout=0)",
+       "'activation' was saved as 'gelu', this module has 'relu'"},
       {"a bias against none", [] { return std::make_unique<Linear<D>>(4, 8, true); },
        [] { return std::make_unique<Linear<D>>(4, 8, false); },
        "Linear(in_features=4, out_features=8, bias=true)",
-       "Linear(in_features=4, out_features=8, bias=false)"},
+       "Linear(in_features=4, out_features=8, bias=false)",
+       "'bias' was saved as 'true', this module has 'false'"},
       {"another eps", [] { return std::make_unique<LayerNorm<D>>(4); },
        [] { return std::make_unique<LayerNorm<D>>(4, 1e-6); },
        "LayerNorm(normalized_shape=4, eps=1e-05, elementwise_affine=true, bias=true)",
-       "LayerNorm(normalized_shape=4, eps=1e-06, elementwise_affine=true, bias=true)"},
+       "LayerNorm(normalized_shape=4, eps=1e-06, elementwise_affine=true, bias=true)",
+       "'eps' was saved as '1e-05', this module has '1e-06'"},
       {"a child of a Sequential", [] { return linear_then<D>(Activation::relu); },
        [] { return linear_then<D>(Activation::gelu); },
        "Sequential(0=Linear(in_features=4, out_features=8, bias=true), "
        "1=ActivationLayer(activation=relu))",
        "Sequential(0=Linear(in_features=4, out_features=8, bias=true), "
-       "1=ActivationLayer(activation=gelu))"},
+       "1=ActivationLayer(activation=gelu))",
+       "'1.activation' was saved as 'relu', this module has 'gelu'"},
   };
   TempDir dir("ckpt-config");
   for (const Case& c : cases) {
@@ -206,13 +213,37 @@ TEST_CASE("checkpoint: a checkpoint of another type or configuration is refused 
       c.saved()->save(path);
       std::unique_ptr<Module<D>> loading = c.loading();
       const auto before = snapshot(*loading);
-      CHECK(message_of([&] { loading->load(path); }) == "xtgrad::Module::load: checkpoint " +
-                                                            quoted_path(path) + " holds " +
-                                                            c.holds + ", this module is " + c.is);
+      CHECK(message_of([&] { loading->load(path); }) ==
+            "xtgrad::Module::load: checkpoint " + quoted_path(path) + ": " + c.difference +
+                "; it holds " + c.holds + ", this module is " + c.is);
       CHECK(bit_equal(snapshot(*loading), before));
       c.saved()->load(path);  // its own config loads
     }
   }
+}
+
+TEST_CASE("checkpoint: a long config mismatch names the differing key first and cuts the configs") {
+  using D = double;
+  const auto net = [](std::size_t last) {
+    auto s = std::make_unique<Sequential<D>>();
+    for (std::size_t i = 0; i < 5; ++i) s->template emplace_back<Linear<D>>(8, 8);
+    s->template emplace_back<Linear<D>>(8, last);
+    return s;
+  };
+  TempDir dir("ckpt-config");
+  net(3)->save(dir / "net");
+  const std::string message = message_of([&] { net(4)->load(dir / "net"); });
+  INFO(message);
+  CHECK(message.rfind("xtgrad::Module::load: checkpoint " + quoted_path(dir / "net") +
+                          ": '5.out_features' was saved as '3', this module has '4'; it "
+                          "holds Sequential(0=Linear(in_features=8, out_features=8, bias=true), ",
+                      0) == 0);
+  CHECK(message.find("..., this module is Sequential(") != std::string::npos);
+  // each config cut at 120 characters
+  const std::string whole = net(3)->config().describe();
+  CHECK(whole.size() > 300);
+  CHECK(message.find(whole) == std::string::npos);
+  CHECK(message.size() < dir.path().string().size() + 400);
 }
 
 TEST_CASE("checkpoint: a safetensors checkpoint keeps the dtype, as a directory does") {
@@ -305,8 +336,9 @@ TEST_CASE("training state: records the model's config and refuses another model"
   const auto before = snapshot(relu);
   const std::string mismatch =
       "the training state " + quoted_path(dir / "t") +
-      " holds FeedForward(d_model=4, d_ff=8, activation=gelu, bias=true, dropout=0), this module "
-      "is FeedForward(d_model=4, d_ff=8, activation=relu, bias=true, dropout=0)";
+      ": 'activation' was saved as 'gelu', this module has 'relu'; it holds FeedForward(d_model=4, "
+      "d_ff=8, activation=gelu, bias=true, dropout=0), this module is FeedForward(d_model=4, "
+      "d_ff=8, activation=relu, bias=true, dropout=0)";
   CHECK(message_of([&] { load_training_state(dir / "t", relu, relu_adam, nullptr); }) ==
         "xtgrad::load_training_state: " + mismatch);
   CHECK(relu_adam.state(0) == nullptr);

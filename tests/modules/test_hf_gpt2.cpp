@@ -188,6 +188,8 @@ TEST_CASE("load_llama_attention and load_gpt2: every refusal leaves the model un
   GPT<double> llama(llama_config);
   bad("llama style", [&] { load_gpt2(llama, good); }, Expect::invalid_argument,
       {"load_gpt2", "'model'", "llama style"});
+  bad("a missing file", [&] { load_gpt2(model, scratch("absent.safetensors")); },
+      Expect::runtime_error, {"xtgrad::load_gpt2: cannot open", "absent.safetensors"});
   CausalSelfAttentionOptions gpt2_layout;
   gpt2_layout.n_heads = 4;
   CausalSelfAttention<double> not_llama(16, gpt2_layout);
@@ -248,6 +250,12 @@ TEST_CASE("gpt2_config_from_json: refuses what GPT does not compute") {
           R"({"vocab_size": 50, "n_positions": 16, "n_embd": 30, "n_layer": 2, "n_head": 4})",
           {"\"n_head\" 4 does not divide \"n_embd\" 30"});
   refused("llama", "{" + base + R"(, "model_type": "llama"})", {"\"model_type\" is \"llama\""});
+  // A NUL byte would end the parser's input: what follows it is not hidden.
+  const std::string valid = "{" + base + "}";
+  refused(
+      "nul", valid + std::string("\0", 1) + R"({"n_layer": 0})",
+      {"nul.json' byte " + std::to_string(valid.size()) + " is a NUL byte, expected JSON text"});
+  refused("trailing", valid + "}", {"is not valid JSON", "expected end of input"});
   // n_vocab / n_ctx spellings and gelu_pytorch_tanh are accepted.
   const fs::path old = scratch("old.json");
   write_text(old, R"({"n_vocab": 7, "n_ctx": 5, "n_embd": 4, "n_layer": 1, "n_head": 2,

@@ -27,6 +27,7 @@ void copy_or_add(T* dst, const T* src, std::size_t n, bool accumulate) {
 template <class T>
 void copy_rows(T* dst, std::size_t dst_step, const T* src, std::size_t src_step, std::size_t rows,
                std::size_t n, bool accumulate) {
+  if (n == 0) return;  // no elements, however many rows (a [2^62, 0] tensor)
   if (n == 1 && accumulate) {
     for (std::size_t r = 0; r < rows; ++r) dst[r * dst_step] += src[r * src_step];
   } else if (n == 1) {

@@ -829,4 +829,224 @@ inline void tape_one(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+// ---------------------------------------------------------------- sizes
+
+// Interprets the input as up to 16 calls of the public functions whose sizes
+// come from their arguments: the mask builders, split / chunk / expand /
+// reshape / concat / stack, and the constructors of Linear, Embedding, the
+// norms, MultiheadAttention, CausalSelfAttention, TransformerBlock, GPT and
+// KvCache, with GPT::generate, make_cache and KvCache::check_append. Each size
+// is small (0 to 4) or huge (2^40 and up, to SIZE_MAX): any nonzero product
+// with a huge factor is then past every machine's memory and must be refused
+// with std::invalid_argument (engine/checked_size.hpp), never wrap, crash or
+// end in std::bad_alloc; a failed op records nothing.
+// The most pieces a split or chunk of the sizes harness may make.
+inline constexpr std::size_t k_sizes_max_pieces = 4096;
+
+template <class T>
+class SizesProgram {
+ public:
+  explicit SizesProgram(Bytes& in) : in_(in) {}
+
+  void run() {
+    for (int step = 0; step < 16 && !in_.empty(); ++step) {
+      const std::size_t op = in_.below(12);
+      documented([&] { call(op); }, /*io=*/false);
+    }
+  }
+
+ private:
+  // f() records on the tape: when it throws, it must have recorded nothing.
+  template <class F>
+  void on_tape(F&& f) {
+    const std::size_t before = tape_.size();
+    if (!documented(f, /*io=*/false))
+      require(tape_.size() == before, "a failed call recorded on the tape");
+  }
+
+  std::size_t size() {
+    static constexpr std::size_t k_huge[] = {std::size_t{1} << 40, (std::size_t{1} << 40) + 1,
+                                             std::size_t{1} << 48, std::size_t{1} << 62,
+                                             std::size_t{1} << 63, (std::size_t{1} << 63) - 1,
+                                             SIZE_MAX - 1,         SIZE_MAX};
+    const std::uint8_t b = in_.byte();
+    return b >= 224 ? k_huge[b % 8] : b % 5;
+  }
+  // A torch-style size or dim: -2 to 4, or huge (up to INT64_MAX).
+  std::int64_t signed_size() {
+    const std::size_t s = size();
+    if (s > 4) return static_cast<std::int64_t>(std::min<std::size_t>(s, INT64_MAX));
+    return static_cast<std::int64_t>(in_.below(7)) - 2;
+  }
+  std::vector<std::int64_t> signed_list() {
+    std::vector<std::int64_t> v(in_.below(5));
+    for (auto& s : v) s = signed_size();
+    return v;
+  }
+  // A small leaf of up to 3 axes of 0 to 3, now and then an axis of 2^62 with a 0 beside it.
+  Var<T> leaf() {
+    Shape s(in_.below(4));
+    for (auto& d : s) d = in_.below(4);
+    if (!s.empty() && in_.below(8) == 0) {
+      s[0] = std::size_t{1} << 62;
+      s.back() = 0;
+    }
+    return tape_.leaf(xt::xarray<T>(xt::zeros<T>(s)));
+  }
+  // The exact product of y's shape is the number of elements it holds.
+  static void check_size(const Var<T>& y) {
+    detail::WideCount count(1);
+    for (const std::size_t d : y.shape()) count *= d;
+    require(count.fits() && count.value() == y.value().size(), "a result's size wrapped");
+  }
+  std::optional<std::size_t> maybe_size() {
+    if (in_.flag()) return std::nullopt;
+    return size();
+  }
+
+  void call(std::size_t op) {
+    switch (op) {
+      case 0: {
+        const std::size_t rows = size(), cols = size();
+        const xt::xarray<bool> m = causal_mask(rows, cols, signed_size());
+        require(detail::WideCount(rows) * cols <= m.size(), "causal_mask gave another size");
+        break;
+      }
+      case 1: {
+        Indices lengths = Indices::from_shape({in_.below(4)});
+        for (auto& l : lengths) l = static_cast<std::int64_t>(in_.below(5));
+        const std::size_t max_length = size();
+        const xt::xarray<bool> m = length_mask(lengths, max_length);
+        require(detail::WideCount(lengths.size()) * max_length <= m.size(),
+                "length_mask gave another size");
+        break;
+      }
+      case 2: {
+        const Var<T> x = leaf();
+        const std::size_t which = in_.below(3);
+        if (which == 0) {
+          const std::vector<std::int64_t> sizes = signed_list();
+          const std::int64_t dim = signed_size();
+          on_tape([&] { split(x, sizes, dim); });
+        } else {
+          const std::int64_t n = signed_size();
+          const std::int64_t dim = signed_size();
+          // Millions of pieces of a 2^62-row empty x are real nodes, within
+          // memory but not within the fuzzer's: such calls are skipped.
+          const std::size_t rows = x.dimension() == 0 ? 0 : x.shape()[0];
+          if (n > 0 && rows / static_cast<std::size_t>(n) > k_sizes_max_pieces) break;
+          on_tape([&] { which == 1 ? split(x, n, dim) : chunk(x, n, dim); });
+        }
+        break;
+      }
+      case 3: {
+        const Var<T> x = leaf();
+        const std::vector<std::int64_t> shape = signed_list();
+        const bool expanding = in_.flag();
+        on_tape([&] { check_size(expanding ? expand(x, shape) : reshape(x, shape)); });
+        break;
+      }
+      case 4: {
+        const Var<T> x = leaf();
+        const std::vector<Var<T>> xs(1 + in_.below(8), x);
+        const std::int64_t dim = signed_size();
+        const bool concatenating = in_.flag();
+        on_tape([&] { check_size(concatenating ? concat(xs, dim) : stack(xs, dim)); });
+        break;
+      }
+      case 5: {
+        const std::size_t a = size(), b = size();
+        const std::size_t which = in_.below(5);
+        if (which == 0) Linear<T>(a, b, in_.flag());
+        if (which == 1) Embedding<T>(a, b);
+        if (which == 2) LayerNorm<T>{a};
+        if (which == 3) RMSNorm<T>{a};
+        if (which == 4) GatedFFN<T>(a, b, size());
+        break;
+      }
+      case 6: {
+        const std::size_t embed_dim = size(), heads = size();
+        MultiheadAttentionOptions options;
+        options.bias = in_.flag();
+        MultiheadAttention<T> mha(embed_dim, heads, options);
+        const Var<T> x = tape_.leaf(xt::xarray<T>(xt::ones<T>(Shape{1, 2, embed_dim})));
+        on_tape([&] { mha.forward(x); });
+        break;
+      }
+      case 7: {
+        const std::size_t n_embd = size();
+        CausalSelfAttentionOptions options;
+        options.n_heads = size();
+        options.n_kv_heads = maybe_size();
+        options.layout = in_.flag() ? AttentionLayout::gpt2 : AttentionLayout::llama;
+        options.rotary = options.layout == AttentionLayout::llama;
+        CausalSelfAttention<T> attention(n_embd, options);
+        break;
+      }
+      case 8: {
+        const std::size_t n_embd = size();
+        TransformerBlockOptions options;
+        options.style = in_.flag() ? GPTStyle::gpt2 : GPTStyle::llama;
+        options.n_heads = size();
+        options.n_kv_heads = maybe_size();
+        options.ffn_hidden = maybe_size();
+        TransformerBlock<T> block(n_embd, options);
+        break;
+      }
+      case 9: {
+        GPTConfig c;
+        c.style = in_.flag() ? GPTStyle::gpt2 : GPTStyle::llama;
+        c.vocab_size = size();
+        c.block_size = size();
+        c.n_layer = size();
+        c.n_head = size();
+        c.n_embd = size();
+        c.n_kv_head = maybe_size();
+        c.ffn_hidden = maybe_size();
+        c.tie_embeddings = in_.flag();
+        const GPT<T> gpt(c);
+        std::vector<std::int64_t> prompt(1 + in_.below(3));
+        for (auto& t : prompt) t = static_cast<std::int64_t>(in_.below(5));
+        const std::size_t n = size(), batch = size();
+        if (in_.flag()) {
+          const auto out = gpt.generate(prompt, n, 0.0);
+          require(out.size() == prompt.size() + n, "generate gave another number of tokens");
+        } else {
+          gpt.make_cache(batch);
+        }
+        break;
+      }
+      case 10: {
+        const std::size_t batch = size(), layers = size(), heads = size(), dim = size();
+        KvCache<T> cache(batch, layers, heads, dim, size());
+        const std::size_t new_positions = size();
+        cache.check_append("KvCache::append", in_.below(layers + 1), new_positions);
+        const std::size_t t = std::min<std::size_t>(new_positions, 4);
+        const xt::xarray<T> k = xt::zeros<T>(Shape{batch, heads, t, dim});
+        cache.append(0, k, k);
+        cache.check_append("KvCache::append", 0, size());
+        break;
+      }
+      default: {
+        const std::size_t nf = size(), nx = size();
+        Conv1D<T> conv(nf, nx);
+        break;
+      }
+    }
+  }
+
+  Bytes& in_;
+  Tape<T> tape_;
+};
+
+// The first byte picks float or double.
+inline void sizes_one(const std::uint8_t* data, std::size_t size) {
+  Bytes in(data, size);
+  if (in.flag()) {
+    SizesProgram<float>(in).run();
+  } else {
+    SizesProgram<double>(in).run();
+  }
+}
+
 }  // namespace xtgrad::fuzz

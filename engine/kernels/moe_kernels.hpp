@@ -1,0 +1,104 @@
+#pragma once
+// The kernels of the mixture-of-experts op (ops/moe.hpp), on flat row-major
+// buffers; they know arrays and MoeRouting, never the tape.
+//
+// Routing: the top-k experts of each token, then a counting sort of the
+// N * k choices by expert (stable: token order within an expert), cut at
+// the capacity. Experts: x's rows gathered once into the permuted layout,
+// then for each expert e over its n_e contiguous rows (W1, W3 [H, C] and
+// W2 [C, H], nn.Linear's [out, in], as Mixtral stores w1, w3, w2):
+//   g = x_e . W1^T,  u = x_e . W3^T           [n_e, H]   (saved)
+//   o = (u * f(g)) . W2^T                     [n_e, C]   (saved)
+//   y[t] = sum over t's kept choices c of w[c] * o[row_of[c]]
+// and backward in reverse:
+//   dw[c] = dy[t] . o[row_of[c]]   (0 for a dropped choice)
+//   do = w[c] * dy[t]                         [n_e, C]
+//   da = do . W2                              [n_e, H]
+//   du = da * f(g),  dg = da * u * f'(g)      (one pass, as gated_linear's)
+//   dW2 += do^T . a,  dW1 += dg^T . x_e,  dW3 += du^T . x_e
+//   dx_e = dg . W1 + du . W3, scattered back: dx[t] += dx_e[r]
+// What is stored is only the N * k routed rows (x_e, g, u, o: 2 (C + H)
+// values a kept choice), never [E, N, H]; a = u * f(g) and the backward's
+// hidden-wide buffers exist a block of rows at a time.
+
+#include <cstddef>
+#include <vector>
+
+#include "../activation.hpp"
+#include "../moe_routing.hpp"
+
+namespace xtgrad::detail {
+
+// torch.topk(p, k) of each of the n rows of p [n, e] on the CPU (torch 1.13,
+// aten/src/ATen/native/TopKImpl.h), ties included: (value, index) pairs
+// ordered by value only, std::partial_sort when k * 64 <= e, else
+// std::nth_element at k - 1 then std::sort of the first k - 1; NaN counts
+// as the largest. expert[i * k + s] = the index of row i's s-th element.
+template <class T>
+void moe_top_k(const T* p, std::size_t n, std::size_t e, std::size_t k, std::size_t* expert);
+
+// The routing tables of `routing` from routing.expert (tokens, k, experts and
+// capacity set): the counting sort, the capacity cut, offsets, source, row_of.
+void moe_sort(MoeRouting& routing);
+
+// The routed rows forward keeps for backward, in the permuted layout: four
+// consecutive parts of one buffer of moe_saved_size(rows, C, H) values
+// (the op keeps it in its node, Tape::save).
+template <class T>
+struct MoeSaved {
+  T* x_rows;  // [rows, C] x's rows, expert by expert
+  T* g;       // [rows, H] x_rows . W1^T
+  T* u;       // [rows, H] x_rows . W3^T
+  T* o;       // [rows, C] each row's expert output, before its weight
+
+  static std::size_t size(std::size_t rows, std::size_t c, std::size_t h) {
+    return rows * 2 * (c + h);
+  }
+  static MoeSaved in(T* buffer, std::size_t rows, std::size_t c, std::size_t h) {
+    return {buffer, buffer + rows * c, buffer + rows * (c + h), buffer + rows * (c + 2 * h)};
+  }
+};
+
+// One expert's weights: w1, w3 [H, C], w2 [C, H].
+template <class T>
+struct MoeExpertWeights {
+  const T* w1;
+  const T* w3;
+  const T* w2;
+};
+
+// A gradient buffer written by the first write of a backward (accumulate
+// false: overwrite, BLAS beta = 0) and added to by every later one; several
+// roles that are one tape node share one target, so that a weight passed
+// twice sums both shares. Null data: no gradient wanted.
+template <class T>
+struct MoeGradTarget {
+  T* data = nullptr;
+  std::size_t size = 0;
+  bool accumulate = false;
+};
+
+// The gradients backward writes, one target (or null) per role.
+template <class T>
+struct MoeGrads {
+  MoeGradTarget<T>* dx = nullptr;                // [N, C]
+  MoeGradTarget<T>* dweights = nullptr;          // [N, k]
+  std::vector<MoeGradTarget<T>*> dw1, dw3, dw2;  // [E] each
+};
+
+// y [N, C] from x [N, C] and the gate weights w [N, k]; fills `saved`.
+template <class T>
+void moe_experts_forward(const char* op, const MoeRouting& routing, Activation f, std::size_t c,
+                         std::size_t h, const T* x, const T* weights,
+                         const std::vector<MoeExpertWeights<T>>& experts, const MoeSaved<T>& saved,
+                         T* y);
+
+// The gradients of `grads` from dy [N, C]; a target no row reaches (an
+// expert with no rows) is zeroed when nothing wrote it before.
+template <class T>
+void moe_experts_backward(const char* op, const MoeRouting& routing, Activation f, std::size_t c,
+                          std::size_t h, const T* weights,
+                          const std::vector<MoeExpertWeights<T>>& experts,
+                          const MoeSaved<const T>& saved, const T* dy, MoeGrads<T>& grads);
+
+}  // namespace xtgrad::detail

@@ -1,0 +1,94 @@
+#pragma once
+// The mixture-of-experts feed-forward of Mixtral and Qwen2-MoE (Shazeer et
+// al. 2017; Fedus et al. 2021, Switch Transformer), as two steps: the routing
+// (discrete, no gradient) and the experts op (fused, differentiable).
+//
+//   moe_route(p, k, capacity_factor)    p [..., E] router probabilities, N rows
+//     each row's top-k experts, ties broken as torch.topk on the CPU (see
+//     kernels/moe_kernels.hpp: not "lowest index first"; with eight equal
+//     values torch and xtgrad pick indices 6 and 5), then the counting sort
+//     of the N * k choices by expert into a MoeRouting (engine/moe_routing.hpp).
+//     Dropless by default; with a capacity factor cf each expert keeps at
+//     most ceil(cf * N * k / E) choices, the first in token order, and the
+//     others are dropped (Switch Transformer).
+//
+//   moe_experts(x, weights, routing, w1, w3, w2, f)
+//     y[t] = sum over t's kept choices c = t k + s of weights[t, s] * E_e(x[t]),
+//     E_e(x) = (f(x W1_e^T) * (x W3_e^T)) W2_e^T      e = routing.expert[c]
+//   Shapes: x [..., C] (N rows), weights [..., k] (x's leading axes), w1[e] and
+//   w3[e] [H, C], w2[e] [C, H] (nn.Linear's [out, in], Mixtral's w1 = gate,
+//   w3 = up, w2 = down), y [..., C]. A dropped choice contributes nothing and
+//   its weight's gradient is 0.
+//   Derivatives (kernels/moe_kernels.hpp has every line), with o_c = E_e(x[t]):
+//     dweights[t, s] = dy[t] . o_c
+//     dx[t] = sum over kept c of the gated FFN's input gradient of w[c] dy[t]
+//     dW1_e, dW3_e, dW2_e: the gated FFN's over expert e's rows, dy scaled by w
+//   The gradient of the router reaches the logits through `weights` (gather
+//   and softmax ops before this one).
+//
+// Cost: the tokens are permuted once, each expert runs as three GEMMs
+// forward and six backward over its own contiguous rows (no padding, no
+// [E, N, H] tensor); the op keeps x's routed rows, g, u and the experts'
+// outputs (2 (C + H) values per kept choice) in its node for backward, and
+// recomputes u * f(g) there a block of rows at a time.
+//
+// Errors, before anything is recorded: std::invalid_argument naming the op,
+// the argument and both shapes or values: k or E zero, k > E, a capacity
+// factor not > 0 or not finite (moe_route); w1, w3, w2 of different lengths
+// or empty, an expert weight not [H, C] / [C, H], weights not [..., k], a
+// routing that is not for these N, k and E or not a valid permutation
+// (moe_experts); std::logic_error for Vars of different tapes.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../activation.hpp"
+#include "../moe_routing.hpp"
+#include "../tape.hpp"
+
+namespace xtgrad {
+
+template <class T>
+MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
+                     std::optional<double> capacity_factor = std::nullopt);
+
+template <class T>
+Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& routing,
+                   const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
+                   const std::vector<Var<T>>& w2, Activation f = Activation::silu);
+
+namespace detail {
+
+// The sizes of a moe_experts call.
+struct MoeDims {
+  std::size_t tokens, c, h, k, experts;
+  Shape y_shape;
+};
+
+// The shape checks of moe_experts, for a module that checks before it
+// records: x [..., C], weights [..., k] (null: not checked, k = 0), and the
+// experts' weights; errors name `op` and the arguments `name(role, e)`
+// returns ("w1[3]" in moe_experts).
+MoeDims check_moe_shapes(const char* op, const Shape& x, const Shape* weights,
+                         const std::vector<const Shape*>& w1, const std::vector<const Shape*>& w3,
+                         const std::vector<const Shape*>& w2,
+                         std::string (*name)(const char* role, std::size_t e));
+
+// std::invalid_argument from `op` unless k and the number of experts are
+// positive, k <= experts, and a capacity factor is finite and > 0.
+void check_moe_route(const char* op, std::size_t k, std::size_t experts,
+                     std::optional<double> capacity_factor);
+
+// moe_experts without its checks (shapes from check_moe_shapes with weights'
+// shape, routing checked against them).
+template <class T>
+Var<T> record_moe_experts(const MoeDims& dims, const Var<T>& x, const Var<T>& weights,
+                          const MoeRouting& routing, const std::vector<Var<T>>& w1,
+                          const std::vector<Var<T>>& w3, const std::vector<Var<T>>& w2,
+                          Activation f);
+
+}  // namespace detail
+
+}  // namespace xtgrad

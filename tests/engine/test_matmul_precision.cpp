@@ -1,0 +1,318 @@
+// MatmulPrecision (matmul_precision.hpp): the float -> bfloat16 rounding
+// against an independent scalar reference; every transpose pair and beta of
+// the GEMM under bf16 within the bf16 bound of the exact product, and equal to
+// the exact product of the rounded operands (so it is bf16, not float); the
+// split path; the fused FFN ops and linear under bf16 near float; double
+// untouched; switching between calls; bad values.
+//
+// The bound: rounding to nearest with an 8-bit significand moves a float by
+// at most 2^-9 of itself, so a product a_ik b_kj of rounded operands is off by
+// at most (2 * 2^-9 + 2^-18) |a_ik b_kj|, and an element of C by at most
+// 2^-8 sum_k |a_ik||b_kj| to first order. The tests allow twice that,
+// 2 * 2^-8 sum_k |a_ik||b_kj|, which also covers the float accumulation
+// (k * 2^-24 relative, far below 2^-8 at these k).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <xtgrad/engine/gemm_backend.hpp>
+#include <xtgrad/engine/kernels/bf16.hpp>
+#include <xtgrad/engine/kernels/gemm.hpp>
+#include <xtgrad/engine/kernels/onednn_gemm.hpp>
+#include <xtgrad/engine/matmul_precision.hpp>
+#include <xtgrad/engine/ops/fused_linear.hpp>
+#include <xtgrad/engine/ops/linear.hpp>
+#include <xtgrad/engine/tape.hpp>
+#include <xtgrad/engine/threads.hpp>
+
+#include "support/gemm_reference.hpp"
+#include "support/test_helpers.hpp"
+
+using namespace xtgrad;
+using xtgrad::testing::check_close;
+using xtgrad::testing::gemm_product;
+using xtgrad::testing::gemm_reference;
+using xtgrad::testing::GemmDims;
+using xtgrad::testing::random_array;
+
+namespace {
+
+// Sets the precision for a scope, then restores the previous one.
+struct PrecisionScope {
+  MatmulPrecision before = get_matmul_precision();
+  explicit PrecisionScope(MatmulPrecision p) { set_matmul_precision(p); }
+  ~PrecisionScope() { set_matmul_precision(before); }
+};
+
+// The bfloat16 nearest to x, ties to the even significand, computed in
+// double arithmetic on the value (not on its bits): x's neighbours with 8
+// significant bits at x's exponent, the nearer one, on a tie the one whose
+// last significant bit is 0. NaN gives NaN, infinities themselves; finite x
+// past the largest bfloat16 round to infinity, as IEEE 754 says.
+float reference_bf16(float x) {
+  if (std::isnan(x) || std::isinf(x) || x == 0.0f) return x;
+  const double v = std::abs(static_cast<double>(x));
+  int exponent = std::ilogb(v);          // v in [2^e, 2^(e+1))
+  if (exponent < -126) exponent = -126;  // subnormals: the spacing of the smallest normals
+  const double ulp = std::ldexp(1.0, exponent - 7);
+  const double below = std::floor(v / ulp) * ulp, above = below + ulp;
+  double r;
+  if (v - below < above - v)
+    r = below;
+  else if (above - v < v - below)
+    r = above;
+  else
+    r = std::fmod(below / ulp, 2.0) == 0.0 ? below : above;
+  const double largest = std::ldexp(255.0 / 128.0, 127);  // (2 - 2^-7) 2^127
+  if (r > largest) r = std::numeric_limits<double>::infinity();
+  return static_cast<float>(x < 0 ? -r : r);
+}
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+float float_of(std::uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+xt::xarray<float> rounded(const xt::xarray<float>& a) {
+  xt::xarray<float> r = a;
+  for (auto& v : r) v = reference_bf16(v);
+  return r;
+}
+
+// sum_k |op(a)_ik| |op(b)_kj|, the scale of the bf16 bound.
+xt::xarray<double> magnitudes(const xt::xarray<float>& a, bool ta, const xt::xarray<float>& b,
+                              bool tb, GemmDims d) {
+  const xt::xarray<float> abs_a = xt::abs(a), abs_b = xt::abs(b);
+  return gemm_reference(abs_a, ta, abs_b, tb, xt::xarray<float>(xt::zeros<float>({d.m, d.n})),
+                        false, d);
+}
+
+// max_ij |c - reference| / sum_k |a_ik||b_kj|.
+double worst_relative(const xt::xarray<float>& c, const xt::xarray<double>& reference,
+                      const xt::xarray<double>& scale) {
+  double worst = 0;
+  for (std::size_t i = 0; i < c.size(); ++i)
+    worst = std::max(worst, std::abs(c.data()[i] - reference.data()[i]) / scale.data()[i]);
+  return worst;
+}
+
+constexpr double k_bf16_bound = 2.0 / 256.0;  // 2 * 2^-8, see the top of the file
+
+// Products past the small-product and few-row loops (they reach oneDNN), with
+// tails of every kind (the split path has a case of its own below).
+const std::vector<GemmDims> k_dims = {{40, 50, 60}, {9, 33, 70}, {129, 65, 33}};
+
+bool bf16_supported() {
+  if (matmul_precision_supported(MatmulPrecision::bf16)) return true;
+  MESSAGE("bf16 GEMMs skipped: matmul_precision_supported(bf16) is false ("
+          << (detail::onednn_compiled() ? "oneDNN has no native bf16 kernel on this CPU: \"" +
+                                              detail::onednn_bf16_kernel() + "\""
+                                        : std::string("built without oneDNN"))
+          << ")");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("matmul precision: float -> bf16 rounds to nearest, ties to even, like the reference") {
+  // ties: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7 -> 1 (even); 1 + 3 * 2^-8 -> 1 + 2^-6
+  CHECK(detail::from_bf16(detail::to_bf16(1.0f + 0x1p-8f)) == 1.0f);
+  CHECK(detail::from_bf16(detail::to_bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f);
+  CHECK(detail::from_bf16(detail::to_bf16(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(detail::from_bf16(detail::to_bf16(inf)) == inf);
+  CHECK(detail::from_bf16(detail::to_bf16(-inf)) == -inf);
+  CHECK(detail::from_bf16(detail::to_bf16(std::numeric_limits<float>::max())) == inf);
+  // NaNs stay NaN (one whose payload sits in the low 16 bits only, too), sign kept
+  for (std::uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff80ffffu, 0x7fffffffu}) {
+    const std::uint16_t h = detail::to_bf16(float_of(nan));
+    CHECK(std::isnan(detail::from_bf16(h)));
+    CHECK((h >> 15) == (nan >> 31));
+  }
+  // every pattern of the low 17 bits (kept bit and dropped bits) at a few
+  // exponents and both signs, subnormals included, plus random floats: the
+  // matrix pass (strided and contiguous) equals the scalar reference
+  std::vector<float> values;
+  for (std::uint32_t high : {0x3f800000u, 0x00000000u, 0x00800000u, 0x7f000000u, 0xc2fe0000u})
+    for (std::uint32_t low = 0; low < (1u << 17); low += 7) values.push_back(float_of(high | low));
+  for (float v : random_array<float>({4099}, 11, -1e6, 1e6)) values.push_back(v);
+  const std::size_t cols = 61, rows = values.size() / cols;
+  std::vector<std::uint16_t> contiguous(rows * cols), strided(rows * (cols - 3));
+  detail::to_bf16_matrix(values.data(), cols, rows, cols, contiguous.data());
+  detail::to_bf16_matrix(values.data(), cols, rows, cols - 3, strided.data());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < rows * cols; ++i) {
+    const float expected = reference_bf16(values[i]);
+    if (bits_of(detail::from_bf16(contiguous[i])) != bits_of(expected)) ++wrong;
+    if (i % cols < cols - 3 &&
+        strided[(i / cols) * (cols - 3) + i % cols] != detail::to_bf16(values[i]))
+      ++wrong;
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("matmul precision: the choice, bad values, and what can run here") {
+  CHECK(get_matmul_precision() == MatmulPrecision::highest);
+  CHECK(matmul_precision_supported(MatmulPrecision::highest));
+  CHECK(matmul_precision_name(MatmulPrecision::bf16) == "bf16");
+  const auto bad = static_cast<MatmulPrecision>(7);
+  CHECK_FALSE(matmul_precision_supported(bad));
+  CHECK_THROWS_WITH_AS(set_matmul_precision(bad),
+                       "xtgrad::set_matmul_precision: argument 'precision' is MatmulPrecision(7), "
+                       "expected MatmulPrecision::highest or MatmulPrecision::bf16",
+                       std::invalid_argument);
+  CHECK(get_matmul_precision() == MatmulPrecision::highest);
+  if (!bf16_supported()) {
+    CHECK_THROWS_AS(set_matmul_precision(MatmulPrecision::bf16), std::invalid_argument);
+    CHECK(get_matmul_precision() == MatmulPrecision::highest);
+    return;
+  }
+  CHECK(detail::native_bf16_kernel(detail::onednn_bf16_kernel()));
+  const PrecisionScope scope(MatmulPrecision::bf16);
+  CHECK(get_matmul_precision() == MatmulPrecision::bf16);
+  CHECK(gemm_backend_info() == detail::onednn_info(MatmulPrecision::bf16));
+  CHECK(gemm_backend_info().find(detail::onednn_bf16_kernel()) != std::string::npos);
+}
+
+TEST_CASE("matmul precision: bf16 GEMMs, every transpose and beta, within the bf16 bound") {
+  if (!bf16_supported()) return;
+  std::uint32_t seed = 100;
+  for (const GemmDims d : k_dims)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool accumulate : {false, true}) {
+          CAPTURE(d.m);
+          CAPTURE(d.n);
+          CAPTURE(d.k);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(accumulate);
+          const xt::xarray<float> a =
+              random_array<float>(ta ? std::vector{d.k, d.m} : std::vector{d.m, d.k}, seed++);
+          const xt::xarray<float> b =
+              random_array<float>(tb ? std::vector{d.n, d.k} : std::vector{d.k, d.n}, seed++);
+          const xt::xarray<float> c0 = random_array<float>({d.m, d.n}, seed++);
+          xt::xarray<float> c_bf16, c_f32;
+          {
+            const PrecisionScope scope(MatmulPrecision::bf16);
+            c_bf16 = gemm_product(a, ta, b, tb, c0, accumulate, d);
+          }
+          c_f32 = gemm_product(a, ta, b, tb, c0, accumulate, d);
+          const xt::xarray<double> exact = gemm_reference(a, ta, b, tb, c0, accumulate, d);
+          const xt::xarray<double> scale = magnitudes(a, ta, b, tb, d);
+          CHECK(worst_relative(c_bf16, exact, scale) <= k_bf16_bound);
+          // bf16 is bf16: it is the product of the rounded operands to float
+          // accuracy, and it is farther from the exact product than float is
+          const xt::xarray<double> of_rounded =
+              gemm_reference(rounded(a), ta, rounded(b), tb, c0, accumulate, d);
+          const double tol = 2e-6 * (10.0 + d.k);
+          check_close(c_bf16, of_rounded, tol, tol);
+          CHECK(worst_relative(c_bf16, exact, scale) > 2e-5);
+          CHECK(worst_relative(c_f32, exact, scale) < 2e-6);
+        }
+}
+
+TEST_CASE("matmul precision: a split bf16 product is bf16 in every part, at 1 and 2 threads") {
+  if (!bf16_supported()) return;
+  // at least 2 * k_onednn_parallel_macs multiply-adds: split over the columns of C
+  const GemmDims d{128, 520, 256};
+  const xt::xarray<float> a = random_array<float>({d.m, d.k}, 5);
+  const xt::xarray<float> b = random_array<float>({d.n, d.k}, 6);
+  const xt::xarray<float> c0 = xt::zeros<float>({d.m, d.n});
+  const std::size_t threads_before = get_num_threads();
+  const PrecisionScope scope(MatmulPrecision::bf16);
+  set_num_threads(1);
+  const xt::xarray<float> one = gemm_product(a, false, b, true, c0, false, d);
+  set_num_threads(2);
+  const xt::xarray<float> two = gemm_product(a, false, b, true, c0, false, d);
+  set_num_threads(threads_before);
+  CHECK(one == two);
+  check_close(one, gemm_reference(rounded(a), false, rounded(b), true, c0, false, d), 6e-4, 6e-4);
+  CHECK(worst_relative(one, gemm_reference(a, false, b, true, c0, false, d),
+                       magnitudes(a, false, b, true, d)) <= k_bf16_bound);
+}
+
+TEST_CASE("matmul precision: switching between calls, and double is never affected") {
+  const GemmDims d{64, 48, 40};
+  const xt::xarray<double> ad = random_array<double>({d.m, d.k}, 1),
+                           bd = random_array<double>({d.k, d.n}, 2);
+  const xt::xarray<double> cd = xt::zeros<double>({d.m, d.n});
+  const xt::xarray<double> double_before = gemm_product(ad, false, bd, false, cd, false, d);
+  if (!bf16_supported()) return;
+  const xt::xarray<float> a = xt::cast<float>(ad), b = xt::cast<float>(bd);
+  const xt::xarray<float> c0 = xt::zeros<float>({d.m, d.n});
+  const xt::xarray<float> f32 = gemm_product(a, false, b, false, c0, false, d);
+  set_matmul_precision(MatmulPrecision::bf16);
+  const xt::xarray<float> bf16 = gemm_product(a, false, b, false, c0, false, d);
+  const xt::xarray<double> double_bf16 = gemm_product(ad, false, bd, false, cd, false, d);
+  set_matmul_precision(MatmulPrecision::highest);
+  const xt::xarray<float> f32_again = gemm_product(a, false, b, false, c0, false, d);
+  CHECK(f32_again == f32);
+  CHECK(bf16 != f32);
+  CHECK(double_bf16 == double_before);  // bit for bit
+  {
+    const PrecisionScope scope(MatmulPrecision::bf16);
+    CHECK(gemm_product(a, false, b, false, c0, false, d) == bf16);
+  }
+}
+
+TEST_CASE("matmul precision: linear and the fused FFN ops, forward and backward, near float") {
+  if (!bf16_supported()) return;
+  // x [32, 64] -> h [32, 128] -> a = gelu(h) or silu(g) * u -> y [32, 64]
+  const std::size_t n = 32, d = 64, hidden = 128;
+  const xt::xarray<float> x0 = random_array<float>({n, d}, 21);
+  const xt::xarray<float> w10 = random_array<float>({hidden, d}, 22, -0.2, 0.2);
+  const xt::xarray<float> wg0 = random_array<float>({hidden, d}, 23, -0.2, 0.2);
+  const xt::xarray<float> w20 = random_array<float>({d, hidden}, 24, -0.2, 0.2);
+  const xt::xarray<float> b10 = random_array<float>({hidden}, 25),
+                          b20 = random_array<float>({d}, 26);
+  const xt::xarray<float> dy = random_array<float>({n, d}, 27);
+  struct Result {
+    std::vector<xt::xarray<float>> values;
+  };
+  const auto run = [&](bool gated) {
+    Tape<float> tape;
+    Var<float> x = tape.leaf(x0), w1 = tape.leaf(w10), wg = tape.leaf(wg0), w2 = tape.leaf(w20);
+    Var<float> b1 = tape.leaf(b10), b2 = tape.leaf(b20);
+    Var<float> h = linear(x, w1, b1);
+    Var<float> y = gated ? gated_linear(h, linear(x, wg), Activation::silu, w2, b2)
+                         : activation_linear(h, Activation::gelu, w2, b2);
+    tape.backward(y, dy);
+    return Result{{y.value(), x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad()}};
+  };
+  for (bool gated : {false, true}) {
+    CAPTURE(gated);
+    const Result f32 = run(gated);
+    Result bf16;
+    {
+      const PrecisionScope scope(MatmulPrecision::bf16);
+      bf16 = run(gated);
+    }
+    for (std::size_t i = 0; i < f32.values.size(); ++i) {
+      CAPTURE(i);
+      double norm = 0, diff = 0;
+      for (std::size_t j = 0; j < f32.values[i].size(); ++j) {
+        const double v = f32.values[i].data()[j], w = bf16.values[i].data()[j];
+        norm += v * v;
+        diff += (w - v) * (w - v);
+      }
+      norm = std::sqrt(norm);
+      diff = std::sqrt(diff);
+      CHECK(diff <= 2e-2 * norm);             // a few times 2^-8, the error of each GEMM
+      if (i != 5) CHECK(diff > 1e-6 * norm);  // and not float (db2 = sum of dy: no GEMM)
+    }
+  }
+}
