@@ -71,7 +71,10 @@ TEST_CASE_TEMPLATE("state directory: every array, integer, real and string round
   CHECK(loaded.integers == saved.integers);
   CHECK(loaded.strings == saved.strings);
   REQUIRE(loaded.reals.size() == saved.reals.size());
-  for (const auto& [name, x] : saved.reals) {
+  for (const auto& entry : saved.reals) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& x = std::get<1>(entry);
     CAPTURE(name);
     if (std::isnan(x))
       CHECK(std::isnan(loaded.reals.at(name)));

@@ -43,7 +43,10 @@ void check_bit_equal(const StateDict<T>& a, const StateDict<T>& b) {
   CHECK(a.integers == b.integers);
   CHECK(a.strings == b.strings);
   REQUIRE(a.reals.size() == b.reals.size());
-  for (const auto& [name, value] : a.reals) {
+  for (const auto& entry : a.reals) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& value = std::get<1>(entry);
     CAPTURE(name);
     REQUIRE(b.reals.count(name) == 1);
     CHECK(bit_equal(value, b.reals.at(name)));
