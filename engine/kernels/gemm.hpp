@@ -45,6 +45,15 @@ template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
           bool transpose_b, MatrixRef<T> c, bool accumulate);
 
+// c = op(a) . op(b) + bias on every row of c (bias [n]), for a linear layer's
+// forward: on oneDNN's float matmul the bias is the primitive's bias argument
+// (no pass of its own, c not read); on the other paths it is written into c
+// by broadcast_rows before a product that accumulates. Both give the same
+// bits (one addition of the bias to each finished sum).
+template <class T>
+void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
+               bool transpose_b, MatrixRef<T> c, const T* bias);
+
 // The OpenBLAS product of gemm, for any shape gemm accepts with m, n, k > 0
 // (unchecked), whatever the backend: the reference the oneDNN path is tested
 // and measured against.
