@@ -260,11 +260,12 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
                            std::to_string(c.rows) + "x" + std::to_string(c.cols) + "]");
   if (m == 0 || n == 0) return;
   const bool small = m * n * k <= k_small_gemm_macs, few_rows = m <= k_streaming_rows;
+  // Read once: every part of a split product computes at this precision.
+  [[maybe_unused]] const MatmulPrecision precision = get_matmul_precision();
   bool onednn = false;
   if constexpr (std::is_same_v<T, float>)
     onednn = k > 0 && !small && !few_rows &&
-             (get_matmul_precision() == MatmulPrecision::bf16 ||
-              get_gemm_backend() == GemmBackend::onednn);
+             (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
   if (bias != nullptr && !onednn) {  // c = bias, then c += op(a) . op(b)
     broadcast_rows(bias, c.data, m, n);
     accumulate = true;
@@ -284,9 +285,8 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
   }
   if constexpr (std::is_same_v<T, float>) {
     if (onednn) {
-      // Read once: every part of a split product computes at this precision.
       onednn_gemm(a.data, a.cols, transpose_a, b.data, b.cols, transpose_b, c.data, c.cols, m, n, k,
-                  accumulate, get_matmul_precision(), bias);
+                  accumulate, precision, bias);
       return;
     }
     warn_if_stale_openblas();
