@@ -115,7 +115,9 @@ std::vector<Layer<T>> plan_lora(const char* function, Module<T>& model,
     const std::optional<Layer<T>> layer = as_layer(name, module);
     check.argument(layer.has_value(), "target_modules", "matches ", detail::quoted(name), ", a ",
                    module->config().type, "; LoRA adapts Linear and Conv1D layers only");
-    Module<T>* parent = by_name.at(parent_name(name));
+    std::string owner = parent_name(name);  // the nearest listed module above the layer
+    while (!by_name.count(owner)) owner = parent_name(owner);
+    Module<T>* parent = by_name.at(owner);
     const bool fused = dynamic_cast<Mlp<T>*>(parent) || dynamic_cast<GatedExpert<T>*>(parent);
     check.argument(!fused, "target_modules", "matches ", detail::quoted(name), ", a layer of ",
                    parent->config().type,
@@ -348,10 +350,14 @@ void load_lora_adapter(Module<T>& model, const fs::path& dir) {
   if (fresh) {
     layers = plan_lora("load_lora_adapter", model, config.target_modules, config.options);
   } else {
-    for (const Layer<T>& layer : layers)
+    for (const Layer<T>& layer : layers) {
       check.argument(same_options((*layer.lora)->options(), config.options), "model",
                      "has an adapter on ", detail::quoted(layer.name),
                      " whose options differ from the adapter config's");
+      check.argument(!(*layer.lora)->merged(), "model", "has the adapter of ",
+                     detail::quoted(layer.name),
+                     " merged into its weight; unmerge_lora before loading adapters");
+    }
   }
   // The names and shapes the model expects, against the file's.
   std::map<std::string, std::pair<const Layer<T>*, Shape>> expected;

@@ -16,18 +16,28 @@ void detail::check_lora_options(const char* function, const LoRAOptions& options
                  options.lora_dropout, ", expected a probability in [0, 1]");
 }
 
+namespace {
+// Every argument checked, before the dropout draws its seed from the
+// generator; then the dropout probability.
 template <class T>
-LoRALayer<T>::LoRALayer(std::size_t in_features, std::size_t out_features,
-                        const LoRAOptions& options, Generator& generator)
-    : lora_dropout((detail::check_lora_options("LoRALayer", options), options.lora_dropout),
-                   generator),
-      options_(options) {
+double checked_dropout(std::size_t in_features, std::size_t out_features,
+                       const LoRAOptions& options) {
+  detail::check_lora_options("LoRALayer", options);
   detail::check_positive_size("LoRALayer", "in_features", in_features);
   detail::check_positive_size("LoRALayer", "out_features", out_features);
   detail::checked_allocation<T>("LoRALayer", "arguments 'in_features' and 'r'",
                                 {options.r, in_features});
   detail::checked_allocation<T>("LoRALayer", "arguments 'out_features' and 'r'",
                                 {out_features, options.r});
+  return options.lora_dropout;
+}
+}  // namespace
+
+template <class T>
+LoRALayer<T>::LoRALayer(std::size_t in_features, std::size_t out_features,
+                        const LoRAOptions& options, Generator& generator)
+    : lora_dropout(checked_dropout<T>(in_features, out_features, options), generator),
+      options_(options) {
   // PEFT's reset_lora_parameters: kaiming_uniform_(A, a = sqrt(5)) is uniform
   // in +-1/sqrt(fan_in), fan_in = in; B = 0.
   lora_A = Parameter<T>(

@@ -190,6 +190,11 @@ TEST_CASE("LoRA: an optimizer steps A and B only, with no state for the frozen w
     CHECK((entry.first.rfind("state.2.", 0) == 0 || entry.first.rfind("state.3.", 0) == 0));
   }
   CHECK(layer.weight.grad.size() == 0);
+  layer.weight.zero_grad();  // stays released
+  CHECK(layer.weight.grad.size() == 0);
+  layer.weight.set_requires_grad(true);  // unfrozen: a zero gradient of its shape again
+  CHECK(layer.weight.grad == xt::zeros<double>({4, 6}));
+  CHECK(!layer.weight.has_grad);
 }
 
 TEST_CASE("apply_lora: GPT in both styles keeps every name and adds PEFT's") {
@@ -324,6 +329,13 @@ TEST_CASE("LoRA adapters: PEFT's files, saved and loaded alone") {
   other.eval();
   const Indices tokens = token_ids(1, 6, 11, 5);
   CHECK(other.infer(tokens) == model.infer(tokens));
+
+  // Onto a model that has the adapters already: only the values change.
+  const TensorDict<double> saved = lora_state_dict<double>(model);
+  randomize_lora_B(model, 60);
+  load_lora_adapter<double>(model, dir);
+  for (const auto& entry : saved)
+    CHECK(lora_state_dict<double>(model).at(entry.first) == entry.second);
 
   // Refusals, before the model changes.
   GPT<double> llama(tiny(GPTStyle::llama));
