@@ -4,6 +4,7 @@
 // computed in the same job. In double every value and gradient agrees to
 // 1e-12 (the rows meet the same GEMMs in the same order; the expert
 // gradients' 1/P is exact for P a power of two).
+#include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "mpi_test.hpp"
+#include "support/module_compare.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -128,6 +130,11 @@ TEST_CASE("expert parallel: P ranks on a global batch equal one process (values,
         ranks.tape.backward(ranks.loss);
         sync.finish();
         check_parameters(ranks.net, one.net, true);
+        // no bucket went to the communication thread before the all-to-all's backward ran
+        std::size_t moe_node = 0;
+        while (std::strcmp(ranks.tape.node_op(moe_node), k_moe_experts_all_to_all) != 0) ++moe_node;
+        for (const std::size_t left : sync.last_round().nodes_left_at_ready)
+          CHECK(left <= moe_node);
         sync.detach();
       }
 }
@@ -158,6 +165,54 @@ TEST_CASE("expert parallel: AdamW steps with ZeRO on the replicated parameters m
   }
   check_parameters(ranks.net, one.net, false);
   sync.detach();
+}
+
+// Per-rank checkpoints: the model's state dict (its experts under their
+// global names), the ZeRO shard and the experts' optimizer; a run resumed
+// from them continues bit for bit.
+TEST_CASE("expert parallel: per-rank checkpoints resume bit for bit") {
+  const Config c{4, 2, 1.25, 0};
+  const auto options = optim::AdamWOptions(1e-2);
+  struct Trainer {
+    Net net;
+    distributed::GradientSynchronizer<double> sync;
+    distributed::ShardedOptimizer<double> zero;
+    optim::AdamW<double> experts;
+    Trainer(const Config& c, const optim::AdamWOptions& o)
+        : net(c, true),
+          sync((distributed::shard_experts(world(), net.net), world()), net.net),
+          zero(sync, o, distributed::ZeroOptions{1}),
+          experts(distributed::parameters_of(distributed::expert_parameters(net.net)), o) {
+      sync.attach(net.tape);
+    }
+    ~Trainer() { sync.detach(); }
+    void steps(int n) {
+      for (int s = 0; s < n; ++s) {
+        zero.zero_grad();
+        experts.zero_grad();
+        net.forward();
+        net.tape.backward(net.loss);
+        zero.step();
+        experts.step();
+      }
+    }
+  };
+  Trainer a(c, options);
+  a.steps(2);
+  const TensorDict<double> model = a.net.net.state_dict();
+  const StateDict<double> zero = a.zero.state_dict(), experts = a.experts.state_dict();
+  // this rank's experts, and only those, under their global names
+  const std::size_t first = a.net.moe->first_expert(), local = a.net.moe->experts.size();
+  for (std::size_t e = 0; e < c.experts; ++e)
+    CHECK(model.contains("1.experts." + std::to_string(e) + ".w1.weight") ==
+          (e >= first && e < first + local));
+  a.steps(2);
+  Trainer b(c, options);
+  b.net.net.load_state_dict(model);
+  b.zero.load_state_dict(zero);
+  b.experts.load_state_dict(experts);
+  b.steps(2);
+  CHECK(testing::parameters_bit_equal(b.net.net, a.net.net));
 }
 
 TEST_CASE("expert parallel: errors on every rank") {
