@@ -237,18 +237,20 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   for (std::size_t e = 0; e < e_count && global_n > 0; ++e)
     f(e) = static_cast<T>(e_count) * static_cast<T>(routing.global_routed[e]) /
            static_cast<T>(global_n);
-  out.load_balancing_loss = sum(mul(mean(probs, {0}), tape.leaf(f, false)));
-  // mean_t logsumexp(logits[t])^2
-  out.z_loss = mean(square(logsumexp(logits, {1})));
-  if (exchange_ && global_n > 0) {
-    // this rank's share: P n / N (1 for equal shards)
-    const T share = static_cast<T>(static_cast<double>(exchange_->size()) * static_cast<double>(n) /
-                                   static_cast<double>(global_n));
-    if (share != T(1)) {
-      out.load_balancing_loss = scale(out.load_balancing_loss, share);
-      out.z_loss = scale(out.z_loss, share);
-    }
+  if (!exchange_) {
+    out.load_balancing_loss = sum(mul(mean(probs, {0}), tape.leaf(f, false)));
+    // mean_t logsumexp(logits[t])^2
+    out.z_loss = mean(square(logsumexp(logits, {1})));
+    return out;
   }
+  // Sharded: this rank's share, (P / N) sum over its n tokens in place of
+  // the mean (P n / N times its mean; 0, not 0 / 0, for a rank without tokens)
+  const T per_token =
+      global_n > 0
+          ? static_cast<T>(static_cast<double>(exchange_->size()) / static_cast<double>(global_n))
+          : T(0);
+  out.load_balancing_loss = sum(mul(sum(probs, {0}), tape.leaf(f * per_token, false)));
+  out.z_loss = scale(sum(square(logsumexp(logits, {1}))), per_token);
   return out;
 }
 

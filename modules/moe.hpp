@@ -54,10 +54,10 @@
 // (one all-gather): each rank's losses are its share, scaled so that their
 // mean over the ranks (and the mean of their gradients, what a gradient
 // synchronizer computes) equals one process's on the global batch:
-//   load_balancing_loss_r = E * sum_e f_e * (P n_r / N) * P_e^(r)
-//   z_loss_r = (P n_r / N) * mean over the rank's n_r tokens of lse^2
-// with f_e and N over all ranks and P_e^(r) the rank's mean of p[:, e]
-// (P n_r / N = 1 for equal shards).
+//   load_balancing_loss_r = E * sum_e f_e * (P / N) * sum over its tokens of p[t, e]
+//   z_loss_r = (P / N) * sum over its tokens of lse^2
+// with f_e and N over all ranks: the local means when the shards are equal
+// (N = P n_r), and 0 on a rank without tokens.
 //
 // Errors (std::invalid_argument naming the argument and the values, before
 // anything is recorded): num_experts, top_k, hidden_size or
