@@ -45,6 +45,9 @@
 // files. Since the names are global, the union of the ranks' expert entries
 // with rank 0's replicated ones is the one-process state dict.
 //
+// The exchange refers to the Communicator: it must outlive every forward
+// and backward of the sharded layers.
+//
 // Failure: as data-parallel training, an exception on one rank must end the
 // job (Communicator::abort): the other ranks wait in an all-to-all.
 
