@@ -64,7 +64,10 @@
 // the last forward (empty for a dense layer). Recomputation
 // (set_recompute_every) keeps no auxiliary loss: forward_with_losses of a
 // GPT with sparse layers on a recording tape refuses it (std::logic_error).
-// The KV cache and generate run the sparse layers as the full forward does.
+// The KV cache and generate run the sparse layers as the full forward does
+// (a capacity_factor counts the tokens of each forward call, so through a
+// cache, a token or a few at a time, it cuts differently from the full
+// forward: leave it unset for generation).
 // config() records the MoE options only when num_experts > 0: a dense GPT's
 // config and checkpoints are unchanged, and a MoE checkpoint refuses to load
 // into a dense GPT (Module::load's config mismatch, "num_experts=...").
