@@ -139,7 +139,17 @@ TEST_CASE("MoE GPT: the sparse layers, their Hugging Face names and the config")
   CHECK(parse_module_config(json, "test", "config") == llama.config());
   GPTConfig dense = tiny_moe(GPTStyle::llama);
   dense.num_experts = 0;
-  CHECK(to_json(GPT<double>(dense).config()).find("experts") == std::string::npos);
+  GPT<double> dense_model(dense);
+  CHECK(to_json(dense_model.config()).find("experts") == std::string::npos);
+  // A dense GPT's losses are constant zeros beside the plain forward's logits.
+  Tape<double> tape;
+  const GPTOutput<double> zero = dense_model.forward_with_losses(tape, tokens({1, 2}));
+  CHECK(zero.aux_loss.value()() == 0.0);
+  CHECK(zero.load_balancing_loss.value()() == 0.0);
+  CHECK_FALSE(zero.aux_loss.requires_grad());
+  check_close(zero.logits.value(), dense_model.infer(tokens({1, 2})), 0, 0);
+  REQUIRE(dense_model.router_stats().size() == 2);
+  CHECK(dense_model.router_stats()[1].routed.empty());
 
   // A block built directly: the child's name and its config.
   TransformerBlockOptions o;
@@ -225,7 +235,8 @@ TEST_CASE("MoE GPT: forward, backward and the aux losses equal a composition by 
       for (const auto& [name, p] : moes[m].named_parameters()) got[prefix + name] = p->grad;
       ++m;
     }
-    for (const auto& [name, grad] : expected_grads) {
+    for (const auto& [key, grad] : expected_grads) {
+      const std::string name = key;  // INFO captures no structured binding (clang)
       INFO(name);
       check_close(got.at(name), grad, 1e-10, 1e-12);
     }
@@ -266,7 +277,8 @@ TEST_CASE("MoE GPT: gradients of the loss plus aux_loss against finite differenc
   model.zero_grad();
   tape.backward(loss_of(tape));
   const double eps = 1e-6;
-  for (const auto& [name, p] : model.named_parameters()) {
+  for (const auto& [key, p] : model.named_parameters()) {
+    const std::string name = key;  // INFO captures no structured binding (clang)
     for (std::size_t i = 0; i < p->value.size(); ++i) {
       double& element = p->value.data()[i];
       const double saved = element;
