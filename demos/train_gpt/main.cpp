@@ -5,8 +5,8 @@
 // bit; data-parallel under mpirun, the optimizer sharded with --zero 1|2
 // (ZeRO); --experts E --experts-per-token k makes every FFN a sparse
 // mixture of experts (model.hpp). Writes summary.json, history.csv,
-// samples.txt and loss.png (and experts.csv, experts.png) to --out (report.hpp). --generate DIR instead
-// continues --prompt with the model a run saved (generate.hpp). Exit codes:
+// samples.txt and loss.png (and experts.csv, experts.png) to --out
+// (report.hpp). --generate DIR instead continues --prompt with the model a run saved (generate.hpp). Exit codes:
 // 0 done, 2 bad options, data or checkpoint, 1 anything else (a file that
 // cannot be written, gnuplot failing).
 
