@@ -91,8 +91,7 @@
 // decoder_sparse_step 0 or > n_layer (no sparse layer), moe_intermediate_size
 // 0, a capacity_factor not finite and > 0, a router loss coefficient not
 // finite and >= 0 (the MoE options are read only when num_experts > 0);
-// tokens of rank other than 1 or
-// 2, T = 0 or > block_size, ids outside the vocabulary; a cache past its
+// tokens of rank other than 1 or 2, T = 0 or > block_size, ids outside the vocabulary; a cache past its
 // capacity or of another shape; generate with an empty prompt, a negative or
 // non-finite temperature, top_k = 0, or too many tokens for block_size;
 // sizes whose products overflow or whose parameters exceed the machine's
