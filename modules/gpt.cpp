@@ -89,6 +89,9 @@ TransformerBlockOptions block_options(const GPTConfig& c) {
   o.dropout = c.dropout;
   o.eps = c.eps;
   o.rope_theta = c.rope_theta;
+  o.qkv_bias = c.qkv_bias;
+  o.o_bias = c.o_bias;
+  o.rope_scaling = c.rope_scaling;
   return o;
 }
 
@@ -315,19 +318,23 @@ void GPT<T>::collect_parameters(const std::string& prefix,
 
 template <class T>
 ModuleConfig GPT<T>::config() const {
-  return ModuleConfig("GPT")
-      .add("vocab_size", config_.vocab_size)
-      .add("block_size", config_.block_size)
-      .add("n_layer", config_.n_layer)
-      .add("n_head", config_.n_head)
-      .add("n_embd", config_.n_embd)
-      .add("n_kv_head", *config_.n_kv_head)
-      .add("ffn_hidden", *config_.ffn_hidden)
-      .add("style", style_name(config_.style))
-      .add("dropout", config_.dropout)
-      .add("tie_embeddings", config_.tie_embeddings)
-      .add("eps", config_.eps)
-      .add("rope_theta", config_.rope_theta);
+  ModuleConfig out = ModuleConfig("GPT")
+                         .add("vocab_size", config_.vocab_size)
+                         .add("block_size", config_.block_size)
+                         .add("n_layer", config_.n_layer)
+                         .add("n_head", config_.n_head)
+                         .add("n_embd", config_.n_embd)
+                         .add("n_kv_head", *config_.n_kv_head)
+                         .add("ffn_hidden", *config_.ffn_hidden)
+                         .add("style", style_name(config_.style))
+                         .add("dropout", config_.dropout)
+                         .add("tie_embeddings", config_.tie_embeddings)
+                         .add("eps", config_.eps)
+                         .add("rope_theta", config_.rope_theta);
+  if (config_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
+  if (config_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, config_.rope_scaling);
+  return out;
 }
 
 template class GPT<float>;

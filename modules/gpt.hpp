@@ -5,12 +5,14 @@
 //     x = drop(wte[tokens] + wpe[0 .. T-1]);  x = h_l(x) for l < n_layer;
 //     logits = ln_f(x) W^T,  W = wte.weight (tie_embeddings) or lm_head.weight
 //   llama style (Touvron et al. 2023, HF LlamaForCausalLM): no wpe (rotary
-//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention.
+//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention;
+//     optionally attention biases and rope scaling (causal_self_attention.hpp).
 // Blocks are TransformerBlock (transformer_block.hpp). Parameter names, as
 // HF GPT2Model's where it has them: "wte.weight" [vocab, C], "wpe.weight"
 // [block_size, C] (gpt2), "h.<l>.<block names>", "ln_f.weight" (+ "ln_f.bias"
 // for gpt2), "lm_head.weight" [vocab, C] when not tied (nn.Linear, no bias).
-// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
+// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints,
+// pretrained/hf_llama.hpp whole LLaMA-family ones.
 //
 // Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
 // _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,
@@ -78,6 +80,8 @@ struct GPTConfig {
   bool tie_embeddings = true;             // lm_head shares wte
   double eps = 1e-5;
   double rope_theta = 10000.0;
+  bool qkv_bias = false, o_bias = false;  // llama style: attention biases (Qwen2: qkv_bias)
+  RopeScaling rope_scaling;               // llama style: rotary frequency scaling
 };
 
 template <class T>

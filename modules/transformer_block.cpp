@@ -48,6 +48,9 @@ CausalSelfAttentionOptions attention_options(const TransformerBlockOptions& o) {
   a.layout = o.style == GPTStyle::gpt2 ? AttentionLayout::gpt2 : AttentionLayout::llama;
   a.rotary = o.style == GPTStyle::llama;
   a.rope_theta = o.rope_theta;
+  a.qkv_bias = o.qkv_bias;
+  a.o_bias = o.o_bias;
+  a.rope_scaling = o.rope_scaling;
   a.attn_dropout = o.dropout;
   a.resid_dropout = o.dropout;
   return a;
@@ -148,15 +151,19 @@ void TransformerBlock<T>::collect_parameters(const std::string& prefix,
 
 template <class T>
 ModuleConfig TransformerBlock<T>::config() const {
-  return ModuleConfig("TransformerBlock")
-      .add("n_embd", n_embd_)
-      .add("style", style_name(options_.style))
-      .add("n_heads", options_.n_heads)
-      .add("n_kv_heads", *options_.n_kv_heads)
-      .add("ffn_hidden", *options_.ffn_hidden)
-      .add("dropout", options_.dropout)
-      .add("eps", options_.eps)
-      .add("rope_theta", options_.rope_theta);
+  ModuleConfig out = ModuleConfig("TransformerBlock")
+                         .add("n_embd", n_embd_)
+                         .add("style", style_name(options_.style))
+                         .add("n_heads", options_.n_heads)
+                         .add("n_kv_heads", *options_.n_kv_heads)
+                         .add("ffn_hidden", *options_.ffn_hidden)
+                         .add("dropout", options_.dropout)
+                         .add("eps", options_.eps)
+                         .add("rope_theta", options_.rope_theta);
+  if (options_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
+  if (options_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, options_.rope_scaling);
+  return out;
 }
 
 template class TransformerBlock<float>;

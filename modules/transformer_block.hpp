@@ -10,7 +10,8 @@
 //         "gelu_new"), ffn_hidden default 4 C.
 //   llama (Touvron et al. 2023; HF modeling_llama.py LlamaDecoderLayer):
 //         RMSNorm(C, eps), CausalSelfAttention in the llama layout (q/k/v/o_proj,
-//         no biases) with rotary embeddings (rope_theta) and n_kv_heads
+//         no biases unless qkv_bias / o_bias) with rotary embeddings (rope_theta,
+//         rope_scaling) and n_kv_heads
 //         (grouped-query attention), mlp = GatedFFN(C, ffn_hidden, C, silu)
 //         (SwiGLU, no biases); ffn_hidden default LLaMA's rule:
 //         256 * ceil(floor(2 * 4C / 3) / 256) (Meta's llama model.py, multiple_of 256).
@@ -48,6 +49,8 @@ struct TransformerBlockOptions {
   double dropout = 0.0;
   double eps = 1e-5;
   double rope_theta = 10000.0;
+  bool qkv_bias = false, o_bias = false;  // llama: CausalSelfAttentionOptions'
+  RopeScaling rope_scaling;               // llama
 };
 
 // The default FFN width of a style (see above).
