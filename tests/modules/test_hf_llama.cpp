@@ -271,7 +271,8 @@ TEST_CASE("load_llama: refusals name the file and the tensor") {
     const std::string bytes = read_file(second);
     write_file(second, bytes.substr(0, bytes.size() - 100));
     CHECK_THROWS_WITH_PARTS(load_llama<float>(sharded), std::invalid_argument,
-                            {"load_llama", "model-00002-of-00002.safetensors"});
+                            {"load_llama", "model-00002-of-00002.safetensors", "is truncated", norm,
+                             "is the first cut off"});
     write_file(second, bytes);
     CHECK(load_llama<float>(sharded).gpt.lm_head);
     nlohmann::json index = read_json(sharded / "model.safetensors.index.json");
