@@ -92,6 +92,7 @@ TransformerBlockOptions block_options(const GPTConfig& c) {
   o.qkv_bias = c.qkv_bias;
   o.o_bias = c.o_bias;
   o.rope_scaling = c.rope_scaling;
+  o.hf_mlp = c.hf_mlp;
   return o;
 }
 
@@ -138,7 +139,8 @@ void GPT<T>::initialize(Generator& generator) {
     }
     const bool residual = ends_with(name, "attn.c_proj.weight") ||
                           ends_with(name, "attn.o_proj.weight") ||
-                          ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down");
+                          ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down") ||
+                          ends_with(name, "mlp.down_proj.weight");
     const std::vector<std::size_t> shape(p->value.shape().begin(), p->value.shape().end());
     p->value = detail::normal<T>(shape, residual ? residual_std : k_init_std, generator);
   }
@@ -334,6 +336,7 @@ ModuleConfig GPT<T>::config() const {
   if (config_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
   if (config_.o_bias) out.add("o_bias", true);
   detail::add_rope_scaling(out, config_.rope_scaling);
+  if (config_.hf_mlp) out.add("hf_mlp", true);
   return out;
 }
 

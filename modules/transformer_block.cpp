@@ -28,6 +28,9 @@ TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions opti
                      *options.n_kv_heads == options.n_heads,
                  "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
                  ", but the gpt2 style has n_kv_heads = n_heads (", options.n_heads, ")");
+  check.argument(options.style == GPTStyle::llama || !options.hf_mlp, "hf_mlp",
+                 "is set, but the gpt2 style's MLP is FeedForward; expected it in the llama "
+                 "style only");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   if (options.n_heads != 0 && n_embd % options.n_heads == 0)  // else the attention refuses them
     detail::check_bytes(k_owner, k_size_names, "parameters",
@@ -57,10 +60,13 @@ CausalSelfAttentionOptions attention_options(const TransformerBlockOptions& o) {
 }
 
 template <class T>
-std::variant<FeedForward<T>, GatedFFN<T>> make_mlp(const TransformerBlockOptions& o, std::size_t n,
-                                                   Generator& generator) {
+std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>> make_mlp(const TransformerBlockOptions& o,
+                                                                   std::size_t n,
+                                                                   Generator& generator) {
   if (o.style == GPTStyle::gpt2)
     return FeedForward<T>(n, *o.ffn_hidden, Activation::gelu_tanh, 0.0, generator);
+  if (o.hf_mlp)
+    return GatedExpert<T>(n, *o.ffn_hidden, Activation::silu, ExpertNames::llama, generator);
   return GatedFFN<T>(n, *o.ffn_hidden, n, Activation::silu, GatedBias::none(), 0.0, generator);
 }
 
@@ -163,6 +169,7 @@ ModuleConfig TransformerBlock<T>::config() const {
   if (options_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
   if (options_.o_bias) out.add("o_bias", true);
   detail::add_rope_scaling(out, options_.rope_scaling);
+  if (options_.hf_mlp) out.add("hf_mlp", true);
   return out;
 }
 

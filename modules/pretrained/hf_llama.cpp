@@ -9,7 +9,6 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
-#include <xtensor/xmanipulation.hpp>
 
 #include "../../engine/errors.hpp"
 #include "../../io/files.hpp"
@@ -29,18 +28,16 @@ constexpr const char* k_index = "model.safetensors.index.json";
 constexpr std::size_t k_max_index_bytes = 64u << 20;
 
 // One tensor of the checkpoint: its Hugging Face name and shape, and the
-// parameter it fills (null while only headers are checked), transposed for
-// the MLP's [in, out] weights.
+// parameter it fills (null while only headers are checked).
 template <class T>
 struct Slot {
   std::string name;
   std::vector<std::size_t> shape;
   Parameter<T>* target = nullptr;
-  bool transposed = false;
 };
 
-// Every tensor of a checkpoint of `c`, in Hugging Face's order; targets into
-// `model` when given.
+// Every tensor of a checkpoint of `c`, in Hugging Face's order (that of
+// LlamaForCausalLM.state_dict()); targets into `model` when given.
 template <class T>
 std::vector<Slot<T>> llama_slots(const LlamaConfig& c, LlamaForCausalLM<T>* model) {
   const std::size_t d = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
@@ -48,37 +45,33 @@ std::vector<Slot<T>> llama_slots(const LlamaConfig& c, LlamaForCausalLM<T>* mode
   const std::size_t q = c.num_attention_heads * dh, kv = c.num_key_value_heads * dh;
   std::vector<Slot<T>> slots;
   GPT<T>* gpt = model ? &model->gpt : nullptr;
-  slots.push_back({"model.embed_tokens.weight", {v, d}, gpt ? &gpt->wte.weight : nullptr});
+  const auto add = [&](std::string name, std::vector<std::size_t> shape, Parameter<T>* target) {
+    slots.push_back({std::move(name), std::move(shape), target});
+  };
+  const auto linear = [&](const std::string& name, Linear<T>* module, std::size_t out,
+                          std::size_t in, bool bias) {
+    add(name + ".weight", {out, in}, module ? &module->weight : nullptr);
+    if (bias) add(name + ".bias", {out}, module ? &module->bias : nullptr);
+  };
+  const auto norm = [](auto& variant) { return &std::get<RMSNorm<T>>(variant).weight; };
+  add("model.embed_tokens.weight", {v, d}, gpt ? &gpt->wte.weight : nullptr);
   for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     TransformerBlock<T>* block = gpt ? &gpt->h[l] : nullptr;
     CausalSelfAttention<T>* attn = block ? &block->attn : nullptr;
-    GatedFFN<T>* mlp = block ? &std::get<GatedFFN<T>>(block->mlp) : nullptr;
-    const auto norm = [&](auto& variant) { return &std::get<RMSNorm<T>>(variant).weight; };
-    const auto linear = [&](const std::string& name,
-                            std::optional<Linear<T>> CausalSelfAttention<T>::*member,
-                            std::size_t out, std::size_t in, bool bias) {
-      Linear<T>* lin = attn ? &*(attn->*member) : nullptr;
-      slots.push_back(
-          {p + "self_attn." + name + ".weight", {out, in}, lin ? &lin->weight : nullptr});
-      if (bias)
-        slots.push_back({p + "self_attn." + name + ".bias", {out}, lin ? &lin->bias : nullptr});
-    };
-    slots.push_back({p + "input_layernorm.weight", {d}, block ? norm(block->ln_1) : nullptr});
-    linear("q_proj", &CausalSelfAttention<T>::q_proj, q, d, c.qkv_bias);
-    linear("k_proj", &CausalSelfAttention<T>::k_proj, kv, d, c.qkv_bias);
-    linear("v_proj", &CausalSelfAttention<T>::v_proj, kv, d, c.qkv_bias);
-    linear("o_proj", &CausalSelfAttention<T>::o_proj, d, q, c.o_bias);
-    slots.push_back(
-        {p + "post_attention_layernorm.weight", {d}, block ? norm(block->ln_2) : nullptr});
-    slots.push_back({p + "mlp.gate_proj.weight", {f, d}, mlp ? &mlp->w_gate : nullptr, true});
-    slots.push_back({p + "mlp.up_proj.weight", {f, d}, mlp ? &mlp->w_up : nullptr, true});
-    slots.push_back({p + "mlp.down_proj.weight", {d, f}, mlp ? &mlp->w_down : nullptr, true});
+    GatedExpert<T>* mlp = block ? &std::get<GatedExpert<T>>(block->mlp) : nullptr;
+    linear(p + "self_attn.q_proj", attn ? &*attn->q_proj : nullptr, q, d, c.qkv_bias);
+    linear(p + "self_attn.k_proj", attn ? &*attn->k_proj : nullptr, kv, d, c.qkv_bias);
+    linear(p + "self_attn.v_proj", attn ? &*attn->v_proj : nullptr, kv, d, c.qkv_bias);
+    linear(p + "self_attn.o_proj", attn ? &*attn->o_proj : nullptr, d, q, c.o_bias);
+    linear(p + "mlp.gate_proj", mlp ? &mlp->gate : nullptr, f, d, false);
+    linear(p + "mlp.up_proj", mlp ? &mlp->up : nullptr, f, d, false);
+    linear(p + "mlp.down_proj", mlp ? &mlp->down : nullptr, d, f, false);
+    add(p + "input_layernorm.weight", {d}, block ? norm(block->ln_1) : nullptr);
+    add(p + "post_attention_layernorm.weight", {d}, block ? norm(block->ln_2) : nullptr);
   }
-  slots.push_back(
-      {"model.norm.weight", {d}, gpt ? &std::get<RMSNorm<T>>(gpt->ln_f).weight : nullptr});
-  if (!c.tie_word_embeddings)
-    slots.push_back({"lm_head.weight", {v, d}, gpt ? &gpt->lm_head->weight : nullptr});
+  add("model.norm.weight", {d}, gpt ? norm(gpt->ln_f) : nullptr);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {v, d}, gpt ? &gpt->lm_head->weight : nullptr);
   return slots;
 }
 
@@ -257,32 +250,39 @@ void write_config(const fs::path& dir, const LlamaConfig& config) {
   detail::fsync_directory(dir);
 }
 
+GPTConfig gpt_config(const LlamaConfig& config, std::optional<std::size_t> block_size) {
+  GPTConfig c = llama_gpt_config(config, block_size.value_or(config.max_position_embeddings));
+  c.hf_mlp = true;
+  return c;
+}
+
 }  // namespace
 
 template <class T>
 LlamaForCausalLM<T>::LlamaForCausalLM(const LlamaConfig& config,
                                       std::optional<std::size_t> block_size)
-    : config_(config),
-      gpt(llama_gpt_config(config, block_size.value_or(config.max_position_embeddings))) {}
+    : config_(config), gpt(gpt_config(config, block_size)) {}
 
 template <class T>
 void LlamaForCausalLM<T>::collect_parameters(const std::string& prefix,
                                              typename Module<T>::NamedParameters& out) {
-  const auto visit = [&](const std::string& name, auto& variant) {
+  // Hugging Face's order: embed_tokens; per layer self_attn, mlp, input_layernorm,
+  // post_attention_layernorm; norm; lm_head.
+  const auto child = [&](const std::string& name, auto& variant) {
     std::visit([&](auto& m) { this->add_child(prefix, name, m, out); }, variant);
   };
   this->add_child(prefix, "model.embed_tokens", gpt.wte, out);
-  this->add_child(prefix, "model.drop", gpt.drop, out);
+  this->add_child(prefix, "model.dropout", gpt.drop, out);
   for (std::size_t l = 0; l < gpt.h.size(); ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     TransformerBlock<T>& block = gpt.h[l];
-    visit(p + "input_layernorm", block.ln_1);
     this->add_child(prefix, p + "self_attn", block.attn, out);
-    visit(p + "post_attention_layernorm", block.ln_2);
-    visit(p + "mlp", block.mlp);
+    child(p + "mlp", block.mlp);
     this->add_child(prefix, p + "dropout", block.dropout, out);
+    child(p + "input_layernorm", block.ln_1);
+    child(p + "post_attention_layernorm", block.ln_2);
   }
-  visit("model.norm", gpt.ln_f);
+  child("model.norm", gpt.ln_f);
   if (gpt.lm_head) this->add_child(prefix, "lm_head", *gpt.lm_head, out);
 }
 
@@ -340,9 +340,7 @@ LlamaForCausalLM<T> load_llama(const fs::path& dir, const LlamaLoadOptions& opti
         tied_head.emplace(path, std::vector<std::size_t>{config.vocab_size, config.hidden_size});
         continue;
       }
-      const Slot<T>& s = slot->second;
-      xt::xarray<T> value = read_one<T>(path, name, s.shape);
-      s.target->value = s.transposed ? xt::xarray<T>(xt::transpose(value)) : std::move(value);
+      slot->second.target->value = read_one<T>(path, name, slot->second.shape);
     }
   }
   if (tied_head) {
@@ -362,8 +360,7 @@ TensorDict<T> llama_state_dict(const LlamaForCausalLM<T>& model) {
   LlamaForCausalLM<T>& m = const_cast<LlamaForCausalLM<T>&>(model);  // only read
   TensorDict<T> out;
   for (const Slot<T>& s : llama_slots<T>(model.llama_config(), &m))
-    out.insert(s.name,
-               s.transposed ? xt::xarray<T>(xt::transpose(s.target->value)) : s.target->value);
+    out.insert(s.name, s.target->value);
   return out;
 }
 

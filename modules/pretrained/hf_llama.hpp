@@ -4,22 +4,21 @@
 // and its copies) into and out of GPT's llama style.
 //
 // LlamaForCausalLM<T>(LlamaConfig, [block_size]) is a thin module around a
-// GPT<T> (member `gpt`, llama style, built by llama_gpt_config): forward,
-// infer, make_cache and generate are GPT's. Its parameters carry Hugging
-// Face's names, those of the same GPT parameters listed under another name:
-//   model.embed_tokens.weight                       gpt.wte.weight           [V, C]
-//   model.layers.<l>.input_layernorm.weight         gpt.h[l].ln_1            [C]
-//   model.layers.<l>.self_attn.{q,k,v,o}_proj.weight (and .bias)
-//                                                   gpt.h[l].attn            [out, in]
-//   model.layers.<l>.post_attention_layernorm.weight gpt.h[l].ln_2           [C]
-//   model.layers.<l>.mlp.w_gate, .w_up, .w_down     gpt.h[l].mlp (GatedFFN)
-//   model.norm.weight                               gpt.ln_f                 [C]
-//   lm_head.weight                                  gpt.lm_head (untied)     [V, C]
-// The MLP keeps GatedFFN's names because it keeps GatedFFN's [in, out]
-// layout, the transpose of HF's gate_proj / up_proj / down_proj.weight
-// [out, in]: a Hugging Face state dict given to load_state_dict is refused
-// for those names (missing and unexpected keys), never read transposed.
-// llama_state_dict gives the Hugging Face names and layouts of every tensor.
+// GPT<T> (member `gpt`, llama style, built by llama_gpt_config with hf_mlp):
+// forward, infer, make_cache and generate are GPT's. It lists GPT's
+// parameters under Hugging Face's names, in its order, with its layouts, so
+// that its state_dict() is LlamaForCausalLM.state_dict() and loads one:
+//   model.embed_tokens.weight                      gpt.wte              [V, C]
+//   model.layers.<l>.self_attn.{q,k,v,o}_proj.weight (.bias with the biases)
+//                                                  gpt.h[l].attn        [out, in]
+//   model.layers.<l>.mlp.{gate,up,down}_proj.weight gpt.h[l].mlp (GatedExpert) [out, in]
+//   model.layers.<l>.input_layernorm.weight        gpt.h[l].ln_1        [C]
+//   model.layers.<l>.post_attention_layernorm.weight gpt.h[l].ln_2      [C]
+//   model.norm.weight                              gpt.ln_f             [C]
+//   lm_head.weight                                 gpt.lm_head (untied) [V, C]
+// (and the dropouts, p = 0, as children, so that train() / eval() reach them).
+// llama_state_dict(model) is that dict, built from load_llama's own list of
+// the checkpoint's tensors (export_llama writes it).
 //
 // load_llama<T>(dir, options) reads dir/config.json (llama_config_from_json,
 // hf_llama_config.hpp) and the weights from dir/model.safetensors, or from the

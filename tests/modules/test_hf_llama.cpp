@@ -88,24 +88,30 @@ TEST_CASE("load_llama: the config, Hugging Face's names, tied and untied heads")
   for (const auto& [name, p] : const_cast<LlamaForCausalLM<float>&>(tied).named_parameters())
     names.push_back(name);
   const std::vector<std::string> layer0 = {"model.embed_tokens.weight",
-                                           "model.layers.0.input_layernorm.weight",
                                            "model.layers.0.self_attn.q_proj.weight",
                                            "model.layers.0.self_attn.k_proj.weight",
                                            "model.layers.0.self_attn.v_proj.weight",
                                            "model.layers.0.self_attn.o_proj.weight",
-                                           "model.layers.0.post_attention_layernorm.weight",
-                                           "model.layers.0.mlp.w_up",
-                                           "model.layers.0.mlp.w_gate",
-                                           "model.layers.0.mlp.w_down"};
+                                           "model.layers.0.mlp.gate_proj.weight",
+                                           "model.layers.0.mlp.up_proj.weight",
+                                           "model.layers.0.mlp.down_proj.weight",
+                                           "model.layers.0.input_layernorm.weight",
+                                           "model.layers.0.post_attention_layernorm.weight"};
   CHECK(std::vector<std::string>(names.begin(), names.begin() + 10) == layer0);
   CHECK(names.back() == "model.norm.weight");
   CHECK(names.size() == 1 + 2 * 9 + 1);
 
-  // llama_state_dict is the file: same names, layouts and (float32) values.
+  // The state dict is the file: same names, layouts and (float32) values, and
+  // the file loads into a model of the config by load_state_dict alone.
   for (const char* name : {"tied_llama3", "qwen2_bias"}) {
     INFO("checkpoint " << name);
     const TensorMap file = read_safetensors(fixture(name) / "model.safetensors").tensors;
-    const TensorDict<float> dict = llama_state_dict(load_llama<float>(fixture(name)));
+    const LlamaForCausalLM<float> model = load_llama<float>(fixture(name));
+    const TensorDict<float> dict = llama_state_dict(model);
+    CHECK(dict.keys() == model.state_dict().keys());
+    LlamaForCausalLM<float> fresh(model.llama_config());
+    fresh.load_state_dict(file);
+    CHECK(bit_equal(fresh.infer(ids()), model.infer(ids())));
     CHECK(dict.size() == file.size());
     for (const auto& entry : dict) {
       const std::string key = entry.first;
