@@ -189,6 +189,26 @@ TEST_CASE_TEMPLATE("export_llama: load_llama reads the export back bit for bit",
                           {"export_llama", "'dir'", "model.safetensors.index.json"});
 }
 
+TEST_CASE("LlamaForCausalLM: save and load as any module; GPT's options it uses") {
+  const TempDir dir("hf_llama_module");
+  const LlamaForCausalLM<float> model = load_llama<float>(fixture("qwen2_bias"));
+  model.save(dir / "qwen.safetensors");
+  LlamaForCausalLM<float> copy(model.llama_config());
+  copy.load(dir / "qwen.safetensors");
+  CHECK(bit_equal(copy.infer(ids()), model.infer(ids())));
+  // The GPT options are the llama style's alone.
+  GPTConfig gpt2;
+  gpt2.vocab_size = gpt2.block_size = gpt2.n_embd = 8;
+  gpt2.n_layer = gpt2.n_head = 1;
+  gpt2.hf_mlp = true;
+  CHECK_THROWS_WITH_PARTS(GPT<float>{gpt2}, std::invalid_argument,
+                          {"TransformerBlock", "'hf_mlp'", "gpt2 style"});
+  gpt2.hf_mlp = false;
+  gpt2.qkv_bias = true;
+  CHECK_THROWS_WITH_PARTS(GPT<float>{gpt2}, std::invalid_argument,
+                          {"CausalSelfAttention", "'qkv_bias'", "gpt2 layout"});
+}
+
 TEST_CASE("load_llama: block_size, and a sliding window narrower than it") {
   const LlamaForCausalLM<float> small = load_llama<float>(fixture("bf16"), {8});
   CHECK(small.gpt.gpt_config().block_size == 8);
