@@ -94,11 +94,14 @@ RopeScaling rope_scaling(const Reader& r) {
   if (type == "llama3") {
     s.type = RopeScaling::Type::llama3;
     s.factor = r.positive(*v, "factor", "rope_scaling.factor", std::nullopt);
-    s.low_freq_factor = r.positive(*v, "low_freq_factor", "rope_scaling.low_freq_factor", 1.0);
-    s.high_freq_factor = r.positive(*v, "high_freq_factor", "rope_scaling.high_freq_factor", 4.0);
+    // All required, as _compute_llama3_parameters reads them.
+    s.low_freq_factor =
+        r.positive(*v, "low_freq_factor", "rope_scaling.low_freq_factor", std::nullopt);
+    s.high_freq_factor =
+        r.positive(*v, "high_freq_factor", "rope_scaling.high_freq_factor", std::nullopt);
     s.original_max_position_embeddings =
         r.positive(*v, "original_max_position_embeddings",
-                   "rope_scaling.original_max_position_embeddings", 8192.0);
+                   "rope_scaling.original_max_position_embeddings", std::nullopt);
     if (!(s.low_freq_factor < s.high_freq_factor))
       r.fail("\"rope_scaling\" has low_freq_factor " + detail::number_str(s.low_freq_factor) +
              " >= high_freq_factor " + detail::number_str(s.high_freq_factor));

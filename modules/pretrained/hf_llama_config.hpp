@@ -15,7 +15,7 @@
 //   rope_scaling             null, or an object whose "rope_type" (or older "type") is
 //                            "default" (no scaling), "linear" (factor) or "llama3"
 //                            (factor, low_freq_factor, high_freq_factor,
-//                            original_max_position_embeddings); any other type
+//                            original_max_position_embeddings, all required); any other type
 //                            ("dynamic", "yarn", "longrope", ...) is refused naming it
 //   tie_word_embeddings      default false
 //   attention_bias           default false: biases on q/k/v_proj and o_proj (llama,

@@ -329,6 +329,8 @@ TEST_CASE("load_llama: refusals name the file and the tensor") {
     refused("rope_scaling", {{"type", "yarn"}, {"factor", 2.0}}, {"\"yarn\""});
     refused("rope_scaling", {{"rope_type", "llama3"}, {"factor", -1.0}},
             {"\"rope_scaling.factor\" is -1"});
+    refused("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}},
+            {"\"rope_scaling.low_freq_factor\" is missing"});
     refused("head_dim", 16, {"\"head_dim\" is 16", "8"});
     refused("hidden_act", "gelu", {"\"hidden_act\"", "\"gelu\""});
     refused("model_type", "gemma", {"\"model_type\"", "\"gemma\""});
