@@ -129,6 +129,10 @@ TransformerBlockOptions block_options(const GPTConfig& c, bool sparse) {
   o.dropout = c.dropout;
   o.eps = c.eps;
   o.rope_theta = c.rope_theta;
+  o.qkv_bias = c.qkv_bias;
+  o.o_bias = c.o_bias;
+  o.rope_scaling = c.rope_scaling;
+  o.hf_mlp = c.hf_mlp;
   if (sparse) {
     if (c.moe_intermediate_size) o.ffn_hidden = c.moe_intermediate_size;
     SparseMoeOptions moe;
@@ -186,6 +190,7 @@ void GPT<T>::initialize(Generator& generator) {
     const bool residual =
         ends_with(name, "attn.c_proj.weight") || ends_with(name, "attn.o_proj.weight") ||
         ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down") ||
+        ends_with(name, "mlp.down_proj.weight") ||
         (name.find(".experts.") != std::string::npos && ends_with(name, ".w2.weight"));
     const std::vector<std::size_t> shape(p->value.shape().begin(), p->value.shape().end());
     p->value = detail::normal<T>(shape, residual ? residual_std : k_init_std, generator);
@@ -408,21 +413,25 @@ void GPT<T>::collect_parameters(const std::string& prefix,
 
 template <class T>
 ModuleConfig GPT<T>::config() const {
-  ModuleConfig config = ModuleConfig("GPT")
-                            .add("vocab_size", config_.vocab_size)
-                            .add("block_size", config_.block_size)
-                            .add("n_layer", config_.n_layer)
-                            .add("n_head", config_.n_head)
-                            .add("n_embd", config_.n_embd)
-                            .add("n_kv_head", *config_.n_kv_head)
-                            .add("ffn_hidden", *config_.ffn_hidden)
-                            .add("style", style_name(config_.style))
-                            .add("dropout", config_.dropout)
-                            .add("tie_embeddings", config_.tie_embeddings)
-                            .add("eps", config_.eps)
-                            .add("rope_theta", config_.rope_theta);
+  ModuleConfig out = ModuleConfig("GPT")
+                         .add("vocab_size", config_.vocab_size)
+                         .add("block_size", config_.block_size)
+                         .add("n_layer", config_.n_layer)
+                         .add("n_head", config_.n_head)
+                         .add("n_embd", config_.n_embd)
+                         .add("n_kv_head", *config_.n_kv_head)
+                         .add("ffn_hidden", *config_.ffn_hidden)
+                         .add("style", style_name(config_.style))
+                         .add("dropout", config_.dropout)
+                         .add("tie_embeddings", config_.tie_embeddings)
+                         .add("eps", config_.eps)
+                         .add("rope_theta", config_.rope_theta);
+  if (config_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
+  if (config_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, config_.rope_scaling);
+  if (config_.hf_mlp) out.add("hf_mlp", true);
   if (config_.num_experts > 0)  // a dense GPT's config stays that of a GPT without MoE
-    config.add("num_experts", config_.num_experts)
+    out.add("num_experts", config_.num_experts)
         .add("num_experts_per_tok", config_.num_experts_per_tok)
         .add("decoder_sparse_step", config_.decoder_sparse_step)
         .add("moe_intermediate_size", *config_.moe_intermediate_size)
@@ -430,7 +439,7 @@ ModuleConfig GPT<T>::config() const {
         .add("capacity_factor", config_.capacity_factor.value_or(0.0))
         .add("router_aux_loss_coef", config_.router_aux_loss_coef)
         .add("router_z_loss_coef", config_.router_z_loss_coef);
-  return config;
+  return out;
 }
 
 template class GPT<float>;

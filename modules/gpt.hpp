@@ -5,17 +5,19 @@
 //     x = drop(wte[tokens] + wpe[0 .. T-1]);  x = h_l(x) for l < n_layer;
 //     logits = ln_f(x) W^T,  W = wte.weight (tie_embeddings) or lm_head.weight
 //   llama style (Touvron et al. 2023, HF LlamaForCausalLM): no wpe (rotary
-//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention.
+//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention;
+//     optionally attention biases and rope scaling (causal_self_attention.hpp).
 // Blocks are TransformerBlock (transformer_block.hpp). Parameter names, as
 // HF GPT2Model's where it has them: "wte.weight" [vocab, C], "wpe.weight"
 // [block_size, C] (gpt2), "h.<l>.<block names>", "ln_f.weight" (+ "ln_f.bias"
 // for gpt2), "lm_head.weight" [vocab, C] when not tied (nn.Linear, no bias).
-// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
+// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints,
+// pretrained/hf_llama.hpp whole LLaMA-family ones.
 //
 // Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
 // _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,
 // norms weight 1 (bias 0); the projections that write into the residual
-// stream (attn.c_proj / attn.o_proj, mlp.w2 / mlp.w_down) normal(0, 0.02 /
+// stream (attn.c_proj / attn.o_proj, mlp.w2 / mlp.w_down / mlp.down_proj) normal(0, 0.02 /
 // sqrt(2 n_layer)), GPT-2's scaling of residual layers (nanoGPT applies it to
 // the attention and MLP c_proj alike; HF only when loading no checkpoint).
 // Drawn in the order of named_parameters() after the blocks are built.
@@ -121,6 +123,9 @@ struct GPTConfig {
   bool tie_embeddings = true;             // lm_head shares wte
   double eps = 1e-5;
   double rope_theta = 10000.0;
+  bool qkv_bias = false, o_bias = false;  // llama style: attention biases (Qwen2: qkv_bias)
+  RopeScaling rope_scaling;               // llama style: rotary frequency scaling
+  bool hf_mlp = false;  // llama style: MLPs named and laid out as HF's (transformer_block.hpp)
   // Sparse mixture of experts (see above; Hugging Face's config names).
   std::size_t num_experts = 0;                       // E; 0: every FFN dense
   std::size_t num_experts_per_tok = 2;               // k

@@ -27,6 +27,8 @@
 #include "pre_norm_residual.hpp"
 #include "pretrained/hf_config.hpp"
 #include "pretrained/hf_gpt2.hpp"
+#include "pretrained/hf_llama.hpp"
+#include "pretrained/hf_llama_config.hpp"
 #include "pretrained/hf_mlp.hpp"
 #include "recompute_modules.hpp"
 #include "safetensors_checkpoint.hpp"

@@ -28,6 +28,9 @@ TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions opti
                      *options.n_kv_heads == options.n_heads,
                  "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
                  ", but the gpt2 style has n_kv_heads = n_heads (", options.n_heads, ")");
+  check.argument(options.style == GPTStyle::llama || !options.hf_mlp, "hf_mlp",
+                 "is set, but the gpt2 style's MLP is FeedForward; expected it in the llama "
+                 "style only");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   if (options.n_heads != 0 && n_embd % options.n_heads == 0)  // else the attention refuses them
     detail::check_bytes(k_owner, k_size_names, "parameters",
@@ -48,18 +51,22 @@ CausalSelfAttentionOptions attention_options(const TransformerBlockOptions& o) {
   a.layout = o.style == GPTStyle::gpt2 ? AttentionLayout::gpt2 : AttentionLayout::llama;
   a.rotary = o.style == GPTStyle::llama;
   a.rope_theta = o.rope_theta;
+  a.qkv_bias = o.qkv_bias;
+  a.o_bias = o.o_bias;
+  a.rope_scaling = o.rope_scaling;
   a.attn_dropout = o.dropout;
   a.resid_dropout = o.dropout;
   return a;
 }
 
 template <class T>
-std::variant<FeedForward<T>, GatedFFN<T>, SparseMoe<T>> make_mlp(const TransformerBlockOptions& o,
-                                                                 std::size_t n,
-                                                                 Generator& generator) {
+std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> make_mlp(
+    const TransformerBlockOptions& o, std::size_t n, Generator& generator) {
   if (o.moe) return SparseMoe<T>(n, *o.ffn_hidden, *o.moe, generator);
   if (o.style == GPTStyle::gpt2)
     return FeedForward<T>(n, *o.ffn_hidden, Activation::gelu_tanh, 0.0, generator);
+  if (o.hf_mlp)
+    return GatedExpert<T>(n, *o.ffn_hidden, Activation::silu, ExpertNames::llama, generator);
   return GatedFFN<T>(n, *o.ffn_hidden, n, Activation::silu, GatedBias::none(), 0.0, generator);
 }
 
@@ -184,18 +191,21 @@ void TransformerBlock<T>::collect_parameters(const std::string& prefix,
 
 template <class T>
 ModuleConfig TransformerBlock<T>::config() const {
-  ModuleConfig config = ModuleConfig("TransformerBlock")
-                            .add("n_embd", n_embd_)
-                            .add("style", style_name(options_.style))
-                            .add("n_heads", options_.n_heads)
-                            .add("n_kv_heads", *options_.n_kv_heads)
-                            .add("ffn_hidden", *options_.ffn_hidden)
-                            .add("dropout", options_.dropout)
-                            .add("eps", options_.eps)
-                            .add("rope_theta", options_.rope_theta);
-  if (const SparseMoe<T>* moe = sparse_moe())
-    config.children.emplace_back(mlp_name(), moe->config());
-  return config;
+  ModuleConfig out = ModuleConfig("TransformerBlock")
+                         .add("n_embd", n_embd_)
+                         .add("style", style_name(options_.style))
+                         .add("n_heads", options_.n_heads)
+                         .add("n_kv_heads", *options_.n_kv_heads)
+                         .add("ffn_hidden", *options_.ffn_hidden)
+                         .add("dropout", options_.dropout)
+                         .add("eps", options_.eps)
+                         .add("rope_theta", options_.rope_theta);
+  if (options_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
+  if (options_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, options_.rope_scaling);
+  if (options_.hf_mlp) out.add("hf_mlp", true);
+  if (const SparseMoe<T>* moe = sparse_moe()) out.children.emplace_back(mlp_name(), moe->config());
+  return out;
 }
 
 template class TransformerBlock<float>;

@@ -10,9 +10,13 @@
 //         "gelu_new"), ffn_hidden default 4 C.
 //   llama (Touvron et al. 2023; HF modeling_llama.py LlamaDecoderLayer):
 //         RMSNorm(C, eps), CausalSelfAttention in the llama layout (q/k/v/o_proj,
-//         no biases) with rotary embeddings (rope_theta) and n_kv_heads
+//         no biases unless qkv_bias / o_bias) with rotary embeddings (rope_theta,
+//         rope_scaling) and n_kv_heads
 //         (grouped-query attention), mlp = GatedFFN(C, ffn_hidden, C, silu)
-//         (SwiGLU, no biases); ffn_hidden default LLaMA's rule:
+//         (SwiGLU, no biases), or with hf_mlp the same function as Hugging
+//         Face's LlamaMLP, GatedExpert(C, ffn_hidden, silu, ExpertNames::llama)
+//         (moe.hpp: gate_proj / up_proj / down_proj, nn.Linear [out, in]);
+//         ffn_hidden default LLaMA's rule:
 //         256 * ceil(floor(2 * 4C / 3) / 256) (Meta's llama model.py, multiple_of 256).
 // Children: "ln_1", "attn", "ln_2", "mlp", "dropout" (p = dropout, on the mlp
 // output as HF GPT2MLP's dropout); the attention's attn_dropout and
@@ -63,6 +67,9 @@ struct TransformerBlockOptions {
   double dropout = 0.0;
   double eps = 1e-5;
   double rope_theta = 10000.0;
+  bool qkv_bias = false, o_bias = false;  // llama: CausalSelfAttentionOptions'
+  RopeScaling rope_scaling;               // llama
+  bool hf_mlp = false;                    // llama: GatedExpert instead of GatedFFN
   std::optional<SparseMoeOptions> moe;  // a sparse FFN of experts of width ffn_hidden; none: dense
 };
 
@@ -116,7 +123,7 @@ class TransformerBlock : public Module<T> {
   std::variant<LayerNorm<T>, RMSNorm<T>> ln_1;
   CausalSelfAttention<T> attn;
   std::variant<LayerNorm<T>, RMSNorm<T>> ln_2;
-  std::variant<FeedForward<T>, GatedFFN<T>, SparseMoe<T>> mlp;
+  std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> mlp;
   Dropout<T> dropout;
 
  protected:
