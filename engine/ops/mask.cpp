@@ -272,6 +272,7 @@ Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) 
   const Shape mask_shape = mask.shape();
   if (tape.requires_grad(yi))
     std::copy(md, md + mask.size(), tape.template save<bool>(yi, mask.size()));
+  if (std::isinf(fill)) tape.allow_infinity(yi);  // the -inf of attention scores is no anomaly
   tape.set_backward(yi, [xi, yi, mask_shape](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     const GradPointer<T> dx = t.grad_pointer(xi);
