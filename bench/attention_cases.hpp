@@ -65,6 +65,9 @@ Runner xtgrad_attention(const AttentionShape& shape);
 // checkpoint_every: GPT::set_recompute_every (0: off).
 Runner xtgrad_gpt_step(const GptShape& shape);
 GptStepParts xtgrad_gpt_step_parts(const GptShape& shape, std::size_t checkpoint_every);
+// The per-op profile (engine/profiler.hpp) of `steps` training steps after
+// `warmup` untimed ones, as Profiler::table() prints it.
+std::string xtgrad_gpt_profile(const GptShape& shape, int warmup, int steps);
 
 // ---- the floor (attention_floor.cpp) ----
 

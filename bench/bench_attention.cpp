@@ -46,6 +46,7 @@ constexpr std::size_t k_head_dim = 64;
 constexpr std::size_t k_memory_batch_heads = 8;
 constexpr std::size_t k_vocab = 96;  // a character vocabulary
 constexpr double k_kib_per_mib = 1024.0;
+constexpr int k_profile_warmup = 3;
 
 const std::vector<std::string> k_sections{"attention", "gpt", "memory"};
 
@@ -55,6 +56,8 @@ struct Options : RunOptions {
   std::vector<std::size_t> tokens{256, 1024, 4096};
   std::vector<std::size_t> memory_tokens{1024, 4096};
   std::string memory_child, memory_impl;  // internal: a memory case's name, xtgrad | libtorch
+  std::string profile_gpt;                // a gpt row's model: print its step's profile
+  int profile_steps = 20;
 };
 
 AttentionShape attention_shape(std::size_t batch_heads, std::size_t tokens, bool causal) {
@@ -209,6 +212,17 @@ int run(const Options& o) {
   const Backends backends = init_backends(o);
   if (!o.memory_child.empty()) return memory_child(o);
 
+  if (!o.profile_gpt.empty()) {
+    for (const GptShape& shape : gpt_shapes(o.quick)) {
+      if (shape.name != o.profile_gpt) continue;
+      const int steps = o.quick ? 1 : o.profile_steps;
+      std::cout << "xtgrad " << gpt_name(shape) << " training step, " << o.threads << " threads, "
+                << steps << " steps after " << k_profile_warmup << " untimed:\n"
+                << xtgrad_gpt_profile(shape, k_profile_warmup, steps);
+    }
+    return 0;
+  }
+
   const Meta meta = describe_run("bench_attention", o, backends);
 
   std::vector<Row> rows;
@@ -249,6 +263,13 @@ int main(int argc, char** argv) {
   app.add_option("--min-rounds", o.timing.min_rounds, "at least this many rounds a row")
       ->capture_default_str()
       ->check(CLI::Range(1, 51));
+  app.add_option("--profile-gpt", o.profile_gpt,
+                 "print the profile (engine/profiler.hpp) of xtgrad's training step of this gpt "
+                 "row's model at --threads and exit")
+      ->check(CLI::IsMember({"char", "block"}));
+  app.add_option("--profile-steps", o.profile_steps, "steps timed by --profile-gpt")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
   app.add_option("--memory-child", o.memory_child)->group("");  // internal
   app.add_option("--memory-impl", o.memory_impl)->group("");    // internal
   CLI11_PARSE(app, argc, argv);

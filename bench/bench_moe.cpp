@@ -11,6 +11,17 @@
 // through the GEMM entry point (engine/kernels/gemm.hpp) on buffers
 // allocated once, and nothing else. Times are medians over interleaved
 // rounds (bench/harness.hpp); xt/floor is the median of the per-round ratios.
+//
+// Expert parallelism (built with distributed/), under mpirun:
+//
+//   OPENBLAS_NUM_THREADS=1 mpirun -np 2 build/release/bench/bench_moe --expert-parallel
+//
+// at a fixed global batch of --tokens, each round times in turn (medians
+// over --rounds): 1 rank, rank 0 alone with every expert on all tokens (the
+// others wait), and P ranks, each on tokens / P with its E / P experts
+// (distributed::shard_experts: the router's softmax and top-k on its own
+// tokens, the all-to-alls, the router's gradient averaged); prints tokens/s
+// of both and their ratio.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -22,6 +33,15 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/engine/kernels/gemm.hpp>
 #include <xtgrad/modules/moe.hpp>
+
+#if XTGRAD_HAVE_MPI
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <xtensor/xview.hpp>
+#include <xtgrad/distributed/distributed.hpp>
+#endif
 
 #include "cases.hpp"
 #include "harness.hpp"
@@ -36,6 +56,8 @@ struct Config {
   std::size_t tokens = 4096, c = 512, experts = 8, k = 2, hidden = 1024;
   int threads = 1;
   bool quick = false;
+  bool expert_parallel = false;
+  int rounds = 5;
 };
 
 xt::xarray<float> uniform(const Shape& shape, std::mt19937& generator, float scale) {
@@ -166,6 +188,74 @@ int run(const Config& c) {
   return 0;
 }
 
+#if XTGRAD_HAVE_MPI
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run_expert_parallel(const Config& c) {
+  distributed::Communicator comm;
+  const auto p = static_cast<std::size_t>(comm.size());
+  if (c.tokens % p != 0 || c.experts % p != 0) {
+    if (comm.rank() == 0)
+      std::cerr << "bench_moe: --tokens and --experts must be multiples of the " << p
+                << " processes\n";
+    return 2;
+  }
+  init_openblas(c.threads);
+  set_num_threads(c.threads);
+  std::mt19937 generator(20261205), same(20261205);
+  XtgradMoe one(c, generator), sharded(c, same);
+  const std::size_t rows = c.tokens / p, first = rows * static_cast<std::size_t>(comm.rank());
+  sharded.x = xt::view(xt::xarray<float>(sharded.x), xt::range(first, first + rows));
+  sharded.dy = xt::view(xt::xarray<float>(sharded.dy), xt::range(first, first + rows));
+  distributed::shard_experts(comm, sharded.layer);
+  distributed::GradientSynchronizer<float> sync(comm, sharded.layer);  // the router
+  sync.attach(sharded.tape);
+  const auto step = [&] {
+    sharded.run();
+    sync.finish();
+  };
+  const auto timed = [&](const auto& f) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    comm.barrier();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (comm.rank() == 0) one.run();
+  step();  // warm
+  std::vector<double> t1, tp, ratio;
+  for (int r = 0; r < c.rounds; ++r) {
+    t1.push_back(timed([&] {
+      if (comm.rank() == 0) one.run();
+    }));
+    tp.push_back(timed(step));
+    ratio.push_back(t1.back() / tp.back());
+  }
+  sync.detach();
+  if (comm.rank() == 0) {
+    std::cout << "bench_moe --expert-parallel: one mixture-of-experts layer (SwiGLU experts), "
+                 "float32, forward + backward, "
+              << c.threads << " thread(s) per rank\n  CPU: " << cpu_model() << ", "
+              << std::thread::hardware_concurrency() << " hardware threads, load average "
+              << load_average() << "\n  layer: global batch " << c.tokens << " tokens, C " << c.c
+              << ", experts " << c.experts << ", k " << c.k << ", expert hidden " << c.hidden
+              << ", dropless; medians of " << c.rounds << " interleaved rounds\n";
+    const double m1 = median(t1), mp = median(tp);
+    std::printf("  1 rank            %10.3f ms  %10.0f tokens/s\n", m1 * 1e3,
+                double(c.tokens) / m1);
+    std::printf(
+        "  %zu ranks (EP %zu)   %10.3f ms  %10.0f tokens/s  (%zu experts, %zu tokens each)\n", p, p,
+        mp * 1e3, double(c.tokens) / mp, c.experts / p, rows);
+    std::printf("  speed-up          %10.2f   (median of per-round ratios; %zu is ideal)\n",
+                median(ratio), p);
+  }
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,10 +278,23 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_flag("--quick", c.quick, "smoke run for CI: two rounds, no minimum time");
+  app.add_flag("--expert-parallel", c.expert_parallel,
+               "under mpirun: 1 rank against all ranks with the experts sharded");
+  app.add_option("--rounds", c.rounds, "rounds of --expert-parallel")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   if (c.k > c.experts) {
     std::cerr << "bench_moe: --k " << c.k << " exceeds --experts " << c.experts << "\n";
     return 2;
+  }
+  if (c.expert_parallel) {
+#if XTGRAD_HAVE_MPI
+    return run_expert_parallel(c);
+#else
+    std::cerr << "bench_moe: --expert-parallel needs the build with distributed/ (MPI)\n";
+    return 2;
+#endif
   }
   return run(c);
 }

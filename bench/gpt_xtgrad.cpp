@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/gpt.hpp>
@@ -43,6 +44,7 @@ struct GptState {
   std::int64_t vocab = 0;
   Tape<float> tape;
   double kept_bytes = 0;
+  Profiler* profiler = nullptr;  // set: the optimizer's calls are timed regions too
 
   void forward_backward() {
     tape.clear();
@@ -52,7 +54,13 @@ struct GptState {
     tape.backward(loss);
   }
   void optimizer_step() {
-    optimizer->step();
+    {
+      std::optional<ProfileRegion> region;
+      if (profiler) region.emplace(*profiler, "optimizer.step");
+      optimizer->step();
+    }
+    std::optional<ProfileRegion> region;
+    if (profiler) region.emplace(*profiler, "optimizer.zero_grad");
     optimizer->zero_grad();
   }
 };
@@ -85,6 +93,23 @@ Runner xtgrad_gpt_step(const GptShape& shape) {
     state->forward_backward();
     state->optimizer_step();
   };
+}
+
+std::string xtgrad_gpt_profile(const GptShape& shape, int warmup, int steps) {
+  const std::shared_ptr<GptState> state = make_state(shape, 0);
+  for (int s = 0; s < warmup; ++s) state->forward_backward(), state->optimizer_step();
+  Profiler profiler;
+  state->profiler = &profiler;
+  {
+    ProfilerGuard<float> guard(state->tape, profiler);
+    for (int s = 0; s < steps; ++s) {
+      ProfileStep step(profiler);
+      state->forward_backward();
+      state->optimizer_step();
+    }
+  }
+  state->profiler = nullptr;
+  return profiler.table();
 }
 
 GptStepParts xtgrad_gpt_step_parts(const GptShape& shape, std::size_t checkpoint_every) {

@@ -1,5 +1,6 @@
 #include "broadcast.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -84,11 +85,14 @@ void broadcast_parameters(const Communicator& comm, const NamedParameterList<T>&
   detail::check_same_parameters(comm, parameters, root, "distributed::broadcast_parameters");
   for (const auto& [name, p] : parameters) {
     (void)name;
-    // Parameter values are contiguous xarrays; sizes below 2^31 elements.
-    ::xtgrad::distributed::detail::check_mpi(
-        MPI_Bcast(p->value.data(), static_cast<int>(p->value.size()), detail::mpi_type<T>(), root,
-                  comm.comm()),
-        "MPI_Bcast");
+    // In messages of int counts, whatever the parameter's size.
+    const std::size_t per_message = detail::k_max_message_bytes / sizeof(T);
+    for (std::size_t at = 0; at < p->value.size(); at += per_message) {
+      const auto count = static_cast<int>(std::min(per_message, p->value.size() - at));
+      ::xtgrad::distributed::detail::check_mpi(
+          MPI_Bcast(p->value.data() + at, count, detail::mpi_type<T>(), root, comm.comm()),
+          "MPI_Bcast");
+    }
   }
 }
 

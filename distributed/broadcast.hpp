@@ -26,10 +26,14 @@ using NamedParameterList = std::vector<std::pair<std::string, Parameter<T>*>>;
 template <class T>
 void broadcast_parameters(const Communicator& comm, const NamedParameterList<T>& parameters,
                           int root = 0);
+// expert_parallel.hpp: every parameter but the sharded experts'.
+template <class T>
+NamedParameterList<T> replicated_parameters(Module<T>& model);
+// A module's parameters; with sharded experts (expert_parallel.hpp) its
+// replicated ones only (each rank's experts are its own).
 template <class T>
 void broadcast_parameters(const Communicator& comm, Module<T>& module, int root = 0) {
-  const auto named = module.named_parameters();
-  broadcast_parameters<T>(comm, NamedParameterList<T>(named.begin(), named.end()), root);
+  broadcast_parameters<T>(comm, replicated_parameters(module), root);
 }
 
 namespace detail {

@@ -1,5 +1,6 @@
 #include "communicator.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -95,13 +96,64 @@ std::vector<std::uint64_t> Communicator::all_gather(std::uint64_t value) const {
   return out;
 }
 
-std::string Communicator::broadcast(const std::string& value, int root) const {
+std::string detail::broadcast_bytes(MPI_Comm comm, const std::string& value, int root,
+                                    std::size_t message_bytes) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   std::uint64_t length = value.size();
-  detail::check_mpi(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast");
-  std::string out = rank_ == root ? value : std::string(length, '\0');
-  detail::check_mpi(MPI_Bcast(out.data(), static_cast<int>(length), MPI_CHAR, root, comm_),
-                    "MPI_Bcast");
+  check_mpi(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm), "MPI_Bcast");
+  std::string out = rank == root ? value : std::string(length, '\0');
+  for (std::size_t at = 0; at < length; at += message_bytes) {
+    const auto count = static_cast<int>(std::min<std::uint64_t>(message_bytes, length - at));
+    check_mpi(MPI_Bcast(out.data() + at, count, MPI_CHAR, root, comm), "MPI_Bcast");
+  }
   return out;
+}
+
+// Point to point rather than MPI_Gatherv: its counts and displacements are
+// int, so one call cannot place more than 2 GiB on the root; here each rank's
+// bytes go straight into its own string there, a message at a time.
+std::vector<std::string> detail::gather_bytes(MPI_Comm comm, const std::string& value, int root,
+                                              std::size_t message_bytes) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::uint64_t length = value.size();
+  std::vector<std::uint64_t> lengths(static_cast<std::size_t>(size));
+  check_mpi(MPI_Gather(&length, 1, MPI_UINT64_T, lengths.data(), 1, MPI_UINT64_T, root, comm),
+            "MPI_Gather");
+  const int tag = 0;
+  if (rank != root) {
+    for (std::size_t at = 0; at < length; at += message_bytes) {
+      const auto count = static_cast<int>(std::min<std::uint64_t>(message_bytes, length - at));
+      check_mpi(MPI_Send(value.data() + at, count, MPI_CHAR, root, tag, comm), "MPI_Send");
+    }
+    return {};
+  }
+  std::vector<std::string> out(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    std::string& bytes = out[static_cast<std::size_t>(r)];
+    if (r == root) {
+      bytes = value;
+      continue;
+    }
+    const std::uint64_t n = lengths[static_cast<std::size_t>(r)];
+    bytes.resize(n);
+    for (std::size_t at = 0; at < n; at += message_bytes) {
+      const auto count = static_cast<int>(std::min<std::uint64_t>(message_bytes, n - at));
+      check_mpi(MPI_Recv(bytes.data() + at, count, MPI_CHAR, r, tag, comm, MPI_STATUS_IGNORE),
+                "MPI_Recv");
+    }
+  }
+  return out;
+}
+
+std::string Communicator::broadcast(const std::string& value, int root) const {
+  return detail::broadcast_bytes(comm_, value, root, detail::k_max_message_bytes);
+}
+
+std::vector<std::string> Communicator::gather(const std::string& value, int root) const {
+  return detail::gather_bytes(comm_, value, root, detail::k_max_message_bytes);
 }
 
 double Communicator::all_reduce_sum(double value) const {

@@ -65,8 +65,12 @@ class Communicator {
   void barrier() const;
   // Each rank's value, in rank order.
   std::vector<std::uint64_t> all_gather(std::uint64_t value) const;
-  // root's string on every rank.
+  // root's string on every rank. Any length: MPI counts are int, so bytes
+  // move in messages of at most detail::k_max_message_bytes.
   std::string broadcast(const std::string& value, int root) const;
+  // Each rank's bytes on root, in rank order (empty elsewhere). Any length,
+  // as broadcast.
+  std::vector<std::string> gather(const std::string& value, int root) const;
   // The sum over ranks.
   double all_reduce_sum(double value) const;
 
@@ -88,6 +92,18 @@ class Communicator {
 namespace detail {
 // std::runtime_error "call: <MPI's message>" unless code == MPI_SUCCESS.
 void check_mpi(int code, const char* call);
+
+// The largest message the byte collectives send at once: 1 GiB, well inside
+// the int counts of MPI-3 (2^31 - 1).
+inline constexpr std::size_t k_max_message_bytes = std::size_t(1) << 30;
+
+// Communicator::broadcast and ::gather with the message size as an argument
+// (1 to k_max_message_bytes), so that tests can cross message boundaries with
+// small data.
+std::string broadcast_bytes(MPI_Comm comm, const std::string& value, int root,
+                            std::size_t message_bytes);
+std::vector<std::string> gather_bytes(MPI_Comm comm, const std::string& value, int root,
+                                      std::size_t message_bytes);
 }  // namespace detail
 
 }  // namespace xtgrad::distributed

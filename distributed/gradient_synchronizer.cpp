@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "../engine/errors.hpp"
+#include "expert_parallel.hpp"
 #include "mpi_type.hpp"
 
 namespace xtgrad::distributed {
@@ -101,13 +103,7 @@ void communicate(std::shared_ptr<Shared> s) {
 template <class T>
 GradientSynchronizer<T>::GradientSynchronizer(Communicator& comm, Module<T>& module,
                                               SynchronizerOptions options)
-    : GradientSynchronizer(
-          comm,
-          [&module] {
-            const auto named = module.named_parameters();
-            return NamedParameterList<T>(named.begin(), named.end());
-          }(),
-          options) {}
+    : GradientSynchronizer(comm, replicated_parameters(module), options) {}
 
 template <class T>
 GradientSynchronizer<T>::GradientSynchronizer(Communicator& comm,
@@ -238,6 +234,15 @@ void GradientSynchronizer<T>::backward_begin(const Tape<T>& tape, std::size_t ro
     }
   }
   if (!any) return;  // another model's backward
+  // The reached node of lowest index whose backward makes collective calls
+  // on the main thread (an expert-parallel all-to-all): hand-overs wait
+  // until it ran, so that only one thread is in MPI at a time.
+  hold_until_ = k_none;
+  for (std::size_t i = 0; i <= root; ++i)
+    if (reached_[i] && std::strcmp(tape.node_op(i), k_moe_experts_all_to_all) == 0) {
+      hold_until_ = i;
+      break;
+    }
   if (round_active_)
     xtgrad::detail::fail_logic(k_name,
                                "a backward reached the parameters again before finish() "
@@ -278,6 +283,12 @@ void GradientSynchronizer<T>::node_done(const Tape<T>&, std::size_t index) {
   shared_->nodes_left.store(index, std::memory_order_relaxed);
   while (cursor_ < final_at_.size() && final_at_[cursor_].first >= index)
     make_final(final_at_[cursor_++].second);
+  if (hold_until_ != k_none && index <= hold_until_) {
+    hold_until_ = k_none;
+    if (options_.overlap)
+      for (std::size_t b = 0; b < bucket_members_.size(); ++b)
+        if (pending_[b] == 0) hand_over(b);
+  }
 }
 
 template <class T>
@@ -285,8 +296,9 @@ void GradientSynchronizer<T>::backward_end(const Tape<T>&) {
   if (!participating_) return;
   while (cursor_ < final_at_.size()) make_final(final_at_[cursor_++].second);
   participating_ = false;
-  if (!options_.overlap)
+  if (!options_.overlap || hold_until_ != k_none)
     for (std::size_t b = 0; b < bucket_members_.size(); ++b) hand_over(b);
+  hold_until_ = k_none;
 }
 
 template <class T>
@@ -307,7 +319,7 @@ void GradientSynchronizer<T>::make_final(std::size_t j) {
     p.grad = xt::xarray<T>::from_shape({0});
     p.has_grad = false;
   }
-  if (--pending_[s.bucket] == 0 && options_.overlap) hand_over(s.bucket);
+  if (--pending_[s.bucket] == 0 && options_.overlap && hold_until_ == k_none) hand_over(s.bucket);
 }
 
 template <class T>

@@ -32,6 +32,12 @@
 // gradient (zero unless accumulated before) is all-reduced like the others,
 // so every rank issues the same calls and an unused parameter never stalls
 // a step. overlap = false hands every bucket over when the backward ends.
+// A backward through expert-parallel nodes (k_moe_experts_all_to_all,
+// expert_parallel.hpp), whose all-to-alls run on the main thread, hands no
+// bucket over before the last of them ran (MPI_THREAD_SERIALIZED).
+//
+// Module form: the module's parameters but the sharded experts'
+// (replicated_parameters, expert_parallel.hpp), which are each rank's own.
 //
 // finish() waits for the last bucket, writes grad = (sum over ranks) / size
 // into every Parameter, sets has_grad when some rank produced a gradient
@@ -193,6 +199,9 @@ class GradientSynchronizer : private BackwardObserver<T> {
   std::vector<std::size_t> earliest_;  // per parameter: earliest reader, or k_none
   std::vector<std::pair<std::size_t, std::size_t>> final_at_;  // (node, parameter), descending
   std::size_t cursor_ = 0;
+  // A node whose backward calls MPI on the main thread (expert parallelism):
+  // no hand-over until it ran; std::size_t(-1) when none.
+  std::size_t hold_until_ = static_cast<std::size_t>(-1);
   RoundStats stats_;
 };
 

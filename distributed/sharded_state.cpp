@@ -1,6 +1,5 @@
 // ShardedOptimizer's checkpoints: the shard's state dict, and the
 // unsharded (consolidated) one gathered to rank 0 or cut into shards.
-#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -171,29 +170,13 @@ void ShardedOptimizer<T>::load_state_dict(const StateDict<T>& state) {
 template <class T>
 StateDict<T> ShardedOptimizer<T>::consolidated_state_dict() const {
   const Communicator& comm = sync_.communicator();
-  const std::string mine = serialize(state_dict());
-  const std::vector<std::uint64_t> sizes = comm.all_gather(mine.size());
-  std::vector<int> counts, displs;
-  std::uint64_t total = 0;
-  for (const std::uint64_t n : sizes) {
-    displs.push_back(static_cast<int>(total));
-    counts.push_back(static_cast<int>(n));
-    total += n;
-  }
-  if (total > static_cast<std::uint64_t>(INT_MAX))
-    xtgrad::detail::fail_logic("ShardedOptimizer::consolidated_state_dict",
-                               "the state is " + std::to_string(total) +
-                                   " bytes, more than one MPI_Gatherv moves (2^31 - 1)");
-  std::string all(comm.rank() == 0 ? total : 0, '\0');
-  detail::check_mpi(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
-                                counts.data(), displs.data(), MPI_CHAR, 0, comm.comm()),
-                    "MPI_Gatherv (optimizer state)");
+  const std::vector<std::string> shards = comm.gather(serialize(state_dict()), 0);
   StateDict<T> full;
   if (comm.rank() != 0) return full;
 
   const auto& params = this->parameters();
   for (std::size_t r = 0; r < layout_.ranks(); ++r) {
-    const StateDict<T> shard = deserialize<T>(Cursor{all.data() + displs[r]});
+    const StateDict<T> shard = deserialize<T>(Cursor{shards[r].data()});
     // Rank r's pieces in its optimizer's order (as the constructor lists them).
     std::vector<detail::ShardPiece> pieces;
     const auto flat = layout_.pieces(r);

@@ -38,6 +38,12 @@ struct MoeRouting {
   std::vector<std::size_t> offsets;  // [E + 1] first row of each expert; offsets[E] = rows()
   std::vector<std::size_t> source;   // [rows()] the choice row r holds
   std::vector<std::size_t> row_of;   // [N * k] the row of choice c, or k_dropped
+  // The global batch: in one process N, routed and counts again; with expert
+  // parallelism (moe_route with a MoeExchange, ops/moe.hpp) the sums over
+  // every rank's tokens, with capacity the global batch's.
+  std::size_t global_tokens = 0;           // N over all ranks
+  std::vector<std::size_t> global_routed;  // [E] choices of each expert, all ranks
+  std::vector<std::size_t> global_counts;  // [E] rows each expert keeps, all ranks
 
   // Rows of the permuted layout: the kept choices.
   std::size_t rows() const { return offsets.empty() ? 0 : offsets.back(); }

@@ -148,7 +148,7 @@ template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p) {
   // Without recording no gradient will reach p: p.grad is not even looked at
   // (Module::infer relies on this to only read its Parameters).
-  if (grad_enabled_ && p.grad.shape() != p.value.shape()) {
+  if (grad_enabled_ && p.requires_grad && p.grad.shape() != p.value.shape()) {
     // A gradient accumulated for the old shape is never dropped silently.
     if (p.has_grad)
       detail::fail_logic("Tape::param",
@@ -160,7 +160,7 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
     p.grad.resize(p.value.shape());  // no gradient yet: the buffer only follows the new shape
     p.grad.fill(T(0));
   }
-  const std::size_t index = record("param", {}, true);
+  const std::size_t index = record("param", {}, p.requires_grad);
   node_at(index).param = &p;
   node_at(index).param_shape = p.value.shape();
   node_at(index).is_leaf = true;

@@ -204,6 +204,8 @@ class Tape {
   }
 
   // Record a Parameter: backward accumulates into p.grad. No copy of p.value.
+  // A frozen parameter (p.requires_grad false) is recorded as a constant:
+  // nothing is computed for it in backward and p.grad is never touched.
   // Recording on, a gradient accumulated for an older shape of p.value is
   // refused (std::logic_error), never dropped; recording off, p is only read.
   Var<T> param(Parameter<T>& p);

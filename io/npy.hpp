@@ -25,12 +25,21 @@
 // fortran_order True (converted to row-major). It never converts between
 // float32 and float64: the file's dtype must be T.
 //
+// Integer arrays (token ids: NumPy's default integer is int64):
+// load_npy<std::int64_t> (an Indices, engine/indices.hpp) and
+// load_npy<std::int32_t> read int32 ('<i4') and int64 ('<i8') files in any
+// byte order, converting to T exactly; a value outside T's range (an int64
+// file read as int32) is refused naming the element. Floating-point files
+// are refused, as integer files are by the float readers: no silent
+// conversion between integers and floating point.
+//
 // Errors: std::invalid_argument for bad content (naming the file, what was
 // wrong and what was expected); std::runtime_error for I/O failures and for
 // a path that is not a regular file (a directory, FIFO, socket or device is
 // refused without being opened for reading, so nothing blocks).
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -39,7 +48,7 @@
 
 namespace xtgrad {
 
-// NumPy's name of the dtype T: "float32" or "float64".
+// NumPy's name of the dtype T: "float32", "float64", "int32" or "int64".
 template <class T>
 constexpr const char* npy_dtype_name();
 template <>
@@ -51,19 +60,28 @@ constexpr const char* npy_dtype_name<double>() {
   return "float64";
 }
 
+template <>
+constexpr const char* npy_dtype_name<std::int32_t>() {
+  return "int32";
+}
+template <>
+constexpr const char* npy_dtype_name<std::int64_t>() {
+  return "int64";
+}
+
 // The validated header of a .npy file.
 struct NpyHeader {
   std::string descr;               // as written in the file: "<f4", ">f8", "|f4", ...
-  std::string dtype;               // "float32" or "float64"
+  std::string dtype;               // "float32", "float64", "int32" or "int64"
   std::vector<std::size_t> shape;  // empty for a 0-d (scalar) array
   bool fortran_order = false;
   std::size_t data_offset = 0;  // bytes before the first element
   std::size_t size = 0;         // number of elements (product of shape)
 };
 
-// Reads and validates the header of `path` (everything load_npy checks except
-// that the dtype is a particular T, including that the data size matches the
-// file size). Does not read the data.
+// Reads and validates the header of a float32 or float64 file `path`
+// (everything load_npy checks except that the dtype is a particular T,
+// including that the data size matches the file size). Does not read the data.
 NpyHeader read_npy_header(const std::filesystem::path& path);
 
 template <class T>

@@ -3,6 +3,7 @@
 // itself is parsed in npy_dict.cpp.
 #include "npy_reader.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -133,19 +134,24 @@ std::size_t read_header_length(InputFile& file, unsigned major) {
 }
 
 // descr: an optional byte order ('<' little, '>' big, '|' not applicable,
-// '=' native) and the type code f4 or f8. Sets header.dtype; returns the
-// element size.
-std::size_t parse_descr(const InputFile& file, NpyHeader& header) {
+// '=' native) and the type code f4 or f8 (NpyKind::floating) or i4 or i8
+// (NpyKind::integer). Sets header.dtype; returns the element size.
+std::size_t parse_descr(const InputFile& file, NpyHeader& header, NpyKind kind) {
   const std::string& descr = header.descr;
   const std::size_t code = descr.size() == 3 ? 1 : 0;
   const bool order_ok = code == 0 || std::string("<>|=").find(descr[0]) != std::string::npos;
   const std::string type_code = descr.substr(code);
+  const bool integer = kind == NpyKind::integer;
+  const char* four = integer ? "i4" : "f4";
+  const char* eight = integer ? "i8" : "f8";
   check_npy_content((descr.size() == 2 || descr.size() == 3) && order_ok &&
-                        (type_code == "f4" || type_code == "f8"),
+                        (type_code == four || type_code == eight),
                     file, "unsupported dtype descr ", quoted(escaped(descr)),
-                    ", expected float32 ('<f4') or float64 ('<f8') in any byte order");
-  header.dtype = type_code == "f4" ? "float32" : "float64";
-  return type_code == "f4" ? 4 : 8;
+                    integer ? ", expected int32 ('<i4') or int64 ('<i8') in any byte order"
+                            : ", expected float32 ('<f4') or float64 ('<f8') in any byte order");
+  const bool is_four = type_code == four;
+  header.dtype = integer ? (is_four ? "int32" : "int64") : (is_four ? "float32" : "float64");
+  return is_four ? 4 : 8;
 }
 
 // The data after the header must be exactly the declared elements.
@@ -164,7 +170,7 @@ void check_data_size(const InputFile& file, const NpyHeader& header, std::size_t
 
 }  // namespace
 
-NpyHeader parse_npy_header(InputFile& file) {
+NpyHeader parse_npy_header(InputFile& file, NpyKind kind) {
   const unsigned major = read_preamble(file);
   const std::size_t header_length = read_header_length(file, major);
   std::string text(header_length, '\0');
@@ -172,7 +178,7 @@ NpyHeader parse_npy_header(InputFile& file) {
   NpyHeader header;
   parse_npy_dict(file, text, header);
   header.data_offset = k_npy_preamble_size + length_field_bytes(major) + header_length;
-  const std::size_t item_size = parse_descr(file, header);
+  const std::size_t item_size = parse_descr(file, header, kind);
   // Size checks before anything of that size is allocated.
   header.size = checked_size(file, header, item_size);
   check_data_size(file, header, item_size);
@@ -188,25 +194,58 @@ void check_npy_dtype(const InputFile& file, const NpyHeader& header) {
                                "); xtgrad does not convert between float32 and float64 silently");
 }
 
-template <class T>
-xt::xarray<T> read_npy_data(InputFile& file, const NpyHeader& header) {
-  check_npy_dtype<T>(file, header);
+namespace {
+
+// The elements of a file whose dtype is U, row-major, native byte order.
+template <class U>
+xt::xarray<U> read_as_stored(InputFile& file, const NpyHeader& header) {
   const bool big_endian = header.descr.size() == 3 && header.descr[0] == '>';
   // The allocation is bounded by the file's size (checked by parse_npy_header).
   if (header.fortran_order) {
-    auto column_major = xt::xarray<T, xt::layout_type::column_major>::from_shape(header.shape);
-    read_elements<T>(file, column_major, big_endian);
-    return xt::xarray<T>(column_major);  // a strided copy into row-major order
+    auto column_major = xt::xarray<U, xt::layout_type::column_major>::from_shape(header.shape);
+    read_elements<U>(file, column_major, big_endian);
+    return xt::xarray<U>(column_major);  // a strided copy into row-major order
   }
-  auto array = xt::xarray<T>::from_shape(header.shape);
-  read_elements<T>(file, array, big_endian);
+  auto array = xt::xarray<U>::from_shape(header.shape);
+  read_elements<U>(file, array, big_endian);
   return array;
+}
+
+// An int32 or int64 file as the integer type T, every value within T's range.
+template <class T>
+xt::xarray<T> read_integers(InputFile& file, const NpyHeader& header) {
+  if (header.dtype == npy_dtype_name<T>()) return read_as_stored<T>(file, header);
+  if (header.dtype == "int32") return xt::xarray<T>(read_as_stored<std::int32_t>(file, header));
+  const xt::xarray<std::int64_t> wide = read_as_stored<std::int64_t>(file, header);  // into int32
+  constexpr auto lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  const std::int64_t* w = wide.data();
+  for (std::size_t i = 0; i < wide.size(); ++i)
+    check_npy_content(w[i] >= lo && w[i] <= hi, file, "holds ", w[i], " at element ", i,
+                      " (row-major), outside the range of ", npy_dtype_name<T>(), " [", lo, ", ",
+                      hi, "]; load it as int64");
+  xt::xarray<T> out = xt::xarray<T>::from_shape(wide.shape());
+  std::transform(w, w + wide.size(), out.data(), [](std::int64_t v) { return static_cast<T>(v); });
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+xt::xarray<T> read_npy_data(InputFile& file, const NpyHeader& header) {
+  if constexpr (std::is_integral_v<T>) {
+    return read_integers<T>(file, header);
+  } else {
+    check_npy_dtype<T>(file, header);
+    return read_as_stored<T>(file, header);
+  }
 }
 
 template void check_npy_dtype<float>(const InputFile&, const NpyHeader&);
 template void check_npy_dtype<double>(const InputFile&, const NpyHeader&);
 template xt::xarray<float> read_npy_data(InputFile&, const NpyHeader&);
 template xt::xarray<double> read_npy_data(InputFile&, const NpyHeader&);
+template xt::xarray<std::int32_t> read_npy_data(InputFile&, const NpyHeader&);
+template xt::xarray<std::int64_t> read_npy_data(InputFile&, const NpyHeader&);
 
 }  // namespace detail
 
@@ -218,11 +257,14 @@ NpyHeader read_npy_header(const fs::path& path) {
 template <class T>
 xt::xarray<T> load_npy(const fs::path& path) {
   InputFile file = detail::open_regular_file("load_npy", "", path);
-  const NpyHeader header = detail::parse_npy_header(file);
+  const NpyHeader header = detail::parse_npy_header(
+      file, std::is_integral_v<T> ? detail::NpyKind::integer : detail::NpyKind::floating);
   return detail::read_npy_data<T>(file, header);
 }
 
 template xt::xarray<float> load_npy(const fs::path&);
 template xt::xarray<double> load_npy(const fs::path&);
+template xt::xarray<std::int32_t> load_npy(const fs::path&);
+template xt::xarray<std::int64_t> load_npy(const fs::path&);
 
 }  // namespace xtgrad

@@ -24,16 +24,22 @@ void check_npy_content(bool ok, const InputFile& file, const Parts&... parts) {
   if (!ok) fail_npy_content(file, message(parts...));
 }
 
+// The element kinds a reader accepts: float32 / float64 (load_npy<float>,
+// <double>, checkpoints, read_npy_header) or int32 / int64 (load_npy<int32_t>,
+// <int64_t>). Any other descr is refused naming what the reader accepts.
+enum class NpyKind { floating, integer };
+
 // Reads and validates the preamble and header of `file` (positioned at its
 // start), leaving it at the first element: everything read_npy_header checks.
-NpyHeader parse_npy_header(InputFile& file);
+NpyHeader parse_npy_header(InputFile& file, NpyKind kind = NpyKind::floating);
 
 // std::invalid_argument unless the header's dtype is T (no silent conversion).
 template <class T>
 void check_npy_dtype(const InputFile& file, const NpyHeader& header);
 
-// Reads the elements after a validated header whose dtype is T, converted to
-// row-major native order. Allocates header.size elements, which the header
+// Reads the elements after a validated header whose dtype is T (for an
+// integer T: int32 or int64, each value checked against T's range), converted
+// to row-major native order. Allocates header.size elements, which the header
 // check bounded by the file's size.
 template <class T>
 xt::xarray<T> read_npy_data(InputFile& file, const NpyHeader& header);

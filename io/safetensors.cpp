@@ -130,9 +130,17 @@ void check_tiling(const InputFile& file, const std::vector<SafetensorsEntry>& en
     previous = &e;
   }
   const std::string needed = "the tensors take " + std::to_string(covered) + " data bytes";
-  if (covered > data_size)
+  if (covered > data_size) {
+    const SafetensorsEntry* cut = previous;  // the first tensor whose data runs past the end
+    for (std::size_t i : order)
+      if (entries[i].end > data_size) {
+        cut = &entries[i];
+        break;
+      }
     fail_safetensors(file, "is truncated: " + needed + " but only " + std::to_string(data_size) +
-                               " follow the header");
+                               " follow the header (tensor " + detail::quoted_name(cut->name) +
+                               ", " + offsets_str(*cut) + ", is the first cut off)");
+  }
   if (covered < data_size)
     fail_safetensors(file, "has trailing data: " + needed + " but " + std::to_string(data_size) +
                                " follow the header");

@@ -41,6 +41,11 @@ CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOption
                  "needs an even head size, but n_embd / n_heads is ", n_embd / options.n_heads);
   check.argument(options.rope_theta > 0.0 && std::isfinite(options.rope_theta), "rope_theta", "is ",
                  options.rope_theta, ", expected a finite theta > 0");
+  detail::check_rope_scaling(k_owner, "rope_scaling", options.rope_scaling);
+  check.argument(options.layout == AttentionLayout::llama || !(options.qkv_bias || options.o_bias),
+                 "qkv_bias",
+                 "or o_bias is set, but the gpt2 layout has its own biases (c_attn, "
+                 "c_proj); expected them in the llama layout only");
   detail::check_probability(k_owner, "attn_dropout", options.attn_dropout);
   detail::check_probability(k_owner, "resid_dropout", options.resid_dropout);
   detail::check_bytes(k_owner, k_size_names, "parameters",
@@ -49,9 +54,10 @@ CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOption
 }
 
 template <class T>
-Linear<T> projection(std::size_t in, std::size_t out, Generator& generator) {
-  Linear<T> linear(in, out, false, generator);
+Linear<T> projection(std::size_t in, std::size_t out, bool bias, Generator& generator) {
+  Linear<T> linear(in, out, bias, generator);
   linear.weight.value = detail::normal<T>({out, in}, k_init_std, generator);
+  if (bias) linear.bias.value.fill(T(0));
   return linear;
 }
 
@@ -74,7 +80,19 @@ detail::WideCount detail::causal_self_attention_parameters(
   const WideCount qkv = (WideCount(h) + WideCount(2) * hkv) * dh;  // h * dh <= n_embd
   if (options.layout == AttentionLayout::gpt2)  // c_attn [C, qkv] + [qkv], c_proj [C, C] + [C]
     return WideCount(n_embd) * qkv + qkv + WideCount(n_embd) * n_embd + n_embd;
-  return WideCount(n_embd) * qkv + WideCount(h) * dh * n_embd;  // q, k, v [., C], o_proj [C, h dh]
+  // q, k, v [., C] (+ [.]), o_proj [C, h dh] (+ [C])
+  return WideCount(n_embd) * qkv + WideCount(h) * dh * n_embd +
+         (options.qkv_bias ? qkv : WideCount(0)) + WideCount(options.o_bias ? n_embd : 0);
+}
+
+void detail::add_rope_scaling(ModuleConfig& config, const RopeScaling& scaling) {
+  if (scaling.type == RopeScaling::Type::none) return;
+  const bool llama3 = scaling.type == RopeScaling::Type::llama3;
+  config.add("rope_scaling", llama3 ? "llama3" : "linear").add("rope_factor", scaling.factor);
+  if (!llama3) return;
+  config.add("rope_low_freq_factor", scaling.low_freq_factor)
+      .add("rope_high_freq_factor", scaling.high_freq_factor)
+      .add("rope_original_max_position_embeddings", scaling.original_max_position_embeddings);
 }
 
 // q [B, H, T, Dh], k and v [B, Hkv, T, Dh] (before rotary); or, for the
@@ -98,10 +116,10 @@ CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttent
     c_attn.emplace((h + 2 * hkv) * dh, n_embd, generator, k_init_std);
     c_proj.emplace(n_embd, n_embd, generator, k_init_std);
   } else {
-    q_proj.emplace(projection<T>(n_embd, h * dh, generator));
-    k_proj.emplace(projection<T>(n_embd, hkv * dh, generator));
-    v_proj.emplace(projection<T>(n_embd, hkv * dh, generator));
-    o_proj.emplace(projection<T>(h * dh, n_embd, generator));
+    q_proj.emplace(projection<T>(n_embd, h * dh, options_.qkv_bias, generator));
+    k_proj.emplace(projection<T>(n_embd, hkv * dh, options_.qkv_bias, generator));
+    v_proj.emplace(projection<T>(n_embd, hkv * dh, options_.qkv_bias, generator));
+    o_proj.emplace(projection<T>(h * dh, n_embd, options_.o_bias, generator));
   }
   attn_dropout = Dropout<T>(options_.attn_dropout, generator);
   resid_dropout = Dropout<T>(options_.resid_dropout, generator);
@@ -156,8 +174,8 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x) {
     out = c_proj->forward(packed_qkv_attention(*heads.packed, h, {}, true, p, std::nullopt, dk));
   } else {
     if (options_.rotary) {
-      heads.q = apply_rotary(heads.q, 0, options_.rope_theta);
-      heads.k = apply_rotary(heads.k, 0, options_.rope_theta);
+      heads.q = apply_rotary(heads.q, 0, options_.rope_theta, options_.rope_scaling);
+      heads.k = apply_rotary(heads.k, 0, options_.rope_theta, options_.rope_scaling);
     }
     out = output(scaled_dot_product_attention(heads.q, heads.k, heads.v, {}, true, p, std::nullopt,
                                               dk, n_kv_heads() != h),
@@ -189,8 +207,8 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::
     heads.v = split_heads(slice(*heads.packed, 2, 2 * c, 3 * c), h);
   }
   if (options_.rotary) {
-    heads.q = apply_rotary(heads.q, past, options_.rope_theta);
-    heads.k = apply_rotary(heads.k, past, options_.rope_theta);
+    heads.q = apply_rotary(heads.q, past, options_.rope_theta, options_.rope_scaling);
+    heads.k = apply_rotary(heads.k, past, options_.rope_theta, options_.rope_scaling);
   }
   cache.store(layer, heads.k.value(), heads.v.value());  // [B, Hkv, T, Dh], checked above
   const Var<T> keys = tape.leaf(cache.keys(layer), false);
@@ -221,15 +239,20 @@ void CausalSelfAttention<T>::collect_parameters(const std::string& prefix,
 
 template <class T>
 ModuleConfig CausalSelfAttention<T>::config() const {
-  return ModuleConfig("CausalSelfAttention")
-      .add("n_embd", n_embd_)
-      .add("n_heads", n_heads())
-      .add("n_kv_heads", n_kv_heads())
-      .add("layout", options_.layout == AttentionLayout::gpt2 ? "gpt2" : "llama")
-      .add("rotary", options_.rotary)
-      .add("rope_theta", options_.rope_theta)
-      .add("attn_dropout", options_.attn_dropout)
-      .add("resid_dropout", options_.resid_dropout);
+  ModuleConfig out = ModuleConfig("CausalSelfAttention")
+                         .add("n_embd", n_embd_)
+                         .add("n_heads", n_heads())
+                         .add("n_kv_heads", n_kv_heads())
+                         .add("layout", options_.layout == AttentionLayout::gpt2 ? "gpt2" : "llama")
+                         .add("rotary", options_.rotary)
+                         .add("rope_theta", options_.rope_theta)
+                         .add("attn_dropout", options_.attn_dropout)
+                         .add("resid_dropout", options_.resid_dropout);
+  // Recorded only when set, so that the configs of attentions without them stay as they were.
+  if (options_.qkv_bias) out.add("qkv_bias", true);
+  if (options_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, options_.rope_scaling);
+  return out;
 }
 
 template class CausalSelfAttention<float>;

@@ -13,8 +13,10 @@
 //         packed_qkv_attention directly.
 //   llama (modeling_llama.py LlamaAttention): q_proj [H Dh, C], k_proj and
 //         v_proj [Hkv Dh, C], o_proj [C, H Dh], nn.Linear layout, no bias.
-// rotary: apply_rotary (rotate_half convention, theta = rope_theta) on q and k
-// with the position of each row. attn_dropout is on the probabilities and
+//         qkv_bias: q_proj, k_proj and v_proj with biases (Qwen2; LLaMA's
+//         attention_bias); o_bias: o_proj with a bias (LLaMA's attention_bias).
+// rotary: apply_rotary (rotate_half convention, theta = rope_theta, the
+// frequencies scaled by rope_scaling) on q and k with the position of each row. attn_dropout is on the probabilities and
 // resid_dropout on the output (children "attn_dropout", "resid_dropout").
 // Initialization: every weight normal(0, 0.02), biases 0, as HF's
 // _init_weights for GPT-2 and LLaMA (initializer_range 0.02); GPT rescales
@@ -29,7 +31,8 @@
 //
 // Errors (std::invalid_argument, before anything is recorded or cached): zero
 // sizes, heads not dividing the width, n_kv_heads not dividing n_heads, a
-// probability outside [0, 1], rope_theta <= 0, an odd head size with rotary;
+// probability outside [0, 1], rope_theta <= 0, an odd head size with rotary,
+// rope_scaling as apply_rotary refuses it, qkv_bias or o_bias in the gpt2 layout;
 // an input that is not [B, T, width], a cache of the wrong batch, heads or
 // head size, or one that is full.
 
@@ -37,6 +40,7 @@
 #include <optional>
 #include <string>
 
+#include "../engine/ops/rotary.hpp"
 #include "conv1d.hpp"
 #include "dropout.hpp"
 #include "kv_cache.hpp"
@@ -54,6 +58,9 @@ struct CausalSelfAttentionOptions {
   double rope_theta = 10000.0;
   double attn_dropout = 0.0;
   double resid_dropout = 0.0;
+  bool qkv_bias = false;     // llama layout
+  bool o_bias = false;       // llama layout
+  RopeScaling rope_scaling;  // with rotary
 };
 
 namespace detail {
@@ -62,6 +69,10 @@ class WideCount;
 // without wrapping (checked_size.hpp); n_heads > 0, n_kv_heads defaults to it.
 WideCount causal_self_attention_parameters(std::size_t n_embd,
                                            const CausalSelfAttentionOptions& options);
+// Adds a rope scaling other than none to a module's config, as "rope_scaling"
+// (its type: "linear", "llama3") and its factors; none adds nothing, so that
+// the configs of modules without scaling stay as they were.
+void add_rope_scaling(ModuleConfig& config, const RopeScaling& scaling);
 }  // namespace detail
 
 template <class T>

@@ -4,6 +4,7 @@
 
 #include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
+#include "../engine/ops/elementwise.hpp"
 
 namespace xtgrad {
 
@@ -34,8 +35,10 @@ Var<T> Conv1D<T>::forward(const Var<T>& x) {
   const Shape bias_shape = bias.value.shape();
   const detail::LinearDims dims = detail::check_linear_shapes(
       "linear", "x", x.shape(), weight.value.shape(), &bias_shape, WeightLayout::in_out);
-  return detail::record_linear<T>(dims, x, tape.param(weight), tape.param(bias),
-                                  WeightLayout::in_out);
+  const Var<T> y =
+      detail::record_linear<T>(dims, x, tape.param(weight), tape.param(bias), WeightLayout::in_out);
+  if (!lora || lora->merged()) return y;
+  return add(y, lora->forward(x));  // + (dropout(x) A^T B^T) * scaling
 }
 
 template <class T>
@@ -43,11 +46,17 @@ void Conv1D<T>::collect_parameters(const std::string& prefix,
                                    typename Module<T>::NamedParameters& out) {
   this->add_parameter(prefix, weight, out);
   this->add_parameter(prefix, bias, out);
+  if (lora) {  // PEFT's names, under the layer's
+    this->add_parameter(prefix, lora->lora_A, out);
+    this->add_parameter(prefix, lora->lora_B, out);
+    this->add_child(prefix, "lora_dropout", lora->lora_dropout, out);
+  }
 }
 
 template <class T>
 ModuleConfig Conv1D<T>::config() const {
-  return ModuleConfig("Conv1D").add("nf", nf()).add("nx", nx());
+  ModuleConfig config = ModuleConfig("Conv1D").add("nf", nf()).add("nx", nx());
+  return lora ? detail::with_lora(std::move(config), *lora) : config;
 }
 
 template class Conv1D<float>;

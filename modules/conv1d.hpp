@@ -6,13 +6,18 @@
 // "weight" [nx, nf] and "bias" [nf], initialized as HF's GPT-2 does
 // (GPT2PreTrainedModel._init_weights): weight normal(0, std), std = 0.02 by
 // default, bias 0. The argument order (nf before nx) is HF's.
+// LoRA: as Linear's `lora` (linear.hpp), with A [r, nx] and B [nf, r] (PEFT's
+// fan_in_fan_out layers: the adapter keeps nn.Linear's layout, a merge adds
+// the transposed update).
 // Throws std::invalid_argument for a zero size or a std that is negative or
 // not finite; forward for an x whose last axis is not nx.
 
 #include <cstddef>
+#include <optional>
 
 #include "../engine/ops/linear.hpp"
 #include "init.hpp"
+#include "lora_layer.hpp"
 #include "module.hpp"
 
 namespace xtgrad {
@@ -29,8 +34,9 @@ class Conv1D : public Module<T> {
   std::size_t nx() const { return weight.value.shape()[0]; }
   std::size_t nf() const { return weight.value.shape()[1]; }
 
-  Parameter<T> weight;  // [nx, nf]
-  Parameter<T> bias;    // [nf]
+  Parameter<T> weight;               // [nx, nf]
+  Parameter<T> bias;                 // [nf]
+  std::optional<LoRALayer<T>> lora;  // a LoRA adapter, when attached
 
  protected:
   void collect_parameters(const std::string& prefix,

@@ -1,5 +1,6 @@
 #include "feed_forward.hpp"
 
+#include "../engine/ops/activations.hpp"
 #include "functional.hpp"
 
 namespace xtgrad {
@@ -49,6 +50,10 @@ Var<T> FeedForward<T>::forward(const Var<T>& x) {
       detail::check_two_layer("feedforward", {"x", "w1.weight", "w1.bias", "w2.weight", "w2.bias"},
                               x.shape(), w1.weight.value.shape(), w1.bias.value.shape(),
                               w2.weight.value.shape(), w2.bias.value.shape(), activation_);
+  if ((w1.lora && !w1.lora->merged()) || (w2.lora && !w2.lora->merged()))
+    // A LoRA adapter adds to a layer's output, which the fused op never
+    // forms: the same function composed from the layers' own forwards.
+    return w2.forward(dropout.forward(xtgrad::activation(w1.forward(x), activation_)));
   const Var<T> w1_weight = tape.param(w1.weight), w1_bias = tape.param(w1.bias);
   const Var<T> w2_weight = tape.param(w2.weight), w2_bias = tape.param(w2.bias);
   const std::optional<DropoutKey> key =

@@ -12,6 +12,10 @@
 // the mask is recomputed in backward, never stored). Its p, seed and step
 // are the child module "dropout" (a Dropout, no parameters); built from a
 // Generator, its seed is drawn from it when p > 0.
+//
+// With a LoRA adapter on w1 or w2 (Linear::lora, not merged) forward is
+// composed from w1.forward, the activation, dropout and w2.forward instead of
+// the fused op: the same function plus the adapters' terms.
 
 #include "../engine/activation.hpp"
 #include "dropout.hpp"

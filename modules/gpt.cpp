@@ -22,7 +22,12 @@ constexpr double k_init_std = 0.02;  // HF's initializer_range
 constexpr const char* k_size_names =
     "arguments 'vocab_size', 'block_size', 'n_layer', 'n_embd' and 'ffn_hidden'";
 
-TransformerBlockOptions block_options(const GPTConfig& c);
+TransformerBlockOptions block_options(const GPTConfig& c, bool sparse = false);
+
+// Whether layer l (0-based) is sparse: Qwen2-MoE's (l + 1) % decoder_sparse_step == 0.
+bool sparse_layer(const GPTConfig& c, std::size_t l) {
+  return c.num_experts > 0 && (l + 1) % c.decoder_sparse_step == 0;
+}
 
 // The parameter elements of a GPT of config `c` (n_kv_head and ffn_hidden
 // filled in, or bounded as in TransformerBlock's count), without wrapping.
@@ -31,10 +36,39 @@ detail::WideCount gpt_parameters(const GPTConfig& c) {
   const WideCount e(c.n_embd);
   WideCount n = WideCount(c.vocab_size) * e;                        // wte [vocab, C]
   if (c.style == GPTStyle::gpt2) n += WideCount(c.block_size) * e;  // wpe [block_size, C]
-  n += WideCount(c.n_layer) * detail::transformer_block_parameters(c.n_embd, block_options(c));
+  const std::size_t sparse = c.num_experts > 0 ? c.n_layer / c.decoder_sparse_step : 0;
+  n += WideCount(c.n_layer - sparse) *
+       detail::transformer_block_parameters(c.n_embd, block_options(c));
+  if (sparse > 0)
+    n += WideCount(sparse) * detail::transformer_block_parameters(c.n_embd, block_options(c, true));
   n += c.style == GPTStyle::gpt2 ? e * 2 : e;               // ln_f
   if (!c.tie_embeddings) n += WideCount(c.vocab_size) * e;  // lm_head [vocab, C]
   return n;
+}
+
+// The MoE options of a config with num_experts > 0 and n_layer > 0.
+void check_moe(const GPTConfig& c) {
+  const detail::Check check(k_owner);
+  check.argument(c.num_experts >= 2, "num_experts", "is ", c.num_experts,
+                 ", expected 0 (dense) or at least 2 (a mixture of one expert is the dense FFN)");
+  check.argument(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts,
+                 "num_experts_per_tok", "is ", c.num_experts_per_tok,
+                 ", expected 1 .. num_experts = ", c.num_experts);
+  check.argument(c.decoder_sparse_step >= 1 && c.decoder_sparse_step <= c.n_layer,
+                 "decoder_sparse_step", "is ", c.decoder_sparse_step,
+                 ", expected 1 .. n_layer = ", c.n_layer,
+                 " (layer l is sparse when (l + 1) % decoder_sparse_step == 0)");
+  if (c.moe_intermediate_size)
+    detail::check_positive_size(k_owner, "moe_intermediate_size", *c.moe_intermediate_size);
+  const double cf = c.capacity_factor.value_or(1.0);
+  check.argument(std::isfinite(cf) && cf > 0.0, "capacity_factor", "is ", cf,
+                 ", expected a finite value > 0 (or none: dropless)");
+  check.argument(std::isfinite(c.router_aux_loss_coef) && c.router_aux_loss_coef >= 0.0,
+                 "router_aux_loss_coef", "is ", c.router_aux_loss_coef,
+                 ", expected a finite value >= 0");
+  check.argument(std::isfinite(c.router_z_loss_coef) && c.router_z_loss_coef >= 0.0,
+                 "router_z_loss_coef", "is ", c.router_z_loss_coef,
+                 ", expected a finite value >= 0");
 }
 
 // The config checked, n_kv_head and ffn_hidden filled in, the parameters'
@@ -76,11 +110,17 @@ GPTConfig checked(GPTConfig c, std::size_t element_size) {
     detail::fail_argument(
         k_owner, "rope_theta",
         "is " + detail::number_str(c.rope_theta) + ", expected a finite theta > 0");
+  if (c.num_experts > 0) {
+    check_moe(c);
+    if (!c.moe_intermediate_size) c.moe_intermediate_size = c.ffn_hidden;
+  }
   detail::check_bytes(k_owner, k_size_names, "parameters", gpt_parameters(c), element_size);
   return c;
 }
 
-TransformerBlockOptions block_options(const GPTConfig& c) {
+// The options of a dense block, or of a sparse one: SparseMoe with experts of
+// width moe_intermediate_size, SwiGLU (llama) or gelu_tanh-gated (gpt2).
+TransformerBlockOptions block_options(const GPTConfig& c, bool sparse) {
   TransformerBlockOptions o;
   o.style = c.style;
   o.n_heads = c.n_head;
@@ -89,6 +129,20 @@ TransformerBlockOptions block_options(const GPTConfig& c) {
   o.dropout = c.dropout;
   o.eps = c.eps;
   o.rope_theta = c.rope_theta;
+  o.qkv_bias = c.qkv_bias;
+  o.o_bias = c.o_bias;
+  o.rope_scaling = c.rope_scaling;
+  o.hf_mlp = c.hf_mlp;
+  if (sparse) {
+    if (c.moe_intermediate_size) o.ffn_hidden = c.moe_intermediate_size;
+    SparseMoeOptions moe;
+    moe.num_experts = c.num_experts;
+    moe.top_k = c.num_experts_per_tok;
+    moe.norm_topk_prob = c.norm_topk_prob;
+    moe.activation = c.style == GPTStyle::gpt2 ? Activation::gelu_tanh : Activation::silu;
+    moe.capacity_factor = c.capacity_factor;
+    o.moe = moe;
+  }
   return o;
 }
 
@@ -113,7 +167,7 @@ GPT<T>::GPT(const GPTConfig& config, Generator& generator) try
     wpe.emplace(config_.block_size, config_.n_embd, std::nullopt, generator);
   h.reserve(config_.n_layer);
   for (std::size_t l = 0; l < config_.n_layer; ++l)
-    h.emplace_back(config_.n_embd, block_options(config_), generator);
+    h.emplace_back(config_.n_embd, block_options(config_, sparse_layer(config_, l)), generator);
   if (!config_.tie_embeddings)
     lm_head.emplace(config_.n_embd, config_.vocab_size, false, generator);
   initialize(generator);
@@ -133,9 +187,11 @@ void GPT<T>::initialize(Generator& generator) {
       p->value.fill(T(0));
       continue;
     }
-    const bool residual = ends_with(name, "attn.c_proj.weight") ||
-                          ends_with(name, "attn.o_proj.weight") ||
-                          ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down");
+    const bool residual =
+        ends_with(name, "attn.c_proj.weight") || ends_with(name, "attn.o_proj.weight") ||
+        ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down") ||
+        ends_with(name, "mlp.down_proj.weight") ||
+        (name.find(".experts.") != std::string::npos && ends_with(name, ".w2.weight"));
     const std::vector<std::size_t> shape(p->value.shape().begin(), p->value.shape().end());
     p->value = detail::normal<T>(shape, residual ? residual_std : k_init_std, generator);
   }
@@ -190,14 +246,31 @@ Var<T> GPT<T>::forward(Tape<T>& tape, const Indices& tokens, KvCache<T>& cache) 
   return run(tape, tokens, &cache);
 }
 
-// tokens (checked) -> logits, nanoGPT's GPT.forward: embeddings, dropout, the
-// blocks, the final norm, the head.
 template <class T>
-Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache) {
+GPTOutput<T> GPT<T>::forward_with_losses(Tape<T>& tape, const Indices& tokens) {
+  const detail::Check check("GPT::forward_with_losses");
+  check_tokens(check, tokens, 0);
+  bool sparse = false;
+  for (std::size_t l = 0; l < h.size(); ++l) sparse = sparse || is_sparse_layer(l);
+  check.logic(!sparse || recompute_every_ == 0 || !tape.grad_enabled(),
+              "recomputation (set_recompute_every ", recompute_every_,
+              ") keeps no auxiliary loss of the sparse layers: set_recompute_every(0) first");
+  GPTOutput<T> out;
+  out.logits = run(tape, tokens, nullptr, &out);
+  // aux_loss = router_aux_loss_coef * load_balancing_loss + router_z_loss_coef * z_loss
+  out.aux_loss = add(scale(out.load_balancing_loss, T(config_.router_aux_loss_coef)),
+                     scale(out.z_loss, T(config_.router_z_loss_coef)));
+  return out;
+}
+
+// tokens (checked) -> logits, nanoGPT's GPT.forward: embeddings, dropout, the
+// blocks, the final norm, the head; with `losses`, the sparse layers' losses summed there.
+template <class T>
+Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache, GPTOutput<T>* losses) {
   const std::size_t t = tokens.shape().back();
   Var<T> x = embed(tape, tokens, cache ? cache->length(0) : 0);  // [B, T, C]
   if (!cache) x = drop.forward(x);
-  x = run_blocks(tape, x, cache);
+  x = run_blocks(tape, x, cache, losses);
   x = std::visit([&](auto& n) { return n.forward(x); }, ln_f);
   Var<T> logits = lm_head ? lm_head->forward(x)
                           : linear(x, tape.param(wte.weight), std::nullopt, WeightLayout::out_in);
@@ -225,8 +298,20 @@ Var<T> GPT<T>::embed(Tape<T>& tape, const Indices& tokens, std::size_t past) {
 // The blocks h: through the cache, plainly, or in groups of recompute_every_
 // blocks, each under one recompute (gpt.hpp).
 template <class T>
-Var<T> GPT<T>::run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache) {
-  if (cache) {
+Var<T> GPT<T>::run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache, GPTOutput<T>* losses) {
+  if (losses) {  // sum_l load_balancing_loss_l, sum_l z_loss_l (0 without a sparse layer)
+    const xt::xarray<T> zero = T(0);
+    losses->load_balancing_loss = tape.leaf(zero, false);
+    losses->z_loss = tape.leaf(zero, false);
+    for (TransformerBlock<T>& block : h) {
+      const BlockOutput<T> b = block.forward_with_losses(x);
+      x = b.y;
+      if (b.load_balancing_loss) {
+        losses->load_balancing_loss = add(losses->load_balancing_loss, *b.load_balancing_loss);
+        losses->z_loss = add(losses->z_loss, *b.z_loss);
+      }
+    }
+  } else if (cache) {
     for (std::size_t l = 0; l < h.size(); ++l) x = h[l].forward(x, *cache, l);
   } else if (recompute_every_ == 0 || !tape.grad_enabled()) {
     for (TransformerBlock<T>& block : h) x = block.forward(x);
@@ -302,6 +387,19 @@ std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prom
 }
 
 template <class T>
+bool GPT<T>::is_sparse_layer(std::size_t l) const {
+  return l < h.size() && h[l].sparse_moe() != nullptr;
+}
+
+template <class T>
+std::vector<MoeStats> GPT<T>::router_stats() const {
+  std::vector<MoeStats> out;
+  for (const TransformerBlock<T>& block : h)
+    out.push_back(block.sparse_moe() ? block.sparse_moe()->router_stats() : MoeStats{});
+  return out;
+}
+
+template <class T>
 void GPT<T>::collect_parameters(const std::string& prefix,
                                 typename Module<T>::NamedParameters& out) {
   this->add_child(prefix, "wte", wte, out);
@@ -315,19 +413,33 @@ void GPT<T>::collect_parameters(const std::string& prefix,
 
 template <class T>
 ModuleConfig GPT<T>::config() const {
-  return ModuleConfig("GPT")
-      .add("vocab_size", config_.vocab_size)
-      .add("block_size", config_.block_size)
-      .add("n_layer", config_.n_layer)
-      .add("n_head", config_.n_head)
-      .add("n_embd", config_.n_embd)
-      .add("n_kv_head", *config_.n_kv_head)
-      .add("ffn_hidden", *config_.ffn_hidden)
-      .add("style", style_name(config_.style))
-      .add("dropout", config_.dropout)
-      .add("tie_embeddings", config_.tie_embeddings)
-      .add("eps", config_.eps)
-      .add("rope_theta", config_.rope_theta);
+  ModuleConfig out = ModuleConfig("GPT")
+                         .add("vocab_size", config_.vocab_size)
+                         .add("block_size", config_.block_size)
+                         .add("n_layer", config_.n_layer)
+                         .add("n_head", config_.n_head)
+                         .add("n_embd", config_.n_embd)
+                         .add("n_kv_head", *config_.n_kv_head)
+                         .add("ffn_hidden", *config_.ffn_hidden)
+                         .add("style", style_name(config_.style))
+                         .add("dropout", config_.dropout)
+                         .add("tie_embeddings", config_.tie_embeddings)
+                         .add("eps", config_.eps)
+                         .add("rope_theta", config_.rope_theta);
+  if (config_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
+  if (config_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, config_.rope_scaling);
+  if (config_.hf_mlp) out.add("hf_mlp", true);
+  if (config_.num_experts > 0)  // a dense GPT's config stays that of a GPT without MoE
+    out.add("num_experts", config_.num_experts)
+        .add("num_experts_per_tok", config_.num_experts_per_tok)
+        .add("decoder_sparse_step", config_.decoder_sparse_step)
+        .add("moe_intermediate_size", *config_.moe_intermediate_size)
+        .add("norm_topk_prob", config_.norm_topk_prob)
+        .add("capacity_factor", config_.capacity_factor.value_or(0.0))
+        .add("router_aux_loss_coef", config_.router_aux_loss_coef)
+        .add("router_z_loss_coef", config_.router_z_loss_coef);
+  return out;
 }
 
 template class GPT<float>;

@@ -5,17 +5,19 @@
 //     x = drop(wte[tokens] + wpe[0 .. T-1]);  x = h_l(x) for l < n_layer;
 //     logits = ln_f(x) W^T,  W = wte.weight (tie_embeddings) or lm_head.weight
 //   llama style (Touvron et al. 2023, HF LlamaForCausalLM): no wpe (rotary
-//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention.
+//     positions inside the attention), RMSNorm, SwiGLU, grouped-query attention;
+//     optionally attention biases and rope scaling (causal_self_attention.hpp).
 // Blocks are TransformerBlock (transformer_block.hpp). Parameter names, as
 // HF GPT2Model's where it has them: "wte.weight" [vocab, C], "wpe.weight"
 // [block_size, C] (gpt2), "h.<l>.<block names>", "ln_f.weight" (+ "ln_f.bias"
 // for gpt2), "lm_head.weight" [vocab, C] when not tied (nn.Linear, no bias).
-// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints.
+// pretrained/hf_gpt2.hpp loads and exports HF GPT-2 checkpoints,
+// pretrained/hf_llama.hpp whole LLaMA-family ones.
 //
 // Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
 // _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,
 // norms weight 1 (bias 0); the projections that write into the residual
-// stream (attn.c_proj / attn.o_proj, mlp.w2 / mlp.w_down) normal(0, 0.02 /
+// stream (attn.c_proj / attn.o_proj, mlp.w2 / mlp.w_down / mlp.down_proj) normal(0, 0.02 /
 // sqrt(2 n_layer)), GPT-2's scaling of residual layers (nanoGPT applies it to
 // the attention and MLP c_proj alike; HF only when loading no checkpoint).
 // Drawn in the order of named_parameters() after the blocks are built.
@@ -34,6 +36,44 @@
 // argmax; sampling.hpp). prompt.size() + n must be <= block_size (no
 // sliding window).
 //
+// Sparse mixture of experts (Mixtral, HF MixtralForCausalLM; Qwen2-MoE,
+// Qwen2MoeForCausalLM), when num_experts E > 0: the FFN of layer l
+// (0-based) is a SparseMoe (moe.hpp) when (l + 1) % decoder_sparse_step == 0
+// (Qwen2-MoE's rule: 1, the default, makes every layer sparse as Mixtral; 2
+// every second layer, from layer 1); the other layers keep the dense FFN.
+// Each token goes to its num_experts_per_tok = k experts of the router's
+// softmax, their weights renormalized to sum 1 when norm_topk_prob; each
+// expert is a gated FFN of width moe_intermediate_size (default ffn_hidden):
+// SwiGLU in the llama style, gelu_tanh-gated in the gpt2 style; capacity_factor
+// caps the tokens of each expert (none: dropless). The sparse FFN is the
+// block's child "block_sparse_moe" (llama, Mixtral's name) or "mlp" (gpt2;
+// transformer_block.hpp), so "h.<l>.block_sparse_moe.gate.weight" [E, C],
+// "h.<l>.block_sparse_moe.experts.<j>.w1.weight" [H, C] (w3 the same, w2
+// [C, H]). Initialization as above: the router normal(0, 0.02), each
+// expert's w2 the residual scaling.
+// Auxiliary losses: forward_with_losses(tape, tokens) returns the logits and
+//   load_balancing_loss = sum over the sparse layers of SparseMoe's
+//                         load_balancing_loss (E * sum_e f_e P_e of each layer)
+//   z_loss              = sum over the sparse layers of SparseMoe's z_loss
+//   aux_loss            = router_aux_loss_coef * load_balancing_loss
+//                         + router_z_loss_coef * z_loss,
+// 0-d Vars on the tape; the caller adds aux_loss to its loss (transformers'
+// output_router_logits with router_aux_loss_coef; transformers computes the
+// balancing loss once over every layer's tokens together, xtgrad per layer
+// and sums, as Switch Transformer's per-layer auxiliary loss). A dense GPT
+// returns 0 for all three (constant leaves). forward(tape, tokens) records
+// no auxiliary loss. router_stats() gives each layer's tokens per expert of
+// the last forward (empty for a dense layer). Recomputation
+// (set_recompute_every) keeps no auxiliary loss: forward_with_losses of a
+// GPT with sparse layers on a recording tape refuses it (std::logic_error).
+// The KV cache and generate run the sparse layers as the full forward does
+// (a capacity_factor counts the tokens of each forward call, so through a
+// cache, a token or a few at a time, it cuts differently from the full
+// forward: leave it unset for generation).
+// config() records the MoE options only when num_experts > 0: a dense GPT's
+// config and checkpoints are unchanged, and a MoE checkpoint refuses to load
+// into a dense GPT (Module::load's config mismatch, "num_experts=...").
+//
 // Activation recomputation: set_recompute_every(k) runs the blocks h in
 // groups of k consecutive blocks (the last group may be shorter), each group
 // under one recompute (modules/recompute_modules.hpp), as
@@ -48,8 +88,12 @@
 //
 // Errors (std::invalid_argument, before anything changes): zero sizes,
 // n_head not dividing n_embd, n_kv_head not dividing n_head (or given for
-// gpt2), probabilities and eps out of range; tokens of rank other than 1 or
-// 2, T = 0 or > block_size, ids outside the vocabulary; a cache past its
+// gpt2), probabilities and eps out of range; num_experts 1 (a mixture of one
+// expert is the dense FFN), num_experts_per_tok 0 or > num_experts,
+// decoder_sparse_step 0 or > n_layer (no sparse layer), moe_intermediate_size
+// 0, a capacity_factor not finite and > 0, a router loss coefficient not
+// finite and >= 0 (the MoE options are read only when num_experts > 0);
+// tokens of rank other than 1 or 2, T = 0 or > block_size, ids outside the vocabulary; a cache past its
 // capacity or of another shape; generate with an empty prompt, a negative or
 // non-finite temperature, top_k = 0, or too many tokens for block_size;
 // sizes whose products overflow or whose parameters exceed the machine's
@@ -65,6 +109,7 @@
 #include "../engine/errors.hpp"
 #include "../engine/indices.hpp"
 #include "embedding.hpp"
+#include "moe.hpp"
 #include "transformer_block.hpp"
 
 namespace xtgrad {
@@ -78,6 +123,27 @@ struct GPTConfig {
   bool tie_embeddings = true;             // lm_head shares wte
   double eps = 1e-5;
   double rope_theta = 10000.0;
+  bool qkv_bias = false, o_bias = false;  // llama style: attention biases (Qwen2: qkv_bias)
+  RopeScaling rope_scaling;               // llama style: rotary frequency scaling
+  bool hf_mlp = false;  // llama style: MLPs named and laid out as HF's (transformer_block.hpp)
+  // Sparse mixture of experts (see above; Hugging Face's config names).
+  std::size_t num_experts = 0;                       // E; 0: every FFN dense
+  std::size_t num_experts_per_tok = 2;               // k
+  std::size_t decoder_sparse_step = 1;               // layer l sparse when (l + 1) % step == 0
+  std::optional<std::size_t> moe_intermediate_size;  // each expert's width; default ffn_hidden
+  bool norm_topk_prob = true;                        // renormalize the k weights
+  std::optional<double> capacity_factor;             // none: dropless
+  double router_aux_loss_coef = 0.001;               // of load_balancing_loss in aux_loss
+  double router_z_loss_coef = 0.0;                   // of z_loss in aux_loss
+};
+
+// Logits and the auxiliary losses of the sparse layers (see above), 0-d.
+template <class T>
+struct GPTOutput {
+  Var<T> logits;    // [B, T, vocab] or [T, vocab]
+  Var<T> aux_loss;  // router_aux_loss_coef * load_balancing_loss + router_z_loss_coef * z_loss
+  Var<T> load_balancing_loss;  // summed over the sparse layers
+  Var<T> z_loss;               // summed over the sparse layers
 };
 
 template <class T>
@@ -90,6 +156,8 @@ class GPT : public Module<T> {
 
   Var<T> forward(Tape<T>& tape, const Indices& tokens);
   Var<T> forward(Tape<T>& tape, const Indices& tokens, KvCache<T>& cache);
+  // The logits and the MoE's auxiliary losses (see above).
+  GPTOutput<T> forward_with_losses(Tape<T>& tape, const Indices& tokens);
   // (A Var input is not a token tensor: these throw std::logic_error.)
   using Module<T>::forward;
   xt::xarray<T> infer(const Indices& tokens) const;  // no-grad, nothing kept, eval semantics
@@ -105,6 +173,10 @@ class GPT : public Module<T> {
   // Recompute every group of k blocks (see above); 0 is off.
   void set_recompute_every(std::size_t k) { recompute_every_ = k; }
   std::size_t recompute_every() const { return recompute_every_; }
+
+  // Whether layer l's FFN is sparse; each layer's tokens per expert in its last forward.
+  bool is_sparse_layer(std::size_t l) const;
+  std::vector<MoeStats> router_stats() const;
 
   const GPTConfig& gpt_config() const { return config_; }
   ModuleConfig config() const override;
@@ -123,9 +195,10 @@ class GPT : public Module<T> {
  private:
   void check_tokens(const detail::Check& check, const Indices& tokens, std::size_t past) const;
   void check_cache(const detail::Check& check, const KvCache<T>& cache, std::size_t batch) const;
-  Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache);
+  Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache,
+             GPTOutput<T>* losses = nullptr);
   Var<T> embed(Tape<T>& tape, const Indices& tokens, std::size_t past);
-  Var<T> run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache);
+  Var<T> run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache, GPTOutput<T>* losses);
   void initialize(Generator& generator);
 
   std::size_t recompute_every_ = 0;

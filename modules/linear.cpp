@@ -4,6 +4,7 @@
 #include <string>
 
 #include "../engine/checked_size.hpp"
+#include "../engine/ops/elementwise.hpp"
 
 namespace xtgrad {
 
@@ -35,8 +36,11 @@ Var<T> Linear<T>::forward(const Var<T>& x) {
       detail::check_linear_shapes("linear", "x", x.shape(), weight.value.shape(),
                                   has_bias_ ? &bias_shape : nullptr, WeightLayout::out_in);
   const Var<T> w = tape.param(weight);
-  if (!has_bias_) return detail::record_linear<T>(dims, x, w, std::nullopt, WeightLayout::out_in);
-  return detail::record_linear<T>(dims, x, w, tape.param(bias), WeightLayout::out_in);
+  const Var<T> y =
+      has_bias_ ? detail::record_linear<T>(dims, x, w, tape.param(bias), WeightLayout::out_in)
+                : detail::record_linear<T>(dims, x, w, std::nullopt, WeightLayout::out_in);
+  if (!lora || lora->merged()) return y;
+  return add(y, lora->forward(x));  // + (dropout(x) A^T B^T) * scaling
 }
 
 template <class T>
@@ -44,14 +48,20 @@ void Linear<T>::collect_parameters(const std::string& prefix,
                                    typename Module<T>::NamedParameters& out) {
   this->add_parameter(prefix, weight, out);
   if (has_bias_) this->add_parameter(prefix, bias, out);
+  if (lora) {  // PEFT's names, under the layer's
+    this->add_parameter(prefix, lora->lora_A, out);
+    this->add_parameter(prefix, lora->lora_B, out);
+    this->add_child(prefix, "lora_dropout", lora->lora_dropout, out);
+  }
 }
 
 template <class T>
 ModuleConfig Linear<T>::config() const {
-  return ModuleConfig("Linear")
-      .add("in_features", in_features())
-      .add("out_features", out_features())
-      .add("bias", has_bias());
+  ModuleConfig config = ModuleConfig("Linear")
+                            .add("in_features", in_features())
+                            .add("out_features", out_features())
+                            .add("bias", has_bias());
+  return lora ? detail::with_lora(std::move(config), *lora) : config;
 }
 
 template class Linear<float>;

@@ -2,11 +2,19 @@
 // Linear<T>(in_features, out_features, bias): y = x W^T + b, PyTorch's
 // nn.Linear layout (weight [out, in], bias [out]) and default initialization
 // (both uniform in +-1/sqrt(in_features)). Parameters: "weight", "bias".
+//
+// LoRA: with `lora` set (modules/lora.hpp: LoRALinear, apply_lora), forward
+// returns x W^T + b + lora->forward(x) (lora_layer.hpp) unless the adapter is
+// merged into W; the adapter's parameters follow the layer's
+// ("lora_A.weight", "lora_B.weight") and its dropout is the child
+// "lora_dropout". config() then records the adapter's options.
 
 #include <cstddef>
+#include <optional>
 
 #include "../engine/ops/linear.hpp"
 #include "init.hpp"
+#include "lora_layer.hpp"
 #include "module.hpp"
 
 namespace xtgrad {
@@ -26,7 +34,8 @@ class Linear : public Module<T> {
   bool has_bias() const { return has_bias_; }
 
   Parameter<T> weight;
-  Parameter<T> bias;  // empty and not a parameter when !has_bias()
+  Parameter<T> bias;                 // empty and not a parameter when !has_bias()
+  std::optional<LoRALayer<T>> lora;  // a LoRA adapter, when attached
 
  protected:
   void collect_parameters(const std::string& prefix,

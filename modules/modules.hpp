@@ -1,7 +1,7 @@
 #pragma once
 // Everything in modules/: Module, Linear, Conv1D, Mlp, Sequential, the FFN
 // family, the norms, Dropout, Embedding, PreNormResidual, the attention
-// modules, TransformerBlock, GPT and its KvCache, the functional API, module
+// modules, TransformerBlock, GPT and its KvCache, LoRA adapters, the functional API, module
 // checkpoints (Module::save / load, safetensors_checkpoint.hpp) and the
 // Hugging Face loaders (pretrained/). The file formats themselves are io/
 // (io/io.hpp); the Batcher is data/ (data/data.hpp).
@@ -17,6 +17,8 @@
 #include "init.hpp"
 #include "kv_cache.hpp"
 #include "linear.hpp"
+#include "lora.hpp"
+#include "lora_layer.hpp"
 #include "mlp.hpp"
 #include "module.hpp"
 #include "moe.hpp"
@@ -25,6 +27,8 @@
 #include "pre_norm_residual.hpp"
 #include "pretrained/hf_config.hpp"
 #include "pretrained/hf_gpt2.hpp"
+#include "pretrained/hf_llama.hpp"
+#include "pretrained/hf_llama_config.hpp"
 #include "pretrained/hf_mlp.hpp"
 #include "recompute_modules.hpp"
 #include "safetensors_checkpoint.hpp"

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <utility>
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/elementwise.hpp"
@@ -153,7 +155,7 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   // parameter reshaped since construction leaves the tape as it was.
   Tape<T>& tape = x.tape_for(k_sparse_moe, "x");
   const detail::Check check(k_sparse_moe);
-  const std::size_t c = hidden_size(), e_count = experts.size();
+  const std::size_t c = hidden_size(), e_count = options_.num_experts;
   check.shape(!x.shape().empty() && x.shape().back() == c, "x", x.shape(), "[..., ", c,
               "] (hidden_size)");
   const Shape router{e_count, c};
@@ -167,9 +169,14 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   }
   const std::size_t n = x.size() / c;
   const Shape x2_shape{n, c};
-  detail::MoeDims dims = detail::check_moe_shapes(
-      k_sparse_moe, x2_shape, nullptr, s1, s3, s2,
-      options_.expert_names == ExpertNames::mixtral ? mixtral_weight_name : llama_weight_name);
+  const std::size_t first = first_expert_;
+  const auto weight_name =
+      options_.expert_names == ExpertNames::mixtral ? mixtral_weight_name : llama_weight_name;
+  detail::MoeDims dims =
+      detail::check_moe_shapes(k_sparse_moe, x2_shape, nullptr, s1, s3, s2,
+                               [first, weight_name](const char* role, std::size_t e) {
+                                 return weight_name(role, first + e);
+                               });
   dims.k = options_.top_k;
   if (shared_expert) {
     const GatedExpert<T>& s = *shared_expert;
@@ -190,7 +197,9 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   const Var<T> x2 = x.shape().size() == 2 ? x : reshape(x, {rows, static_cast<std::int64_t>(c)});
   const Var<T> logits = gate.forward(x2);  // [N, E]
   const Var<T> probs = softmax(logits, -1);
-  const MoeRouting routing = moe_route(probs.value(), options_.top_k, options_.capacity_factor);
+  const MoeRouting routing =
+      exchange_ ? moe_route(probs.value(), options_.top_k, options_.capacity_factor, *exchange_)
+                : moe_route(probs.value(), options_.top_k, options_.capacity_factor);
   Var<T> weights = gather(probs, 1, routing.indices());  // [N, k]
   if (options_.norm_topk_prob) weights = div(weights, sum(weights, {1}, true));
   std::vector<Var<T>> w1, w3, w2;
@@ -199,8 +208,10 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
     w3.push_back(tape.param(ex.up.weight));
     w2.push_back(tape.param(ex.down.weight));
   }
-  Var<T> y =
-      detail::record_moe_experts(dims, x2, weights, routing, w1, w3, w2, options_.activation);
+  Var<T> y = exchange_ ? detail::record_moe_experts_parallel(dims, x2, weights, routing, w1, w3, w2,
+                                                             options_.activation, exchange_)
+                       : detail::record_moe_experts(dims, x2, weights, routing, w1, w3, w2,
+                                                    options_.activation);
   if (shared_expert)
     y = add(y, mul(sigmoid(shared_expert_gate->forward(x2)), shared_expert->forward(x2)));
   if (x.shape().size() != 2) {
@@ -208,17 +219,38 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
     y = reshape(y, shape);
   }
 
-  MoeOutput<T> out{y, {}, {}, {routing.routed, routing.counts, n, routing.dropped()}};
+  // The global batch's counts (this batch's in one process).
+  const std::size_t global_n = routing.global_tokens;
+  std::size_t kept = 0;
+  for (const std::size_t count : routing.global_counts) kept += count;
+  MoeOutput<T> out{
+      y,
+      {},
+      {},
+      {routing.global_routed, routing.global_counts, global_n, global_n * dims.k - kept}};
   // infer may run on several threads at once: it leaves the module as it was
   if (!detail::InferenceScope::active()) stats_ = out.stats;
   if (!losses) return out;
   // E * sum_e f_e P_e, f_e = routed_e / N (no gradient), P_e = mean_t p[t, e]
+  // (f_e and N of the global batch)
   xt::xarray<T> f = xt::zeros<T>({e_count});
-  for (std::size_t e = 0; e < e_count && n > 0; ++e)
-    f(e) = static_cast<T>(e_count) * static_cast<T>(routing.routed[e]) / static_cast<T>(n);
-  out.load_balancing_loss = sum(mul(mean(probs, {0}), tape.leaf(f, false)));
-  // mean_t logsumexp(logits[t])^2
-  out.z_loss = mean(square(logsumexp(logits, {1})));
+  for (std::size_t e = 0; e < e_count && global_n > 0; ++e)
+    f(e) = static_cast<T>(e_count) * static_cast<T>(routing.global_routed[e]) /
+           static_cast<T>(global_n);
+  if (!exchange_) {
+    out.load_balancing_loss = sum(mul(mean(probs, {0}), tape.leaf(f, false)));
+    // mean_t logsumexp(logits[t])^2
+    out.z_loss = mean(square(logsumexp(logits, {1})));
+    return out;
+  }
+  // Sharded: this rank's share, (P / N) sum over its n tokens in place of
+  // the mean (P n / N times its mean; 0, not 0 / 0, for a rank without tokens)
+  const T per_token =
+      global_n > 0
+          ? static_cast<T>(static_cast<double>(exchange_->size()) / static_cast<double>(global_n))
+          : T(0);
+  out.load_balancing_loss = sum(mul(sum(probs, {0}), tape.leaf(f * per_token, false)));
+  out.z_loss = scale(sum(square(logsumexp(logits, {1}))), per_token);
   return out;
 }
 
@@ -227,11 +259,40 @@ void SparseMoe<T>::collect_parameters(const std::string& prefix,
                                       typename Module<T>::NamedParameters& out) {
   this->add_child(prefix, "gate", gate, out);
   for (std::size_t e = 0; e < experts.size(); ++e)
-    this->add_child(prefix, "experts." + std::to_string(e), experts[e], out);
+    this->add_child(prefix, "experts." + std::to_string(first_expert_ + e), experts[e], out);
   if (shared_expert) {
     this->add_child(prefix, "shared_expert", *shared_expert, out);
     this->add_child(prefix, "shared_expert_gate", *shared_expert_gate, out);
   }
+}
+
+template <class T>
+void SparseMoe<T>::shard_experts(std::shared_ptr<const MoeExchange> exchange) {
+  const detail::Check check("SparseMoe::shard_experts");
+  check.argument(exchange != nullptr, "exchange", "is null, expected the ranks' MoeExchange");
+  check.logic(exchange_ == nullptr, "the experts are sharded already");
+  const std::size_t ranks = exchange->size(), e_count = options_.num_experts;
+  check.argument(ranks > 0 && e_count % ranks == 0, "num_experts", "is ", e_count,
+                 ", expected a multiple of the ", ranks, " ranks (each holds num_experts / ranks)");
+  check.argument(experts.size() == e_count, "experts", "holds ", experts.size(),
+                 " experts, expected num_experts = ", e_count);
+  const std::size_t local = e_count / ranks, first = exchange->rank() * local;
+  std::vector<GatedExpert<T>> mine(std::make_move_iterator(experts.begin() + first),
+                                   std::make_move_iterator(experts.begin() + first + local));
+  experts = std::move(mine);
+  first_expert_ = first;
+  exchange_ = std::move(exchange);
+}
+
+template <class T>
+std::vector<Parameter<T>*> SparseMoe<T>::expert_parameters() {
+  std::vector<Parameter<T>*> out;
+  for (GatedExpert<T>& ex : experts)
+    for (auto& [name, p] : ex.named_parameters()) {
+      (void)name;
+      out.push_back(p);
+    }
+  return out;
 }
 
 template <class T>

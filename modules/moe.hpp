@@ -41,6 +41,24 @@
 // hidden projections and the output: 2 (C + H) values each), never
 // [E, N, H]; see ops/moe.hpp.
 //
+// Expert parallelism (ops/moe.hpp's MoeExchange; distributed/
+// expert_parallel.hpp sets it up over MPI): shard_experts(exchange) keeps
+// only rank r's experts [r E/P, (r+1) E/P) of the P ranks, under their
+// global names ("experts.5.w1.weight" on the rank holding expert 5). The
+// router, the shared expert and its gate stay replicated (data-parallel);
+// expert_parameters() lists the routed experts' parameters, the ones a
+// gradient synchronizer must leave alone. Forward then is collective: every
+// rank routes its own tokens, the rows go to their experts' ranks and back
+// (moe_experts with an exchange). The capacity is the global batch's, and
+// router_stats() and the auxiliary losses use the global batch's counts
+// (one all-gather): each rank's losses are its share, scaled so that their
+// mean over the ranks (and the mean of their gradients, what a gradient
+// synchronizer computes) equals one process's on the global batch:
+//   load_balancing_loss_r = E * sum_e f_e * (P / N) * sum over its tokens of p[t, e]
+//   z_loss_r = (P / N) * sum over its tokens of lse^2
+// with f_e and N over all ranks: the local means when the shards are equal
+// (N = P n_r), and 0 on a rank without tokens.
+//
 // Errors (std::invalid_argument naming the argument and the values, before
 // anything is recorded): num_experts, top_k, hidden_size or
 // intermediate_size 0, top_k > num_experts, a capacity factor not finite
@@ -48,12 +66,14 @@
 // [..., C], a router or expert weight whose shape no longer fits (forward).
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../engine/activation.hpp"
 #include "../engine/moe_routing.hpp"
+#include "../engine/ops/moe.hpp"
 #include "init.hpp"
 #include "linear.hpp"
 #include "module.hpp"
@@ -138,6 +158,19 @@ class SparseMoe : public Module<T> {
   // The routing statistics of the last forward outside infer (empty before the first).
   const MoeStats& router_stats() const { return stats_; }
 
+  // Expert parallelism (see above). Throws std::invalid_argument for a null
+  // exchange or num_experts not a multiple of its ranks, std::logic_error
+  // when the experts are sharded already. Local: the exchange's ranks must
+  // all call it (distributed::shard_experts does, after checking that the
+  // ranks hold the same model).
+  void shard_experts(std::shared_ptr<const MoeExchange> exchange);
+  bool experts_sharded() const { return exchange_ != nullptr; }
+  // The global index of experts[0] (0 unless sharded).
+  std::size_t first_expert() const { return first_expert_; }
+  // The routed experts' parameters (this rank's own when sharded), in
+  // named_parameters order; every other parameter is replicated.
+  std::vector<Parameter<T>*> expert_parameters();
+
   Linear<T> gate;                               // the router, [E, C]
   std::vector<GatedExpert<T>> experts;          // E, Mixtral names
   std::optional<GatedExpert<T>> shared_expert;  // Qwen2-MoE names
@@ -154,6 +187,8 @@ class SparseMoe : public Module<T> {
   std::size_t hidden_size_;
   std::size_t intermediate_size_;
   MoeStats stats_;
+  std::shared_ptr<const MoeExchange> exchange_;  // null: every expert here
+  std::size_t first_expert_ = 0;
 };
 
 extern template class GatedExpert<float>;

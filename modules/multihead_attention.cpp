@@ -187,6 +187,7 @@ Var<T> MultiheadAttention<T>::forward(const Var<T>& query, const Var<T>& key, co
   Tape<T>& tape =
       detail::common_tape<T>(k_owner, {{"query", &query}, {"key", &key}, {"value", &value}});
   const std::size_t e = embed_dim(), h = num_heads_;
+  if (query.dimension() == 2) return unbatched(query, key, value, masks);
   check_input("query", query.shape(), 0, e);
   const std::size_t b = query.shape()[0], tq = query.shape()[1];
   check_input("key", key.shape(), b, e);
@@ -222,6 +223,46 @@ Var<T> MultiheadAttention<T>::forward(const Var<T>& query, const Var<T>& key, co
         project(query, 0), project(key, 1), project(value, 2), mask, false, p, std::nullopt, dk));
   }
   return out_proj.forward(merged);
+}
+
+template <class T>
+Var<T> MultiheadAttention<T>::unbatched(const Var<T>& query, const Var<T>& key, const Var<T>& value,
+                                        const MhaMasks<NoDeduce<T>>& masks) {
+  // torch's unbatched form: query [Tq, E], key and value [Tk, E], key_padding_mask
+  // [Tk], attn_mask [Tq, Tk] or [H, Tq, Tk]; run as a batch of one. Every shape
+  // is checked before anything is recorded.
+  const std::size_t e = embed_dim(), h = num_heads_;
+  const auto check_2d = [e](const char* name, const Shape& shape) {
+    if (shape.size() != 2 || shape[1] != e)
+      detail::fail_shape(k_owner, name, shape,
+                         "[T, " + std::to_string(e) + "] (unbatched, as query)");
+  };
+  check_2d("query", query.shape());
+  check_2d("key", key.shape());
+  check_2d("value", value.shape());
+  const std::size_t tq = query.shape()[0], tk = key.shape()[0];
+  if (value.shape()[0] != tk)
+    detail::fail_shape(k_owner, "value", value.shape(),
+                       detail::shape_str(key.shape()) + " (key's shape)");
+  MhaMasks<T> batched = masks;
+  if (masks.key_padding_mask) {
+    const xt::xarray<bool>& kpm = *masks.key_padding_mask;
+    if (kpm.dimension() != 1 || kpm.size() != tk)
+      detail::fail_shape(k_owner, "key_padding_mask", kpm.shape(),
+                         "[" + std::to_string(tk) + "] (keys; unbatched)");
+    batched.key_padding_mask->reshape({std::size_t(1), tk});
+  }
+  check_masks(batched, 1, h, tq, tk);
+  // One reshape per distinct input, so that self-attention keeps its fused projection.
+  const auto one_batch = [](const Var<T>& x) {
+    return reshape(x, {1, std::int64_t(x.shape()[0]), std::int64_t(x.shape()[1])});
+  };
+  const Var<T> q = one_batch(query);
+  const Var<T> k = key.index() == query.index() ? q : one_batch(key);
+  const Var<T> v = value.index() == query.index() ? q
+                   : value.index() == key.index() ? k
+                                                  : one_batch(value);
+  return reshape(forward(q, k, v, batched), {std::int64_t(tq), std::int64_t(e)});  // [Tq, E]
 }
 
 template <class T>

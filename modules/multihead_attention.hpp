@@ -15,6 +15,9 @@
 //   y = merge_heads(attention(q, k, v)) out_proj.weight^T + out_proj.bias.
 // forward(query [B, Tq, E], key [B, Tk, E], value [B, Tk, E], masks) -> [B, Tq, E];
 // forward(x) is self-attention (query = key = value = x, one fused projection).
+// Unbatched input, as torch: query [Tq, E], key and value [Tk, E] (all three
+// 2-D), key_padding_mask [Tk], attn_mask [Tq, Tk] or [H, Tq, Tk] -> [Tq, E],
+// the same values as the batch of one.
 // Masks (MhaMasks), torch's conventions, which are the reverse of
 // scaled_dot_product_attention's for booleans:
 //   key_padding_mask [B, Tk] bool: true = this key is padding, ignore it;
@@ -28,7 +31,7 @@
 //
 // Errors (std::invalid_argument, before anything is recorded): zero sizes,
 // heads not dividing the width, a probability outside [0, 1]; an input that
-// is not [B, T, width], masks of the wrong shape.
+// is not [B, T, width] (or [T, width] for all three), masks of the wrong shape.
 
 #include <cstddef>
 #include <optional>
@@ -82,6 +85,9 @@ class MultiheadAttention : public Module<T> {
                           typename Module<T>::NamedParameters& out) override;
 
  private:
+  Var<T> unbatched(const Var<T>& query, const Var<T>& key, const Var<T>& value,
+                   const MhaMasks<NoDeduce<T>>& masks);
+
   std::size_t num_heads_;
   MultiheadAttentionOptions options_;
 };

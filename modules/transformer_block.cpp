@@ -28,6 +28,9 @@ TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions opti
                      *options.n_kv_heads == options.n_heads,
                  "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
                  ", but the gpt2 style has n_kv_heads = n_heads (", options.n_heads, ")");
+  check.argument(options.style == GPTStyle::llama || !options.hf_mlp, "hf_mlp",
+                 "is set, but the gpt2 style's MLP is FeedForward; expected it in the llama "
+                 "style only");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   if (options.n_heads != 0 && n_embd % options.n_heads == 0)  // else the attention refuses them
     detail::check_bytes(k_owner, k_size_names, "parameters",
@@ -48,16 +51,22 @@ CausalSelfAttentionOptions attention_options(const TransformerBlockOptions& o) {
   a.layout = o.style == GPTStyle::gpt2 ? AttentionLayout::gpt2 : AttentionLayout::llama;
   a.rotary = o.style == GPTStyle::llama;
   a.rope_theta = o.rope_theta;
+  a.qkv_bias = o.qkv_bias;
+  a.o_bias = o.o_bias;
+  a.rope_scaling = o.rope_scaling;
   a.attn_dropout = o.dropout;
   a.resid_dropout = o.dropout;
   return a;
 }
 
 template <class T>
-std::variant<FeedForward<T>, GatedFFN<T>> make_mlp(const TransformerBlockOptions& o, std::size_t n,
-                                                   Generator& generator) {
+std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> make_mlp(
+    const TransformerBlockOptions& o, std::size_t n, Generator& generator) {
+  if (o.moe) return SparseMoe<T>(n, *o.ffn_hidden, *o.moe, generator);
   if (o.style == GPTStyle::gpt2)
     return FeedForward<T>(n, *o.ffn_hidden, Activation::gelu_tanh, 0.0, generator);
+  if (o.hf_mlp)
+    return GatedExpert<T>(n, *o.ffn_hidden, Activation::silu, ExpertNames::llama, generator);
   return GatedFFN<T>(n, *o.ffn_hidden, n, Activation::silu, GatedBias::none(), 0.0, generator);
 }
 
@@ -86,6 +95,15 @@ detail::WideCount detail::transformer_block_parameters(std::size_t n_embd,
   const WideCount c(n_embd);
   // (Unfilled, as in a constructor's handler, the gpt2 default bounds the llama one.)
   const WideCount hidden = options.ffn_hidden ? WideCount(*options.ffn_hidden) : c * 4;
+  const WideCount norms = options.style == GPTStyle::gpt2 ? c * 4 : c * 2;
+  if (options.moe) {  // router [E, C]; E experts of 3 [H, C]; shared expert 3 [Hs, C] + gate [1, C]
+    const WideCount experts(options.moe->num_experts);
+    const WideCount shared(options.moe->shared_expert_intermediate_size);
+    WideCount n = norms + causal_self_attention_parameters(n_embd, attention) + experts * c +
+                  experts * c * hidden * 3;
+    if (options.moe->shared_expert_intermediate_size > 0) n += c * shared * 3 + c;
+    return n;
+  }
   if (options.style ==
       GPTStyle::gpt2)  // ln_1, ln_2 [C] + [C]; mlp w1 [H, C] + [H], w2 [C, H] + [C]
     return c * 4 + causal_self_attention_parameters(n_embd, attention) + c * hidden * 2 + hidden +
@@ -119,21 +137,46 @@ TransformerBlock<T>::TransformerBlock(std::size_t n_embd, TransformerBlockOption
 
 template <class T>
 Var<T> TransformerBlock<T>::forward(const Var<T>& x) {
-  x.tape_for(k_owner, "x");
-  check_input(x.shape(), n_embd_);
-  const Var<T> h = add(x, attn.forward(std::visit([&](auto& n) { return n.forward(x); }, ln_1)));
-  const Var<T> normed = std::visit([&](auto& n) { return n.forward(h); }, ln_2);
-  return add(h, dropout.forward(std::visit([&](auto& f) { return f.forward(normed); }, mlp)));
+  return run(x, nullptr, 0, false).y;
 }
 
 template <class T>
 Var<T> TransformerBlock<T>::forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer) {
+  return run(x, &cache, layer, false).y;
+}
+
+template <class T>
+BlockOutput<T> TransformerBlock<T>::forward_with_losses(const Var<T>& x) {
+  return run(x, nullptr, 0, true);
+}
+
+// h = x + attn(ln_1(x)); y = h + dropout(mlp(ln_2(h))), the dropout left out
+// through a cache (inference); the MoE's losses recorded when `losses`.
+template <class T>
+BlockOutput<T> TransformerBlock<T>::run(const Var<T>& x, KvCache<T>* cache, std::size_t layer,
+                                        bool losses) {
   x.tape_for(k_owner, "x");
   check_input(x.shape(), n_embd_);
-  const Var<T> h =
-      add(x, attn.forward(std::visit([&](auto& n) { return n.forward(x); }, ln_1), cache, layer));
+  const Var<T> normed_x = std::visit([&](auto& n) { return n.forward(x); }, ln_1);
+  const Var<T> h = add(x, cache ? attn.forward(normed_x, *cache, layer) : attn.forward(normed_x));
   const Var<T> normed = std::visit([&](auto& n) { return n.forward(h); }, ln_2);
-  return add(h, std::visit([&](auto& f) { return f.forward(normed); }, mlp));
+  BlockOutput<T> out;
+  Var<T> f;
+  if (SparseMoe<T>* moe = sparse_moe(); moe && losses) {
+    MoeOutput<T> m = moe->forward_with_losses(normed);
+    f = m.y;
+    out.load_balancing_loss = m.load_balancing_loss;
+    out.z_loss = m.z_loss;
+  } else {
+    f = std::visit([&](auto& ffn) { return ffn.forward(normed); }, mlp);
+  }
+  out.y = add(h, cache ? f : dropout.forward(f));
+  return out;
+}
+
+template <class T>
+const char* TransformerBlock<T>::mlp_name() const {
+  return sparse_moe() && options_.style == GPTStyle::llama ? "block_sparse_moe" : "mlp";
 }
 
 template <class T>
@@ -142,21 +185,27 @@ void TransformerBlock<T>::collect_parameters(const std::string& prefix,
   std::visit([&](auto& n) { this->add_child(prefix, "ln_1", n, out); }, ln_1);
   this->add_child(prefix, "attn", attn, out);
   std::visit([&](auto& n) { this->add_child(prefix, "ln_2", n, out); }, ln_2);
-  std::visit([&](auto& f) { this->add_child(prefix, "mlp", f, out); }, mlp);
+  std::visit([&](auto& f) { this->add_child(prefix, mlp_name(), f, out); }, mlp);
   this->add_child(prefix, "dropout", dropout, out);
 }
 
 template <class T>
 ModuleConfig TransformerBlock<T>::config() const {
-  return ModuleConfig("TransformerBlock")
-      .add("n_embd", n_embd_)
-      .add("style", style_name(options_.style))
-      .add("n_heads", options_.n_heads)
-      .add("n_kv_heads", *options_.n_kv_heads)
-      .add("ffn_hidden", *options_.ffn_hidden)
-      .add("dropout", options_.dropout)
-      .add("eps", options_.eps)
-      .add("rope_theta", options_.rope_theta);
+  ModuleConfig out = ModuleConfig("TransformerBlock")
+                         .add("n_embd", n_embd_)
+                         .add("style", style_name(options_.style))
+                         .add("n_heads", options_.n_heads)
+                         .add("n_kv_heads", *options_.n_kv_heads)
+                         .add("ffn_hidden", *options_.ffn_hidden)
+                         .add("dropout", options_.dropout)
+                         .add("eps", options_.eps)
+                         .add("rope_theta", options_.rope_theta);
+  if (options_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
+  if (options_.o_bias) out.add("o_bias", true);
+  detail::add_rope_scaling(out, options_.rope_scaling);
+  if (options_.hf_mlp) out.add("hf_mlp", true);
+  if (const SparseMoe<T>* moe = sparse_moe()) out.children.emplace_back(mlp_name(), moe->config());
+  return out;
 }
 
 template class TransformerBlock<float>;

@@ -10,9 +10,13 @@
 //         "gelu_new"), ffn_hidden default 4 C.
 //   llama (Touvron et al. 2023; HF modeling_llama.py LlamaDecoderLayer):
 //         RMSNorm(C, eps), CausalSelfAttention in the llama layout (q/k/v/o_proj,
-//         no biases) with rotary embeddings (rope_theta) and n_kv_heads
+//         no biases unless qkv_bias / o_bias) with rotary embeddings (rope_theta,
+//         rope_scaling) and n_kv_heads
 //         (grouped-query attention), mlp = GatedFFN(C, ffn_hidden, C, silu)
-//         (SwiGLU, no biases); ffn_hidden default LLaMA's rule:
+//         (SwiGLU, no biases), or with hf_mlp the same function as Hugging
+//         Face's LlamaMLP, GatedExpert(C, ffn_hidden, silu, ExpertNames::llama)
+//         (moe.hpp: gate_proj / up_proj / down_proj, nn.Linear [out, in]);
+//         ffn_hidden default LLaMA's rule:
 //         256 * ceil(floor(2 * 4C / 3) / 256) (Meta's llama model.py, multiple_of 256).
 // Children: "ln_1", "attn", "ln_2", "mlp", "dropout" (p = dropout, on the mlp
 // output as HF GPT2MLP's dropout); the attention's attn_dropout and
@@ -21,11 +25,25 @@
 // FFN modules' own names for the mlp ("mlp.w1.weight" = HF's mlp.c_fc.weight
 // transposed; pretrained/hf_gpt2.hpp converts).
 //
+// Sparse FFN (options.moe set): mlp is a SparseMoe(C, ffn_hidden, *options.moe)
+// (moe.hpp: router, top-k, gated experts of width ffn_hidden each) instead of
+// the dense FFN, the child named as Hugging Face names it:
+//   llama style: "block_sparse_moe" (Mixtral's MixtralDecoderLayer), so that
+//                "block_sparse_moe.gate.weight", "block_sparse_moe.experts.<j>.w1.weight";
+//   gpt2 style:  "mlp" (GPT-2 has no Hugging Face MoE; Qwen2-MoE,
+//                SwitchTransformers and Megatron-LM's MoE GPT keep the FFN's
+//                name "mlp" and put the router and experts under it):
+//                "mlp.gate.weight", "mlp.experts.<j>.w1.weight".
+// forward_with_losses(x) also returns the MoE's auxiliary losses (0-d Vars,
+// none for a dense block); forward(x) records none. config() holds the
+// SparseMoe's config as a child named as the FFN.
+//
 // forward(x, cache, layer) is the attention's incremental form (attention.hpp).
 // Errors (std::invalid_argument): as the children's constructors (zero sizes,
 // heads not dividing C, eps, probabilities), a style outside the enumeration,
-// n_kv_heads != n_heads in the gpt2 style; forward: an x that is not
-// [B, T, C], before anything is recorded.
+// n_kv_heads != n_heads in the gpt2 style, the MoE options SparseMoe refuses
+// (zero experts or top_k, top_k > num_experts, a capacity factor not finite
+// and > 0); forward: an x that is not [B, T, C], before anything is recorded.
 
 #include <cstddef>
 #include <optional>
@@ -34,6 +52,7 @@
 #include "causal_self_attention.hpp"
 #include "feed_forward.hpp"
 #include "gated_ffn.hpp"
+#include "moe.hpp"
 #include "norm.hpp"
 
 namespace xtgrad {
@@ -48,6 +67,19 @@ struct TransformerBlockOptions {
   double dropout = 0.0;
   double eps = 1e-5;
   double rope_theta = 10000.0;
+  bool qkv_bias = false, o_bias = false;  // llama: CausalSelfAttentionOptions'
+  RopeScaling rope_scaling;               // llama
+  bool hf_mlp = false;                    // llama: GatedExpert instead of GatedFFN
+  std::optional<SparseMoeOptions> moe;  // a sparse FFN of experts of width ffn_hidden; none: dense
+};
+
+// A block's output and, when its FFN is sparse, the MoE's auxiliary losses
+// (moe.hpp's load_balancing_loss and z_loss, 0-d).
+template <class T>
+struct BlockOutput {
+  Var<T> y;
+  std::optional<Var<T>> load_balancing_loss;
+  std::optional<Var<T>> z_loss;
 };
 
 // The default FFN width of a style (see above).
@@ -76,7 +108,14 @@ class TransformerBlock : public Module<T> {
 
   Var<T> forward(const Var<T>& x) override;
   Var<T> forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer = 0);
+  BlockOutput<T> forward_with_losses(const Var<T>& x);
   ModuleConfig config() const override;
+
+  // The sparse FFN, null for a dense block.
+  SparseMoe<T>* sparse_moe() { return std::get_if<SparseMoe<T>>(&mlp); }
+  const SparseMoe<T>* sparse_moe() const { return std::get_if<SparseMoe<T>>(&mlp); }
+  // The FFN child's name: "mlp", or "block_sparse_moe" for a sparse llama block.
+  const char* mlp_name() const;
 
   std::size_t n_embd() const { return n_embd_; }
   const TransformerBlockOptions& options() const { return options_; }
@@ -84,12 +123,15 @@ class TransformerBlock : public Module<T> {
   std::variant<LayerNorm<T>, RMSNorm<T>> ln_1;
   CausalSelfAttention<T> attn;
   std::variant<LayerNorm<T>, RMSNorm<T>> ln_2;
-  std::variant<FeedForward<T>, GatedFFN<T>> mlp;
+  std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> mlp;
   Dropout<T> dropout;
 
  protected:
   void collect_parameters(const std::string& prefix,
                           typename Module<T>::NamedParameters& out) override;
+
+ private:
+  BlockOutput<T> run(const Var<T>& x, KvCache<T>* cache, std::size_t layer, bool losses);
 };
 
 extern template class TransformerBlock<float>;

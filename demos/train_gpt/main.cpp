@@ -3,9 +3,10 @@
 // and cosine decay and gradient clipping (train.hpp); the validation loss
 // beside the unigram baseline; --save / --resume continue a run bit for
 // bit; data-parallel under mpirun, the optimizer sharded with --zero 1|2
-// (ZeRO). Writes summary.json, history.csv,
-// samples.txt and loss.png to --out (report.hpp). --generate DIR instead
-// continues --prompt with the model a run saved (generate.hpp). Exit codes:
+// (ZeRO); --experts E --experts-per-token k makes every FFN a sparse
+// mixture of experts (model.hpp). Writes summary.json, history.csv,
+// samples.txt and loss.png (and experts.csv, experts.png) to --out
+// (report.hpp). --generate DIR instead continues --prompt with the model a run saved (generate.hpp). Exit codes:
 // 0 done, 2 bad options, data or checkpoint, 1 anything else (a file that
 // cannot be written, gnuplot failing).
 
@@ -49,46 +50,65 @@ double seconds_since(Clock::time_point start) {
 }
 
 nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabulary& vocab,
-                          std::size_t parameters, const TrainResult& r, double unigram,
-                          int processes, double data_seconds, double total_seconds) {
+                          std::size_t parameters, std::size_t active_parameters,
+                          const TrainResult& r, double unigram, int processes, double data_seconds,
+                          double total_seconds) {
   const ModelOptions& m = o.model;
   const TrainOptions& t = o.train;
-  return {{"model",
-           {{"kind", "gpt2"},
-            {"n_layer", m.n_layer},
-            {"n_head", m.n_head},
-            {"n_embd", m.n_embd},
-            {"block_size", m.block_size},
-            {"dropout", m.dropout},
-            {"vocab_size", vocab.size()},
-            {"parameters", parameters}}},
-          {"data",
-           {{"dir", o.data_dir},
-            {"files", corpus.files.size()},
-            {"train_records", corpus.train_records},
-            {"validation_records", corpus.validation_records},
-            {"train_chars", corpus.train.size()},
-            {"validation_chars", corpus.validation.size()},
-            {"split", "record i (from 0, files in name order) is held out when i % 10 == 9"}}},
-          {"steps", t.steps},
-          {"step", r.step},
-          {"batch_size", t.batch_size},
-          {"lr", t.lr},
-          {"min_lr_ratio", t.min_lr_ratio},
-          {"warmup_steps", t.warmup_steps},
-          {"weight_decay", t.weight_decay},
-          {"beta2", t.beta2},
-          {"grad_clip", t.grad_clip},
-          {"seed", t.seed},
-          {"threads", o.threads},
-          {"processes", processes},
-          {"final_train_loss", r.final_train_loss},
-          {"final_val_loss", r.final_val_loss},
-          {"unigram_baseline", unigram},
-          {"tokens_per_second", r.tokens_per_second},
-          {"data_seconds", data_seconds},
-          {"train_seconds", r.train_seconds},
-          {"total_seconds", total_seconds}};
+  nlohmann::json summary = {
+      {"model",
+       {{"kind", "gpt2"},
+        {"n_layer", m.n_layer},
+        {"n_head", m.n_head},
+        {"n_embd", m.n_embd},
+        {"block_size", m.block_size},
+        {"dropout", m.dropout},
+        {"vocab_size", vocab.size()},
+        {"parameters", parameters}}},
+      {"data",
+       {{"dir", o.data_dir},
+        {"files", corpus.files.size()},
+        {"train_records", corpus.train_records},
+        {"validation_records", corpus.validation_records},
+        {"train_chars", corpus.train.size()},
+        {"validation_chars", corpus.validation.size()},
+        {"split", "record i (from 0, files in name order) is held out when i % 10 == 9"}}},
+      {"steps", t.steps},
+      {"step", r.step},
+      {"batch_size", t.batch_size},
+      {"lr", t.lr},
+      {"min_lr_ratio", t.min_lr_ratio},
+      {"warmup_steps", t.warmup_steps},
+      {"weight_decay", t.weight_decay},
+      {"beta2", t.beta2},
+      {"grad_clip", t.grad_clip},
+      {"seed", t.seed},
+      {"threads", o.threads},
+      {"processes", processes},
+      {"final_train_loss", r.final_train_loss},
+      {"final_val_loss", r.final_val_loss},
+      {"unigram_baseline", unigram},
+      {"tokens_per_second", r.tokens_per_second},
+      {"data_seconds", data_seconds},
+      {"train_seconds", r.train_seconds},
+      {"total_seconds", total_seconds}};
+  if (m.experts > 0) {
+    nlohmann::json& model = summary["model"];
+    model["experts"] = m.experts;
+    model["experts_per_token"] = m.experts_per_token;
+    model["expert_hidden"] = m.expert_hidden > 0 ? m.expert_hidden : 4 * m.n_embd;
+    model["aux_loss_coef"] = m.aux_loss_coef;
+    model["active_parameters"] = active_parameters;
+    // The last record's tokens per expert, layer by layer.
+    nlohmann::json layers = nlohmann::json::array();
+    const std::vector<std::size_t> last =
+        r.experts.empty() ? std::vector<std::size_t>{} : r.experts.back().tokens;
+    for (std::size_t l = 0; l < last.size() / m.experts; ++l)
+      layers.push_back(std::vector<std::size_t>(last.begin() + l * m.experts,
+                                                last.begin() + (l + 1) * m.experts));
+    summary["tokens_per_expert"] = layers;
+  }
+  return summary;
 }
 
 int run_training(const Options& o, demos::Program& program) {
@@ -107,6 +127,7 @@ int run_training(const Options& o, demos::Program& program) {
   xtgrad::Generator generator(o.train.seed);
   xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
   const std::size_t parameters = parameter_count(model);
+  const std::size_t active_parameters = active_parameter_count(model);
   const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
   const fs::path out(o.out);
   std::FILE* samples = nullptr;
@@ -119,6 +140,12 @@ int run_training(const Options& o, demos::Program& program) {
     std::printf(
         "train_gpt: GPT of %zu layers, %zu heads, %zu channels, block %zu: %zu parameters\n",
         o.model.n_layer, o.model.n_head, o.model.n_embd, o.model.block_size, parameters);
+    if (o.model.experts > 0)
+      std::printf(
+          "train_gpt: every FFN a mixture of %zu experts of %zu channels, %zu per token: %zu "
+          "parameters active per token; aux loss coefficient %g\n",
+          o.model.experts, *model.gpt_config().moe_intermediate_size, o.model.experts_per_token,
+          active_parameters, o.model.aux_loss_coef);
     std::printf(
         "train_gpt: unigram baseline (training character frequencies on the validation "
         "text) %.4f nats\n",
@@ -140,15 +167,24 @@ int run_training(const Options& o, demos::Program& program) {
   const double total_seconds = seconds_since(start);
   demos::write_history_csv(out / "history.csv", result.history, history_fields());
   write_summary_json(out / "summary.json",
-                     summary_of(o, corpus, vocab, parameters, result, unigram, parallel.size(),
-                                data_seconds, total_seconds));
-  const PlotResult plotted = plot_losses(out, unigram);
+                     summary_of(o, corpus, vocab, parameters, active_parameters, result, unigram,
+                                parallel.size(), data_seconds, total_seconds));
+  PlotResult plotted = plot_losses(out, unigram);
+  const bool sparse = o.model.experts > 0;
+  if (sparse) {
+    write_experts_csv(out / "experts.csv", result.experts, o.model.n_layer, o.model.experts);
+    const PlotResult experts =
+        plot_experts(out, o.model.n_layer, o.model.experts, o.model.experts_per_token);
+    if (plotted == PlotResult::written) plotted = experts;
+  }
   std::printf(
       "validation loss %.4f nats per character (unigram baseline %.4f) after %zu steps; "
       "%.0f tokens/s, %.1f s in all\n",
       result.final_val_loss, unigram, result.step, result.tokens_per_second, total_seconds);
-  return demos::print_wrote(out, "summary.json, history.csv, samples.txt", plotted, "loss.png",
-                            "picture");
+  return sparse ? demos::print_wrote(out, "summary.json, history.csv, samples.txt, experts.csv",
+                                     plotted, "loss.png, experts.png", "pictures")
+                : demos::print_wrote(out, "summary.json, history.csv, samples.txt", plotted,
+                                     "loss.png", "picture");
 }
 
 // Continues --prompt with the model saved in --generate.
@@ -180,6 +216,22 @@ void add_options(demos::Program& program, Options& o) {
   app.add_option("--dropout", o.model.dropout, "dropout of the embeddings, attention and residuals")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--experts", o.model.experts,
+                 "experts of every FFN (0: dense); a sparse mixture of experts, Mixtral's")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  app.add_option("--experts-per-token", o.model.experts_per_token,
+                 "--experts: the experts each token is routed to (top-k of the router)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--expert-hidden", o.model.expert_hidden,
+                 "--experts: channels of each expert's gated FFN (0: 4 n-embd)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65536));
+  app.add_option("--aux-loss-coef", o.model.aux_loss_coef,
+                 "--experts: the load-balancing loss's weight in the training loss")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
   app.add_option("--steps", o.train.steps, "optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000000));
@@ -271,6 +323,11 @@ void check_modes(const CLI::App& app, const Options& o) {
   if (o.generate_from.empty())
     for (const char* name : {"--max-new-chars", "--top-k"})
       if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
+  if (o.generate_from.empty() && o.model.experts == 0)
+    for (const char* name : {"--experts-per-token", "--expert-hidden", "--aux-loss-coef"})
+      if (app.count(name) > 0)
+        throw CLI::ValidationError(name,
+                                   "applies to a mixture of experts only (--experts 2 or more)");
 }
 
 }  // namespace

@@ -4,6 +4,15 @@
 // lm_head tied to the token embedding) over the character vocabulary:
 // tokens [B, T] -> logits [B, T, vocab], T <= block_size.
 //
+// With --experts E (> 0) every block's FFN is a sparse mixture of E experts
+// (GPTConfig::num_experts, modules/gpt.hpp): each character goes to its
+// --experts-per-token k experts, gelu_tanh-gated FFNs of --expert-hidden
+// channels each (default 4 n_embd), the k weights renormalized; the training
+// loss adds --aux-loss-coef times the layers' summed load-balancing loss
+// (GPTConfig::router_aux_loss_coef; no z-loss). A dense FFN of width F and k
+// experts of width 2F / 3k have the same active parameters per character
+// (2 C F = 3 C H k, biases and the router aside).
+//
 // AdamW's two parameter groups, as nanoGPT makes them: weight decay on the
 // parameters of rank >= 2 (the embeddings and the weight matrices), none on
 // the biases and the LayerNorm weights.
@@ -22,14 +31,21 @@ struct ModelOptions {
   std::size_t n_embd = 96;
   std::size_t block_size = 64;
   double dropout = 0.0;
+  std::size_t experts = 0;            // E; 0: dense FFNs
+  std::size_t experts_per_token = 2;  // k
+  std::size_t expert_hidden = 0;      // each expert's width; 0: 4 n_embd
+  double aux_loss_coef = 0.01;        // of the load-balancing loss
 };
 
 // The GPTConfig of `options` over a vocabulary of `vocab_size`;
-// std::invalid_argument when n_head does not divide n_embd.
+// std::invalid_argument when n_head does not divide n_embd, --experts is 1
+// or --experts-per-token is not in 1 .. --experts.
 xtgrad::GPTConfig gpt_config(const ModelOptions& options, std::size_t vocab_size);
 
 // Number of trainable values (a tied lm_head counted once).
 std::size_t parameter_count(xtgrad::Module<float>& model);
+// Of those, the ones a token reads: without the experts it is not routed to.
+std::size_t active_parameter_count(xtgrad::GPT<float>& model);
 
 std::vector<xtgrad::optim::AdamWParamGroup<float>> decay_groups(xtgrad::Module<float>& model,
                                                                 double lr, double weight_decay,

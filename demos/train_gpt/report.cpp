@@ -33,4 +33,48 @@ PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
   return demos::run_gnuplot(script, out);
 }
 
+void write_experts_csv(const fs::path& file, const std::vector<ExpertRecord>& records,
+                       std::size_t layers, std::size_t experts) {
+  std::ofstream csv = open_for_writing(file);
+  csv << "step";
+  for (std::size_t l = 0; l < layers; ++l)
+    for (std::size_t e = 0; e < experts; ++e) csv << ",layer" << l << "_expert" << e;
+  csv << "\n";
+  for (const ExpertRecord& r : records) {
+    csv << r.step;
+    for (const std::size_t tokens : r.tokens) csv << "," << tokens;
+    csv << "\n";
+  }
+  check_written(csv, file);
+}
+
+PlotResult plot_experts(const fs::path& out, std::size_t layers, std::size_t experts,
+                        std::size_t experts_per_token) {
+  if (!demos::have_gnuplot()) return PlotResult::no_gnuplot;
+  const fs::path script = out / "experts.gp";
+  std::ofstream gp = open_for_writing(script);
+  const std::string data = gp_quote((out / "experts.csv").string());
+  const std::size_t rows = (layers + 1) / 2, columns = layers > 1 ? 2 : 1;
+  gp << "set terminal pngcairo size " << 560 * columns << "," << 80 + 320 * rows
+     << " enhanced font 'Sans,10'\n"
+     << "set datafile separator ','\nset grid\nset key outside right\nset xlabel 'step'\n"
+     << "set ylabel 'share of the choices'\nset yrange [0:*]\n"
+     << "set output " << gp_quote((out / "experts.png").string()) << "\n"
+     << "set multiplot layout " << rows << "," << columns << " title 'Tokens per expert, "
+     << experts << " experts, " << experts_per_token
+     << " per token (uniform: " << 1.0 / static_cast<double>(experts) << ")'\n";
+  for (std::size_t l = 0; l < layers; ++l) {
+    // the sum of layer l's columns, 2 + l E .. 1 + (l + 1) E
+    std::string total;
+    for (std::size_t e = 0; e < experts; ++e)
+      total += (e ? "+$" : "$") + std::to_string(2 + l * experts + e);
+    gp << "set title 'layer " << l << "'\nplot for [e=0:" << experts - 1 << "] " << data
+       << " using 1:(column(" << 2 + l * experts << "+e)/(" << total
+       << ")) with linespoints lw 2 pt 7 ps 0.6 title sprintf('expert %d', e)\n";
+  }
+  gp << "unset multiplot\n";
+  check_written(gp, script);
+  return demos::run_gnuplot(script, out);
+}
+
 }  // namespace gpt_demo

@@ -6,6 +6,11 @@
 //   samples.txt    the text generated at each evaluation
 //   loss.png       the train and validation loss curves with the unigram baseline
 //                  (gnuplot, from plots.gp; its messages in gnuplot.log)
+// and, for a model with sparse layers (--experts):
+//   experts.csv    one row per evaluation: step, then layer<l>_expert<e>, the
+//                  tokens routed to each expert since the previous row
+//   experts.png    each expert's share of its layer's choices over training,
+//                  one panel per layer (from experts.gp)
 // The picture needs gnuplot (with its pngcairo terminal, as gnuplot-nox has):
 // when it is not installed, the run says so and writes the rest.
 
@@ -24,5 +29,12 @@ using demos::write_summary_json;  // demos/common/report_files.hpp
 
 // Renders loss.png into `out` from history.csv there.
 PlotResult plot_losses(const std::filesystem::path& out, double unigram_baseline);
+
+// experts.csv of `records` for `layers` layers of `experts` experts each.
+void write_experts_csv(const std::filesystem::path& file, const std::vector<ExpertRecord>& records,
+                       std::size_t layers, std::size_t experts);
+// Renders experts.png into `out` from experts.csv there.
+PlotResult plot_experts(const std::filesystem::path& out, std::size_t layers, std::size_t experts,
+                        std::size_t experts_per_token);
 
 }  // namespace gpt_demo

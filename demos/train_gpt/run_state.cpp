@@ -44,6 +44,12 @@ TrainingExtras identity_extras(const RunIdentity& id) {
                 {"data.train_tokens", as_integer(id.train_tokens)},
                 {"data.validation_tokens", as_integer(id.validation_tokens)},
                 {k_vocab_size, as_integer(id.vocab.size())}};
+  // A sparse model's options (--experts 0, a dense one, has no others).
+  e.integers["model.experts"] = as_integer(m.experts);
+  if (m.experts > 0) {
+    e.integers["model.experts_per_token"] = as_integer(m.experts_per_token);
+    e.integers["model.expert_hidden"] = as_integer(m.expert_hidden);
+  }
   const std::vector<char32_t>& points = id.vocab.code_points();
   for (std::size_t i = 0; i < points.size(); ++i)
     e.integers["vocab." + std::to_string(i)] = static_cast<std::int64_t>(points[i]);
@@ -53,6 +59,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
              {"option.weight_decay", o.weight_decay},
              {"option.beta2", o.beta2},
              {"option.grad_clip", o.grad_clip}};
+  if (m.experts > 0) e.reals["model.aux_loss_coef"] = m.aux_loss_coef;
   return e;
 }
 
@@ -75,6 +82,40 @@ struct Mismatch {
   }
 };
 
+// The routing records and the open interval's counts, as "experts.<i>.step",
+// "experts.<i>.<j>" and "interval.experts.<j>" with their sizes.
+void save_experts(TrainingExtras& extras, const RunPosition& position) {
+  extras.integers["experts.size"] = as_integer(position.experts.size());
+  std::size_t width = 0;
+  for (std::size_t i = 0; i < position.experts.size(); ++i) {
+    const ExpertRecord& r = position.experts[i];
+    width = r.tokens.size();
+    extras.integers["experts." + std::to_string(i) + ".step"] = as_integer(r.step);
+    for (std::size_t j = 0; j < width; ++j)
+      extras.integers["experts." + std::to_string(i) + "." + std::to_string(j)] =
+          as_integer(r.tokens[j]);
+  }
+  const std::vector<std::size_t>& open = position.interval.expert_tokens;
+  extras.integers["experts.width"] = as_integer(width);
+  extras.integers["interval.experts.size"] = as_integer(open.size());
+  for (std::size_t j = 0; j < open.size(); ++j)
+    extras.integers["interval.experts." + std::to_string(j)] = as_integer(open[j]);
+}
+
+void load_experts(const demos::SavedRun& saved, RunPosition& position) {
+  const std::size_t records = saved.size("experts.size"), width = saved.size("experts.width");
+  for (std::size_t i = 0; i < records; ++i) {
+    ExpertRecord r;
+    r.step = saved.size("experts." + std::to_string(i) + ".step");
+    for (std::size_t j = 0; j < width; ++j)
+      r.tokens.push_back(saved.size("experts." + std::to_string(i) + "." + std::to_string(j)));
+    position.experts.push_back(std::move(r));
+  }
+  const std::size_t open = saved.size("interval.experts.size");
+  for (std::size_t j = 0; j < open; ++j)
+    position.interval.expert_tokens.push_back(saved.size("interval.experts." + std::to_string(j)));
+}
+
 }  // namespace
 
 const demos::HistoryFields<HistoryRecord>& history_fields() {
@@ -94,6 +135,7 @@ void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& i
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
   demos::save_history(extras, "history.size", position.history, history_fields());
+  if (identity.model.experts > 0) save_experts(extras, position);
   run.save(dir, extras);
 }
 
@@ -106,6 +148,7 @@ RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunId
   position.interval.steps = saved.size("interval.steps");
   position.interval.loss_sum = saved.real("interval.loss_sum");
   position.history = saved.history("history.size", history_fields());
+  if (identity.model.experts > 0) load_experts(saved, position);
   return position;
 }
 
@@ -124,6 +167,16 @@ SavedModel read_saved_model(const fs::path& dir) {
     saved.options.n_embd = integer("model.n_embd");
     saved.options.block_size = integer("model.block_size");
     saved.options.dropout = required(state.reals, std::string("extra.model.dropout"));
+    if (state.integers.count("extra.model.experts") >
+        0) {  // absent: an earlier version's dense run
+      saved.options.experts = integer("model.experts");
+      if (saved.options.experts > 0) {
+        saved.options.experts_per_token = integer("model.experts_per_token");
+        saved.options.expert_hidden = integer("model.expert_hidden");
+        saved.options.aux_loss_coef =
+            required(state.reals, std::string("extra.model.aux_loss_coef"));
+      }
+    }
     saved.step = integer("step");
     const std::size_t size = integer(k_vocab_size);
     std::vector<char32_t> points;

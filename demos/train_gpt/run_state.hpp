@@ -30,6 +30,7 @@ struct RunIdentity {
 
 struct RunPosition {
   std::vector<HistoryRecord> history;
+  std::vector<ExpertRecord> experts;  // a sparse model's
   std::size_t step = 0;
   OpenInterval interval;
 };

@@ -48,6 +48,35 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
     throw std::runtime_error("cannot write the samples file");
 }
 
+// Adds the step's routed tokens of every expert of every layer, summed over
+// the processes, to `tokens` (as ExpertRecord::tokens).
+void add_routed(std::vector<std::size_t>& tokens, const GPT<float>& model,
+                const training::Parallel& parallel) {
+  const std::vector<MoeStats> stats = model.router_stats();
+  const std::size_t experts = model.gpt_config().num_experts;
+  tokens.resize(stats.size() * experts, 0);
+  for (std::size_t l = 0; l < stats.size(); ++l)
+    for (std::size_t e = 0; e < stats[l].routed.size(); ++e)
+      tokens[l * experts + e] += static_cast<std::size_t>(
+          std::llround(parallel.mean(static_cast<double>(stats[l].routed[e])) * parallel.size()));
+}
+
+// "experts: layer 0 31% 22% 27% 20% | layer 1 ...": each expert's share of its layer's choices.
+std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t experts) {
+  std::string line = "experts:";
+  for (std::size_t l = 0; experts > 0 && l < tokens.size() / experts; ++l) {
+    std::size_t total = 0;
+    for (std::size_t e = 0; e < experts; ++e) total += tokens[l * experts + e];
+    line += (l == 0 ? " layer " : " | layer ") + std::to_string(l);
+    for (std::size_t e = 0; e < experts; ++e)
+      line += format(" %.0f%%",
+                     100.0 * static_cast<double>(tokens[l * experts + e]) /
+                         static_cast<double>(std::max<std::size_t>(total, 1)),
+                     0.0);
+  }
+  return line + "\n";
+}
+
 }  // namespace
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
@@ -82,6 +111,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (Parameter<float>* p : model.parameters())
     if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
   const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
+  const bool sparse = model.gpt_config().num_experts > 0;
 
   // Under mpirun this rank's rows start at first_row of the global batch: its
   // dropout masks (keyed by row) are those one process would draw for them.
@@ -92,9 +122,16 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (std::size_t step = position.step; step < last; ++step) {
     const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
     run.tape.clear();
-    const Var<float> logits = model.forward(run.tape, batch.inputs);
     const auto V = static_cast<std::int64_t>(data.vocab.size());
-    const Var<float> loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
+    Var<float> cross_entropy_loss, loss;
+    if (sparse) {  // the cross-entropy plus the routers' auxiliary loss
+      const GPTOutput<float> out = model.forward_with_losses(run.tape, batch.inputs);
+      cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
+      loss = add(cross_entropy_loss, out.aux_loss);
+    } else {
+      const Var<float> logits = model.forward(run.tape, batch.inputs);
+      loss = cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
+    }
     run.tape.backward(loss);
     run.optimizer.finish();
     const double norm = run.optimizer.clip_grad_norm(params, o.grad_clip);
@@ -105,7 +142,9 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     run.optimizer.step();
     run.optimizer.zero_grad();
     run.schedule->step();
-    const double value = parallel.mean(loss.value()());  // the global batch's mean
+    // the global batch's mean cross-entropy
+    const double value = parallel.mean(cross_entropy_loss.value()());
+    if (sparse) add_routed(position.interval.expert_tokens, model, parallel);
     position.interval.loss_sum += value;
     ++position.interval.steps;
     position.step = step + 1;
@@ -121,11 +160,15 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       r.lr = run.schedule->last_lr();
       r.seconds = seconds_before + progress.train_seconds();
       position.history.push_back(r);
+      if (sparse) position.experts.push_back({r.step, position.interval.expert_tokens});
       position.interval = {};
       if (!parallel.quiet()) {
         progress.line("step " + std::to_string(r.step) +
                       format(": train loss %.4f  val loss %.4f", r.train_loss, r.val_loss) +
                       format("  lr %.2e  (%.0f s)\n", r.lr, r.seconds));
+        if (sparse)
+          progress.line(
+              expert_shares(position.experts.back().tokens, model.gpt_config().num_experts));
         if (o.sample_chars > 0 && samples != nullptr)
           write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
       }
@@ -142,6 +185,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   model.eval();
   result.final_val_loss = evaluator.full(model, parallel);
   result.history = std::move(position.history);
+  result.experts = std::move(position.experts);
   result.step = position.step;
   result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
   return result;

@@ -12,6 +12,14 @@
 // (GPT::generate, the KV cache) printed and appended to samples.txt, and,
 // with --save, the run state (run_state.hpp). After the last step of this
 // call, the validation loss on the whole validation text.
+//
+// A model with sparse layers (--experts) trains on the cross-entropy plus
+// GPT::forward_with_losses's aux_loss (--aux-loss-coef times the summed
+// load-balancing losses); the train loss recorded and printed is the
+// cross-entropy alone, comparable with a dense model's. Each record also
+// counts the tokens routed to each expert of each layer (GPT::router_stats,
+// k choices per token, the whole global batch) over the steps since the
+// previous record.
 
 #include <cstddef>
 #include <cstdint>
@@ -60,10 +68,18 @@ struct HistoryRecord {
 // history.csv's columns and the saved history's fields (run_state.cpp).
 const demos::HistoryFields<HistoryRecord>& history_fields();
 
+// The routing of a record's interval: tokens[l * E + e] choices of expert e
+// in layer l over the steps since the previous record.
+struct ExpertRecord {
+  std::size_t step = 0;
+  std::vector<std::size_t> tokens;
+};
+
 // What a stopped run carries into the next: the steps since the last record.
 struct OpenInterval {
   double loss_sum = 0.0;
   std::size_t steps = 0;
+  std::vector<std::size_t> expert_tokens;  // as ExpertRecord::tokens (empty: dense)
 };
 
 struct TrainData {
@@ -74,6 +90,7 @@ struct TrainData {
 
 struct TrainResult {
   std::vector<HistoryRecord> history;  // resumed records included
+  std::vector<ExpertRecord> experts;   // one per record of a sparse model
   std::size_t step = 0;                // steps done
   double final_val_loss = 0.0;         // on the whole validation text
   double final_train_loss = 0.0;       // the last record's

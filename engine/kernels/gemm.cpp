@@ -243,11 +243,12 @@ void small_gemm(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c
   }
 }
 
-}  // namespace
-
+// gemm, or with a bias (then !accumulate): c = op(a) . op(b) + bias on every
+// row, the bias oneDNN's bias argument where the product goes to oneDNN's
+// float matmul, else written into c before a product that accumulates.
 template <class T>
-void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
-          bool transpose_b, MatrixRef<T> c, bool accumulate) {
+void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
+                  bool transpose_b, MatrixRef<T> c, bool accumulate, const T* bias) {
   const std::size_t m = transpose_a ? a.cols : a.rows;
   const std::size_t k = transpose_a ? a.rows : a.cols;
   const std::size_t k_b = transpose_b ? b.cols : b.rows;
@@ -258,29 +259,53 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
                            std::to_string(k_b) + "x" + std::to_string(n) + "] -> [" +
                            std::to_string(c.rows) + "x" + std::to_string(c.cols) + "]");
   if (m == 0 || n == 0) return;
+  const bool small = m * n * k <= k_small_gemm_macs, few_rows = m <= k_streaming_rows;
+  // Read once: every part of a split product computes at this precision.
+  [[maybe_unused]] const MatmulPrecision precision = get_matmul_precision();
+  bool onednn = false;
+  if constexpr (std::is_same_v<T, float>)
+    onednn = k > 0 && !small && !few_rows &&
+             (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
+  if (bias != nullptr && !onednn) {  // c = bias, then c += op(a) . op(b)
+    broadcast_rows(bias, c.data, m, n);
+    accumulate = true;
+    bias = nullptr;
+  }
   if (k == 0) {  // an empty sum: c = 0 (or unchanged when accumulating)
     if (!accumulate) std::fill(c.data, c.data + m * n, T(0));
     return;
   }
-  if (m * n * k <= k_small_gemm_macs) {
+  if (small) {
     small_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
     return;
   }
-  if (m <= k_streaming_rows) {  // a few rows through a weight: read it once
+  if (few_rows) {  // a few rows through a weight: read it once
     few_rows_gemm(a.data, transpose_a, b.data, transpose_b, c.data, m, n, k, accumulate);
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    // Read once: every part of a split product computes at this precision.
-    const MatmulPrecision precision = get_matmul_precision();
-    if (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn) {
+    if (onednn) {
       onednn_gemm(a.data, a.cols, transpose_a, b.data, b.cols, transpose_b, c.data, c.cols, m, n, k,
-                  accumulate, precision);
+                  accumulate, precision, bias);
       return;
     }
     warn_if_stale_openblas();
   }
   blas_gemm(a, transpose_a, b, transpose_b, c, accumulate);
+}
+
+}  // namespace
+
+template <class T>
+void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
+          bool transpose_b, MatrixRef<T> c, bool accumulate) {
+  gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, accumulate, nullptr);
+}
+
+template <class T>
+void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
+               bool transpose_b, MatrixRef<T> c, const T* bias) {
+  gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, false, bias);
 }
 
 template <class T>
@@ -361,6 +386,8 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
 #define XTGRAD_INSTANTIATE_GEMM(T)                                                             \
   template void gemm<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,       \
                         MatrixRef<T>, bool);                                                   \
+  template void gemm_bias<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,  \
+                             MatrixRef<T>, const T*);                                          \
   template void blas_gemm<T>(MatrixRef<const T>, bool, MatrixRef<const T>, bool, MatrixRef<T>, \
                              bool);                                                            \
   template void broadcast_rows<T>(const T*, T*, std::size_t, std::size_t);                     \

@@ -45,6 +45,16 @@ template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
           bool transpose_b, MatrixRef<T> c, bool accumulate);
 
+// c = op(a) . op(b) + bias on every row of c (bias [n]), for a linear layer's
+// forward. On oneDNN's float (or bf16) matmul the bias is the primitive's
+// bias argument: no pass of its own, and c is not read; the bits are those
+// of the sum post-op onto a broadcast bias (test_gemm_backend). On the other
+// paths broadcast_rows writes the bias into c before a product that
+// accumulates onto it (beta = 1).
+template <class T>
+void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
+               bool transpose_b, MatrixRef<T> c, const T* bias);
+
 // The OpenBLAS product of gemm, for any shape gemm accepts with m, n, k > 0
 // (unchecked), whatever the backend: the reference the oneDNN path is tested
 // and measured against.
@@ -55,7 +65,7 @@ void blas_gemm(MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b, boo
 inline constexpr std::size_t k_small_gemm_macs = 16384;
 
 // y[r, :] = b for each of the n rows of y [n, cols]: a bias written before a
-// GEMM that adds onto it (beta = 1), so that the bias costs no pass of its own.
+// GEMM that adds onto it (beta = 1), where the GEMM cannot take the bias.
 template <class T>
 void broadcast_rows(const T* b, T* y, std::size_t n, std::size_t cols);
 

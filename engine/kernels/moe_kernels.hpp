@@ -40,6 +40,9 @@ void moe_top_k(const T* p, std::size_t n, std::size_t e, std::size_t k, std::siz
 // The routing tables of `routing` from routing.expert (tokens, k, experts and
 // capacity set): the counting sort, the capacity cut, offsets, source, row_of.
 void moe_sort(MoeRouting& routing);
+// The same with a capacity per expert ([E]; expert parallelism: what the
+// ranks before this one left of each expert's capacity).
+void moe_sort(MoeRouting& routing, const std::vector<std::size_t>& capacities);
 
 // The routed rows forward keeps for backward, in the permuted layout: four
 // consecutive parts of one buffer of moe_saved_size(rows, C, H) values
@@ -100,5 +103,48 @@ void moe_experts_backward(const char* op, const MoeRouting& routing, Activation 
                           std::size_t h, const T* weights,
                           const std::vector<MoeExpertWeights<T>>& experts,
                           const MoeSaved<const T>& saved, const T* dy, MoeGrads<T>& grads);
+
+// The steps of the two functions above, for expert parallelism
+// (ops/moe_parallel.cpp), where the expert rows are computed on another
+// process than the tokens':
+//
+// x_rows[r] = x[source[r] / k]                          [rows, C]
+template <class T>
+void moe_gather_rows(const MoeRouting& routing, std::size_t c, const T* x, T* x_rows);
+// y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]   [N, C]
+template <class T>
+void moe_combine_rows(const MoeRouting& routing, std::size_t c, const T* weights, const T* o, T* y);
+// g, u [rows, H], o [rows, C] of the rows of the experts, expert e's rows
+// being [offsets[e], offsets[e + 1]) (E + 1 offsets, one per experts[e]).
+template <class T>
+void moe_expert_rows_forward(const char* op, Activation f, std::size_t c, std::size_t h,
+                             const std::vector<std::size_t>& offsets,
+                             const std::vector<MoeExpertWeights<T>>& experts, const T* x_rows, T* g,
+                             T* u, T* o);
+// dweights[ch] (+)= dy[t] . o[row_of[ch]] (0 for a dropped choice), [N, k].
+template <class T>
+void moe_weights_backward(const MoeRouting& routing, std::size_t c, const T* o, const T* dy,
+                          MoeGradTarget<T>& dweights);
+// d_out[i] = scale * weights[ch] * dy[t] for the rows [first, first + rows),
+// ch = source[first + i]: the gradient of those rows of o.
+template <class T>
+void moe_out_grad_rows(const MoeRouting& routing, std::size_t c, const T* weights, const T* dy,
+                       T scale, std::size_t first, std::size_t rows, T* d_out);
+// dx[source[first + i] / k] += dx_rows[i] for i < rows.
+template <class T>
+void moe_scatter_rows(const MoeRouting& routing, std::size_t c, const T* dx_rows, std::size_t first,
+                      std::size_t rows, T* dx);
+// The experts' backward over their rows (laid out as in
+// moe_expert_rows_forward) from d_out [rows, C]: the weight gradients
+// (targets null where not wanted; zeroed when no row reaches them) and,
+// unless null, dx_rows [rows, C] (written, not added to).
+template <class T>
+void moe_expert_rows_backward(const char* op, Activation f, std::size_t c, std::size_t h,
+                              const std::vector<std::size_t>& offsets,
+                              const std::vector<MoeExpertWeights<T>>& experts, const T* x_rows,
+                              const T* g, const T* u, const T* d_out,
+                              const std::vector<MoeGradTarget<T>*>& dw1,
+                              const std::vector<MoeGradTarget<T>*>& dw3,
+                              const std::vector<MoeGradTarget<T>*>& dw2, T* dx_rows);
 
 }  // namespace xtgrad::detail

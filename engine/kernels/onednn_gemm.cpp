@@ -40,11 +40,13 @@ struct Key {
   bool transpose_a, transpose_b, accumulate;
   MatmulPrecision precision;
   int threads;
+  bool bias;  // a float bias [1, n] added to every row of c
 
   bool operator==(const Key& o) const {
     return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
            transpose_a == o.transpose_a && transpose_b == o.transpose_b &&
-           accumulate == o.accumulate && precision == o.precision && threads == o.threads;
+           accumulate == o.accumulate && precision == o.precision && threads == o.threads &&
+           bias == o.bias;
   }
 };
 
@@ -52,7 +54,7 @@ struct Key {
 struct Entry {
   Key key;
   dnnl::matmul primitive;
-  memory a, b, c, scratchpad;
+  memory a, b, c, bias, scratchpad;
   std::size_t scratchpad_bytes;
 };
 
@@ -95,10 +97,13 @@ dnnl::matmul::primitive_desc describe(const Key& key) {
     sum.append_sum(1.0f);
     attr.set_post_ops(sum);
   }
-  const dnnl::matmul::desc desc(matrix(key.m, key.k, key.lda, key.transpose_a, type),
-                                matrix(key.k, key.n, key.ldb, key.transpose_b, type),
-                                matrix(key.m, key.n, key.ldc, false, memory::data_type::f32));
-  return dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
+  const memory::desc a = matrix(key.m, key.k, key.lda, key.transpose_a, type);
+  const memory::desc b = matrix(key.k, key.n, key.ldb, key.transpose_b, type);
+  const memory::desc c = matrix(key.m, key.n, key.ldc, false, memory::data_type::f32);
+  if (!key.bias)
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  const memory::desc bias = matrix(1, key.n, key.n, false, memory::data_type::f32);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr, cpu_engine());
 }
 
 struct ThreadState {
@@ -129,6 +134,7 @@ Entry& lookup(ThreadState& state, const Key& key) {
               memory(pd.src_desc(), engine, nullptr),
               memory(pd.weights_desc(), engine, nullptr),
               memory(pd.dst_desc(), engine, nullptr),
+              key.bias ? memory(pd.bias_desc(), engine, nullptr) : memory(),
               memory(pd.scratchpad_desc(), engine, nullptr),
               pd.scratchpad_desc().get_size()};
   if (entries.size() == k_cache_entries) entries.pop_back();
@@ -145,28 +151,31 @@ bool onednn_compiled() {
 namespace {
 
 // One single-threaded primitive call on the calling thread; a and b are
-// float at MatmulPrecision::highest, bfloat16 at bf16.
+// float at MatmulPrecision::highest, bfloat16 at bf16; bias (float [n]) or null.
 void run_primitive(const void* a, std::size_t lda, bool transpose_a, const void* b, std::size_t ldb,
                    bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                   std::size_t k, bool accumulate, MatmulPrecision precision) {
+                   std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   ThreadState& state = thread_state();
-  Entry& entry = lookup(
-      state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate, precision, 1});
+  Entry& entry = lookup(state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate,
+                                   precision, 1, bias != nullptr});
   if (state.scratchpad.size() < entry.scratchpad_bytes)
     state.scratchpad.resize(entry.scratchpad_bytes);
   entry.a.set_data_handle(const_cast<void*>(a));
   entry.b.set_data_handle(const_cast<void*>(b));
   entry.c.set_data_handle(c);
   entry.scratchpad.set_data_handle(state.scratchpad.data());
+  if (bias != nullptr) entry.bias.set_data_handle(const_cast<float*>(bias));
   // The C API takes the arguments as an array (the C++ one builds a map).
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, entry.a.get()},
                                   {DNNL_ARG_WEIGHTS, entry.b.get()},
                                   {DNNL_ARG_DST, entry.c.get()},
-                                  {DNNL_ARG_SCRATCHPAD, entry.scratchpad.get()}};
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(entry.primitive.get(), state.stream.get(),
-                                                 static_cast<int>(std::size(args)), args),
-                          "xtgrad: oneDNN matmul failed");
+                                  {DNNL_ARG_SCRATCHPAD, entry.scratchpad.get()},
+                                  {DNNL_ARG_BIAS, entry.bias.get(true)}};
+  const int count = static_cast<int>(std::size(args)) - (bias != nullptr ? 0 : 1);
+  dnnl::error::wrap_c_api(
+      dnnl_primitive_execute(entry.primitive.get(), state.stream.get(), count, args),
+      "xtgrad: oneDNN matmul failed");
 }
 
 // Runs part(begin, end) over the parts of [0, lines) lines (rows or columns
@@ -193,19 +202,19 @@ void run_parts(std::size_t lines, std::size_t macs, Part& part) {
 template <class E>
 void split_gemm(const E* a, std::size_t lda, bool transpose_a, const E* b, std::size_t ldb,
                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                std::size_t k, bool accumulate, MatmulPrecision precision) {
+                std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias) {
   if (m >= n) {
     auto rows = [&](std::size_t begin, std::size_t end) {
       const E* a_part = transpose_a ? a + begin : a + begin * lda;
       run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
-                    end - begin, n, k, accumulate, precision);
+                    end - begin, n, k, accumulate, precision, bias);
     };
     run_parts(m, m * n * k, rows);
   } else {
     auto columns = [&](std::size_t begin, std::size_t end) {
       const E* b_part = transpose_b ? b + begin * ldb : b + begin;
       run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
-                    k, accumulate, precision);
+                    k, accumulate, precision, bias == nullptr ? nullptr : bias + begin);
     };
     run_parts(n, m * n * k, columns);
   }
@@ -215,7 +224,7 @@ void split_gemm(const E* a, std::size_t lda, bool transpose_a, const E* b, std::
 
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                 std::size_t k, bool accumulate, MatmulPrecision precision) {
+                 std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias) {
   // oneDNN always runs on one OpenMP thread: an OpenMP team's workers keep
   // spinning after each call (OMP_WAIT_POLICY is active by default and read
   // only at load), taking the core xtgrad's pool needs next. A large product
@@ -228,7 +237,8 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   // oneDNN's blocking over K depends on a part's M and N, and an FFN's dW
   // differed in its first element between 1 and 2 threads.
   if (precision != MatmulPrecision::bf16) {
-    split_gemm(a, lda, transpose_a, b, ldb, transpose_b, c, ldc, m, n, k, accumulate, precision);
+    split_gemm(a, lda, transpose_a, b, ldb, transpose_b, c, ldc, m, n, k, accumulate, precision,
+               bias);
     return;
   }
   // bf16: each operand's stored block ([k, m] when a is transposed, else
@@ -241,7 +251,7 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   to_bf16_matrix(a, lda, a_rows, a_cols, a16);
   to_bf16_matrix(b, ldb, b_rows, b_cols, b16);
   split_gemm<std::uint16_t>(a16, a_cols, transpose_a, b16, b_cols, transpose_b, c, ldc, m, n, k,
-                            accumulate, precision);
+                            accumulate, precision, bias);
 }
 
 namespace {
@@ -249,7 +259,7 @@ namespace {
 // The implementation oneDNN picks for a [256, 256] . [256, 256] product at
 // `precision`, "" when it has none.
 std::string probe_kernel(MatmulPrecision precision) {
-  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, precision, 1};
+  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, precision, 1, false};
   try {
     return describe(probe).impl_info_str();
   } catch (const dnnl::error&) {
@@ -287,7 +297,8 @@ bool onednn_compiled() {
 }
 
 void onednn_gemm(const float*, std::size_t, bool, const float*, std::size_t, bool, float*,
-                 std::size_t, std::size_t, std::size_t, std::size_t, bool, MatmulPrecision) {
+                 std::size_t, std::size_t, std::size_t, std::size_t, bool, MatmulPrecision,
+                 const float*) {
   throw std::logic_error("xtgrad: onednn_gemm called in a build without oneDNN");
 }
 

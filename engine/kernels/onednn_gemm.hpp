@@ -56,10 +56,14 @@ bool onednn_compiled();
 // c[m, n] (+)= op(a)[m, k] . op(b)[k, n], row-major with leading dimensions
 // lda, ldb, ldc (elements between rows as stored: a is [k, lda] when
 // transposed). m, n, k > 0. std::logic_error when not built with oneDNN.
+// A bias (float [n], not with accumulate) is the primitive's bias argument:
+// c = op(a) . op(b) + bias on every row, with the bits of writing the bias
+// into c and accumulating through the sum post-op (test_gemm_backend checks
+// both precisions, split and unsplit products).
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
                  std::size_t k, bool accumulate,
-                 MatmulPrecision precision = MatmulPrecision::highest);
+                 MatmulPrecision precision = MatmulPrecision::highest, const float* bias = nullptr);
 
 // "oneDNN 2.6.3 (brg:avx512_core)": the version and the implementation
 // oneDNN picks for a representative product at `precision` on this CPU

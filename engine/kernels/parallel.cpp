@@ -11,6 +11,7 @@
 
 #include "../errors.hpp"
 #include "../threads.hpp"
+#include "malloc_tuning.hpp"
 
 // OpenBLAS's own thread API. Its cblas.h declares it, a generic cblas.h does
 // not; weak, so that a BLAS without it leaves the count to that BLAS.
@@ -150,6 +151,10 @@ Pool& pool() {
   static Pool instance;
   return instance;
 }
+
+// glibc's malloc set once at start-up, here because every op links this
+// file (malloc_tuning.hpp says what and why).
+[[maybe_unused]] const bool malloc_tuned = detail::tune_malloc();
 
 }  // namespace
 

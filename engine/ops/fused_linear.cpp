@@ -141,12 +141,14 @@ void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, 
       detail::activation_forward(nd.f, gv + r0 * in, a, rows * in);
     // a[rows, in] = m * a / (1 - p)   (hidden dropout)
     if (nd.drop) nd.drop->apply(a, r0 * in, rows * in);
-    // y[rows, out] = b broadcast, then += a[rows, in] . op(W)   (bias as GEMM beta = 1)
+    // y[rows, out] = a[rows, in] . op(W) + b   (the bias fused into the GEMM)
     T* yb = y + r0 * out;
-    if (bv) detail::broadcast_rows(bv, yb, rows, out);
-    detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), false,
-                    matrix(wv, nd.w_rows(), nd.w_cols()), nd.out_in, matrix(yb, rows, out),
-                    bv != nullptr);
+    const auto a_rows = matrix(static_cast<const T*>(a), rows, in);
+    const auto w = matrix(wv, nd.w_rows(), nd.w_cols());
+    if (bv)
+      detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), bv);
+    else
+      detail::gemm<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), false);
   }
 }
 

@@ -89,10 +89,13 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
   y.resize(dims.y_shape);
   const xt::xarray<T>& w = tape.value(wi);
   const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
-  // y[N,out] = b broadcast over rows, then += x[N,in] . op(W)   (bias fused as GEMM beta = 1)
-  if (bi) detail::broadcast_rows(tape.value(*bi).data(), y.data(), n, out);
-  detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols), out_in,
-                  matrix(y, n, out), bi.has_value());
+  // y[N,out] = x[N,in] . op(W) + b broadcast over rows   (the bias fused into the GEMM)
+  if (bi)
+    detail::gemm_bias<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols),
+                         out_in, matrix(y, n, out), tape.value(*bi).data());
+  else
+    detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols),
+                    out_in, matrix(y, n, out), false);
 
   tape.set_backward(
       yi, [xi, wi, bi, n, in, out, out_in, w_rows, w_cols](Tape<T>& t, const xt::xarray<T>& dy) {

@@ -22,17 +22,20 @@ namespace {
 constexpr const char* k_numpy_rule =
     " (NumPy rules: aligned from the right, each axis equal or 1; ";
 
-// masked_fill: `mask` must broadcast to x's shape itself (y has x's shape).
-void check_mask_broadcasts_to(const char* op, const Shape& mask, const Shape& x) {
-  const detail::Check check(op);
-  const char* expected = "a shape that broadcasts to the shape ";
-  check.shape(mask.size() <= x.size(), "mask", mask, expected, x, " of argument 'x'", k_numpy_rule,
-              "'mask' has more axes than 'x'; y has x's shape)");
-  for (std::size_t k = 1; k <= mask.size(); ++k) {
-    const std::size_t m = mask[mask.size() - k], n = x[x.size() - k];
-    check.shape(m == n || m == 1, "mask", mask, expected, x, " of argument 'x'", k_numpy_rule,
-                "axis -", k, " has ", m, " in 'mask' and ", n, " in 'x')");
+// masked_fill: the broadcast shape of x and mask (y's shape).
+Shape broadcast_with_mask(const char* op, const Shape& mask, const Shape& x) {
+  const std::size_t rank = std::max(mask.size(), x.size());
+  Shape out(rank, 1);
+  for (std::size_t k = 1; k <= rank; ++k) {
+    const std::size_t m = k <= mask.size() ? mask[mask.size() - k] : 1;
+    const std::size_t n = k <= x.size() ? x[x.size() - k] : 1;
+    detail::Check(op).shape(m == n || m == 1 || n == 1, "mask", mask,
+                            "a shape that broadcasts with the shape ", x, " of argument 'x'",
+                            k_numpy_rule, "axis -", k, " has ", m, " in 'mask' and ", n,
+                            " in 'x')");
+    out[rank - k] = m == 1 ? n : m;
   }
+  return out;
 }
 
 // where: the broadcast shape of cond and of a-and-b's broadcast shape `ab`.
@@ -241,45 +244,68 @@ template <class T>
 Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) {
   static constexpr const char* op = "masked_fill";
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  check_mask_broadcasts_to(op, mask.shape(), x.shape());
+  const Shape y_shape = broadcast_with_mask(op, mask.shape(), x.shape());
   const double max = static_cast<double>(std::numeric_limits<T>::max());
   detail::Check(op).argument(!std::isfinite(value) || std::abs(value) <= max, "value", "is ", value,
                              ", which overflows the element type (expected a value in [-", max,
                              ", ", max, "], +-inf or NaN)");
   const T fill = static_cast<T>(value);
+  const Shape x_shape = x.shape();
+  const bool x_is_y = x_shape == y_shape;  // otherwise x broadcasts up to a larger mask
+  if (!x_is_y) detail::checked_allocation<T>(op, "arguments 'x' and 'mask'", y_shape);
 
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
   const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(xv.shape());
+  y.resize(y_shape);
   const T* xd = xv.data();
   T* yd = y.data();
   const bool* md = mask.data();
-  // y[x] = mask[x] ? value : x[x], mask broadcast to x's shape
-  for_each_mask_run(y.shape(), y.size(), mask.shape(),
-                    [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
-                      if (step)
-                        select_run(yd + o, md + m, &fill, false, xd + o, true, n);
-                      else if (md[m])
-                        std::fill(yd + o, yd + o + n, fill);
-                      else
-                        std::copy(xd + o, xd + o + n, yd + o);
-                    });
+  if (x_is_y) {
+    // y[x] = mask[x] ? value : x[x], mask broadcast to x's shape
+    for_each_mask_run(y.shape(), y.size(), mask.shape(),
+                      [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
+                        if (step)
+                          select_run(yd + o, md + m, &fill, false, xd + o, true, n);
+                        else if (md[m])
+                          std::fill(yd + o, yd + o + n, fill);
+                        else
+                          std::copy(xd + o, xd + o + n, yd + o);
+                      });
+  } else if (y.size() != 0) {
+    // y[y] = mask[y] ? value : x[y], both broadcast to y's shape
+    const detail::BroadcastPlan plan = detail::make_plan(y_shape, {&x_shape, &mask.shape()});
+    detail::for_each_run(
+        plan, y.size(),
+        [&](std::size_t o, std::size_t ox, std::size_t om, std::size_t n, bool sx, bool sm) {
+          for (std::size_t j = 0; j < n; ++j)
+            yd[o + j] = md[sm ? om + j : om] ? fill : xd[sx ? ox + j : ox];
+        });
+  }
 
   // Backward reads the mask from this node's saved buffer (no copy when no
-  // gradient is needed).
-  const Shape mask_shape = mask.shape();
-  if (tape.requires_grad(yi))
-    std::copy(md, md + mask.size(), tape.template save<bool>(yi, mask.size()));
+  // gradient is needed): as given when y has x's shape, else expanded to y's.
+  const Shape saved_shape = x_is_y ? mask.shape() : y_shape;
+  if (tape.requires_grad(yi)) {
+    bool* saved = tape.template save<bool>(yi, x_is_y ? mask.size() : y.size());
+    if (x_is_y)
+      std::copy(md, md + mask.size(), saved);
+    else
+      expand_mask(mask, y_shape, y.size(), saved);
+  }
   if (std::isinf(fill)) tape.allow_infinity(yi);  // the -inf of attention scores is no anomaly
-  tape.set_backward(yi, [xi, yi, mask_shape](Tape<T>& t, const xt::xarray<T>& dy) {
+  tape.set_backward(yi, [xi, yi, saved_shape, x_is_y](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
-    const GradPointer<T> dx = t.grad_pointer(xi);
     const bool* saved = t.template saved<bool>(yi);
+    if (!x_is_y) {  // dx[x] (+)= sum over x's repeated axes of mask[y] ? 0 : dy[y]
+      where_operand_backward(dy, saved, false, t.grad_slot(xi));
+      return;
+    }
+    const GradPointer<T> dx = t.grad_pointer(xi);
     const T* g = dy.data();
     // dx[x] (+)= mask[x] ? 0 : dy[x]
-    for_each_mask_run(dy.shape(), dy.size(), mask_shape,
+    for_each_mask_run(dy.shape(), dy.size(), saved_shape,
                       [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
                         if (dx.accumulate)
                           select_grad<true>(dx.data + o, g + o, saved + m, step, false, n);
@@ -287,13 +313,13 @@ Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) 
                           select_grad<false>(dx.data + o, g + o, saved + m, step, false, n);
                       });
   });
-  // create_graph: dx = masked_fill(dy, mask, 0), the mask rebuilt from this node
-  tape.set_grad_rule(yi, [mask_shape](GradSink<T>& g) {
+  // create_graph: dx = sum_to(masked_fill(dy, mask, 0), x), the mask rebuilt from this node
+  tape.set_grad_rule(yi, [saved_shape, x_shape](GradSink<T>& g) {
     if (!g.needs_grad(0)) return;
-    xt::xarray<bool> kept = xt::empty<bool>(mask_shape);
+    xt::xarray<bool> kept = xt::empty<bool>(saved_shape);
     const bool* saved = g.tape().template saved<bool>(g.output().index());
     std::copy(saved, saved + kept.size(), kept.data());
-    g.add(0, masked_fill(g.grad_output(), kept, 0.0));
+    g.add(0, detail::sum_to(masked_fill(g.grad_output(), kept, 0.0), x_shape));
   });
   return tape.var(yi);
 }

@@ -11,9 +11,10 @@
 //
 // Masks are xt::xarray<bool> and carry no gradient (like Indices). Broadcasting
 // follows NumPy (engine/ops/support/broadcast.hpp):
-// - masked_fill: mask broadcasts to x's shape and y has x's shape (torch would
-//   also broadcast x up to a larger mask; here a mask of larger shape is an
-//   error). value may be +-inf (the -inf of attention scores) or NaN, both
+// - masked_fill: y has the broadcast shape of x and mask, as torch's
+//   out-of-place masked_fill (mask [T, T] on x [B, H, T, T], or x [T] under a
+//   mask [B, T]); dx is summed back over the axes x was repeated along, so it
+//   has x's shape. value may be +-inf (the -inf of attention scores) or NaN, both
 //   filled as given, as torch does; a finite value outside T's range (1e300
 //   for float) is refused, as torch refuses it ("cannot be converted without
 //   overflow"). A filled element gets gradient exactly 0, also when x is NaN.

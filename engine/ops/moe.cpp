@@ -20,9 +20,12 @@ std::string indexed_name(const char* role, std::size_t e) {
   return std::string(role) + "[" + std::to_string(e) + "]";
 }
 
+}  // namespace
+
 // routing is a valid routing of dims' N tokens, k choices and E experts:
 // sizes, and every kept choice in its expert's rows exactly once.
-void check_routing(const detail::Check& check, const MoeRouting& r, const detail::MoeDims& dims) {
+void detail::check_moe_routing(const detail::Check& check, const MoeRouting& r,
+                               const detail::MoeDims& dims) {
   check.argument(r.tokens == dims.tokens && r.k == dims.k && r.experts == dims.experts, "routing",
                  "is for ", r.tokens, " tokens, k = ", r.k, " and ", r.experts,
                  " experts, expected ", dims.tokens, " tokens (the rows of 'x'), k = ", dims.k,
@@ -57,6 +60,8 @@ void check_routing(const detail::Check& check, const MoeRouting& r, const detail
                  r.rows(), " rows; build it with moe_route");
 }
 
+namespace {
+
 // What the backward rule reads besides the tape: node indices and the routing.
 struct MoeNode {
   MoeRouting routing;
@@ -86,11 +91,10 @@ void detail::check_moe_route(const char* op, std::size_t k, std::size_t experts,
                  ", expected a finite value > 0 (or none: dropless)");
 }
 
-detail::MoeDims detail::check_moe_shapes(const char* op, const Shape& x, const Shape* weights,
-                                         const std::vector<const Shape*>& w1,
-                                         const std::vector<const Shape*>& w3,
-                                         const std::vector<const Shape*>& w2,
-                                         std::string (*name)(const char* role, std::size_t e)) {
+detail::MoeDims detail::check_moe_shapes(
+    const char* op, const Shape& x, const Shape* weights, const std::vector<const Shape*>& w1,
+    const std::vector<const Shape*>& w3, const std::vector<const Shape*>& w2,
+    const std::function<std::string(const char*, std::size_t)>& name) {
   const detail::Check check(op);
   const std::size_t experts = w1.size();
   check.argument(experts > 0, "w1", "is empty, expected one weight per expert");
@@ -150,6 +154,9 @@ MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
   r.expert.resize(choices);
   detail::moe_top_k(probs.data(), r.tokens, experts, k, r.expert.data());
   detail::moe_sort(r);
+  r.global_tokens = r.tokens;
+  r.global_routed = r.routed;
+  r.global_counts = r.counts;
   return r;
 }
 
@@ -171,7 +178,7 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
   detail::activation_name(f, k_moe_experts, "f");  // validates f
   const detail::MoeDims dims = detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(),
                                                         s1, s3, s2, indexed_name);
-  check_routing(check, routing, dims);
+  detail::check_moe_routing(check, routing, dims);
   return detail::record_moe_experts(dims, x, weights, routing, w1, w3, w2, f);
 }
 

@@ -40,6 +40,9 @@
 // (moe_experts); std::logic_error for Vars of different tapes.
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +53,43 @@
 
 namespace xtgrad {
 
+// Expert parallelism (Lepikhin et al. 2020, GShard; DeepSpeed-MoE): the E
+// experts sharded over P processes, rank r holding experts [r E/P,
+// (r+1) E/P) (E a multiple of P). The router runs on every rank over its own
+// tokens; each kept choice's x row goes to the rank of its expert
+// (all-to-all of the per-expert counts, then of the rows), is computed there
+// by the same per-expert GEMMs, and its output row comes back for the
+// weighted combine. Backward runs the same exchange in reverse: the
+// gradient of each output row goes to its expert's rank, the gradient of
+// its x row comes back; expert weight gradients stay on their rank.
+//
+// MoeExchange is the collectives this needs; engine/ knows no MPI, and
+// distributed/expert_parallel.hpp implements it over a Communicator. Every
+// rank calls them in the same order (forward, and backward, of every
+// moe_experts with an exchange are collective).
+class MoeExchange {
+ public:
+  virtual ~MoeExchange() = default;
+  virtual std::size_t rank() const = 0;
+  virtual std::size_t size() const = 0;
+  // Every rank's `values` (n on every rank), rank after rank: [size() * n].
+  virtual std::vector<std::uint64_t> all_gather(const std::vector<std::uint64_t>& values) const = 0;
+  // send [size() * n]: values [q n, (q + 1) n) go to rank q; returns the n
+  // values each rank sent to this one, rank after rank.
+  virtual std::vector<std::uint64_t> all_to_all(const std::vector<std::uint64_t>& send,
+                                                std::size_t n) const = 0;
+  // send_counts[q] elements of `send` (back to back in rank order) to rank
+  // q; recv_counts[s] elements from rank s into `recv`, in rank order.
+  virtual void all_to_all_v(const float* send, const std::vector<std::size_t>& send_counts,
+                            float* recv, const std::vector<std::size_t>& recv_counts) const = 0;
+  virtual void all_to_all_v(const double* send, const std::vector<std::size_t>& send_counts,
+                            double* recv, const std::vector<std::size_t>& recv_counts) const = 0;
+};
+
+// The op name moe_experts records with an exchange: a node whose backward
+// makes collective calls (the gradient synchronizer defers its own until it ran).
+inline constexpr const char* k_moe_experts_all_to_all = "moe_experts_all_to_all";
+
 template <class T>
 MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
                      std::optional<double> capacity_factor = std::nullopt);
@@ -59,7 +99,35 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
                    const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
                    const std::vector<Var<T>>& w2, Activation f = Activation::silu);
 
+// Expert parallelism (see MoeExchange). moe_route over this rank's tokens
+// with the global batch's capacity, ceil(cf * N * k / E) for N the tokens of
+// all ranks: the ranks' tokens in rank order are the global batch, and each
+// expert keeps its first `capacity` choices in that order, as one process
+// would (one all-gather of the per-expert counts). The routing's global_*
+// fields hold the global batch's statistics.
+template <class T>
+MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
+                     std::optional<double> capacity_factor, const MoeExchange& exchange);
+
+// moe_experts with the experts sharded: w1, w3, w2 are this rank's E / P
+// experts (experts [rank E/P, (rank + 1) E/P) of the routing's E), x, weights
+// and routing this rank's tokens'. y [..., C] equals moe_experts on all
+// experts for these tokens. Gradients: x's and weights' as moe_experts';
+// each expert weight's is the sum over every rank's rows of the rank's
+// share divided by P (the mean over ranks, as the gradient synchronizer
+// averages the replicated parameters: P ranks then give one process's
+// gradient of the global batch's mean loss). Recorded as
+// k_moe_experts_all_to_all. Errors: as moe_experts, and a routing not for
+// (length of w1) * P experts; std::invalid_argument for a null exchange.
+template <class T>
+Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& routing,
+                   const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
+                   const std::vector<Var<T>>& w2, Activation f,
+                   std::shared_ptr<const MoeExchange> exchange);
+
 namespace detail {
+
+class Check;
 
 // The sizes of a moe_experts call.
 struct MoeDims {
@@ -74,7 +142,7 @@ struct MoeDims {
 MoeDims check_moe_shapes(const char* op, const Shape& x, const Shape* weights,
                          const std::vector<const Shape*>& w1, const std::vector<const Shape*>& w3,
                          const std::vector<const Shape*>& w2,
-                         std::string (*name)(const char* role, std::size_t e));
+                         const std::function<std::string(const char* role, std::size_t e)>& name);
 
 // std::invalid_argument from `op` unless k and the number of experts are
 // positive, k <= experts, and a capacity factor is finite and > 0.
@@ -88,6 +156,17 @@ Var<T> record_moe_experts(const MoeDims& dims, const Var<T>& x, const Var<T>& we
                           const MoeRouting& routing, const std::vector<Var<T>>& w1,
                           const std::vector<Var<T>>& w3, const std::vector<Var<T>>& w2,
                           Activation f);
+
+// The parallel moe_experts without its checks (dims.experts: this rank's
+// experts; routing checked against dims with E = dims.experts * P).
+template <class T>
+Var<T> record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x, const Var<T>& weights,
+                                   const MoeRouting& routing, const std::vector<Var<T>>& w1,
+                                   const std::vector<Var<T>>& w3, const std::vector<Var<T>>& w2,
+                                   Activation f, std::shared_ptr<const MoeExchange> exchange);
+
+// The routing check of moe_experts (sizes against dims, every table consistent).
+void check_moe_routing(const Check& check, const MoeRouting& routing, const MoeDims& dims);
 
 }  // namespace detail
 

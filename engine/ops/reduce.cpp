@@ -215,7 +215,7 @@ void logsumexp_backward(const detail::ReducePlan& plan, const T* g, const T* x, 
                         const GradSlot<T>& dx) {
   constexpr T minus_inf = -std::numeric_limits<T>::infinity();
   if (detail::kept_inner(plan) != 1) {
-    detail::write_reduced(plan, dx, [g, x, yv, minus_inf](std::size_t o, std::size_t i) {
+    detail::write_reduced(plan, dx, [g, x, yv](std::size_t o, std::size_t i) {
       return yv[o] == minus_inf ? T(0) : g[o] * std::exp(x[i] - yv[o]);
     });
     return;

@@ -27,8 +27,22 @@
 // call's tables are reused by the next call on the same thread with the same
 // T, Dh, position_offset and theta (the queries and keys of every layer).
 //
+// Frequency scaling (Hugging Face's rope_scaling, transformers/modeling_rope_utils.py),
+// applied to inv_freq before the angles; RopeScaling{} leaves it as above:
+//   linear  inv_freq[i] / factor (positions interpolated by 1 / factor)
+//   llama3  (_compute_llama3_parameters) with wavelen = 2 pi / inv_freq[i],
+//           low = original_max_position_embeddings / low_freq_factor,
+//           high = original_max_position_embeddings / high_freq_factor:
+//             wavelen > low            inv_freq[i] / factor
+//             high <= wavelen <= low   (1 - s) inv_freq[i] / factor + s inv_freq[i],
+//                                      s = (original_max_position_embeddings / wavelen
+//                                           - low_freq_factor) / (high_freq_factor - low_freq_factor)
+//             wavelen < high           inv_freq[i]
+//
 // Errors (std::invalid_argument naming apply_rotary and the argument): rank
-// < 2, odd Dh, theta not finite or <= 0.
+// < 2, odd Dh, theta not finite or <= 0; a scaling factor not finite or <= 0,
+// llama3 factors with 0 < low_freq_factor < high_freq_factor not holding or
+// original_max_position_embeddings not finite or <= 0.
 
 #include <cstddef>
 
@@ -36,7 +50,24 @@
 
 namespace xtgrad {
 
+struct RopeScaling {
+  enum class Type { none, linear, llama3 };
+  Type type = Type::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  double original_max_position_embeddings = 8192.0;      // llama3
+};
+
 template <class T>
 Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset = 0, double theta = 10000.0);
+template <class T>
+Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta,
+                    const RopeScaling& scaling);
+
+namespace detail {
+// The scaling's checks of apply_rotary, naming `function` and the argument
+// `arg` (a module checks its options with it before anything is built).
+void check_rope_scaling(const char* function, const char* arg, const RopeScaling& scaling);
+}  // namespace detail
 
 }  // namespace xtgrad

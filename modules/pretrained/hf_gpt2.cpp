@@ -70,10 +70,13 @@ void block_slots(TransformerBlock<T>& block, const std::string& prefix, std::vec
 }
 
 template <class T>
-void require_gpt2(const char* function, GPTStyle style) {
+void require_gpt2(const char* function, GPTStyle style, bool sparse) {
   if (style != GPTStyle::gpt2)
     detail::fail_argument(function, "model",
                           "is of the llama style; GPT-2 checkpoints load into the gpt2 style");
+  detail::Check(function).argument(
+      !sparse, "model",
+      "has sparse (mixture-of-experts) FFNs; GPT-2 checkpoints hold dense ones (num_experts 0)");
 }
 
 [[noreturn]] void fail_unknown(const char* function, const std::string& name,
@@ -211,7 +214,7 @@ std::vector<Slot<T>> gpt2_slots(GPT<T>& model, const std::function<bool(const st
 template <class T>
 void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
   const char* function = "load_gpt2";
-  require_gpt2<T>(function, model.gpt_config().style);
+  require_gpt2<T>(function, model.gpt_config().style, model.gpt_config().num_experts > 0);
   std::set<std::string> skipped;
   std::string prefix;
   const std::vector<Slot<T>> slots = gpt2_slots(
@@ -230,7 +233,7 @@ void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
 template <class T>
 void load_gpt2(GPT<T>& model, const fs::path& file) {
   const char* function = "load_gpt2";
-  require_gpt2<T>(function, model.gpt_config().style);
+  require_gpt2<T>(function, model.gpt_config().style, model.gpt_config().num_experts > 0);
   // Every name, dtype and shape the header declares is checked against the
   // model before any tensor is read.
   const auto check_header = [&](const std::vector<SafetensorsDeclared>& declared,
@@ -257,7 +260,7 @@ template <class T>
 void load_gpt2_block(TransformerBlock<T>& block, const TensorMap& tensors,
                      const std::string& prefix) {
   const char* function = "load_gpt2_block";
-  require_gpt2<T>(function, block.options().style);
+  require_gpt2<T>(function, block.options().style, block.sparse_moe() != nullptr);
   std::vector<Slot<T>> slots;
   std::set<std::string> skipped;
   block_slots(block, dotted(prefix), slots, skipped);
@@ -268,7 +271,7 @@ void load_gpt2_block(TransformerBlock<T>& block, const TensorMap& tensors,
 
 template <class T>
 TensorDict<T> export_gpt2(const GPT<T>& model) {
-  require_gpt2<T>("export_gpt2", model.gpt_config().style);
+  require_gpt2<T>("export_gpt2", model.gpt_config().style, model.gpt_config().num_experts > 0);
   // The slots of load_gpt2, read instead of written.
   GPT<T>& m = const_cast<GPT<T>&>(model);  // only read
   std::vector<Slot<T>> slots;

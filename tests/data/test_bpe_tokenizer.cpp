@@ -101,7 +101,10 @@ TEST_CASE("bpe: the GPT-2 files and the tokenizer.json forms load") {
                                                         {"llama3", PreTokenizer::llama3},
                                                         {"qwen2", PreTokenizer::qwen2},
                                                         {"smollm", PreTokenizer::gpt2_digits}};
-  for (const auto& [dir, pattern] : forms) {
+  for (const auto& form : forms) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& dir = form.first;
+    const auto& pattern = form.second;
     CAPTURE(dir);
     const BpeTokenizer t = BpeTokenizer::from_pretrained(k_fixtures / dir);
     CHECK(t.pre_tokenizer() == pattern);
@@ -197,7 +200,10 @@ TEST_CASE("bpe: the fortunes corpus equals encoder.py's ids and round-trips") {
   CHECK(lines.size() == fx::corpus_lines);
   const std::pair<const char*, const fx::CorpusIds*> forms[] = {{"gpt2", &fx::corpus_gpt2},
                                                                 {"llama3", &fx::corpus_llama3}};
-  for (const auto& [dir, expected] : forms) {
+  for (const auto& form : forms) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& dir = form.first;
+    const auto& expected = form.second;
     CAPTURE(dir);
     const BpeTokenizer t = BpeTokenizer::from_pretrained(k_fixtures / dir);
     std::vector<std::vector<std::int64_t>> ids(lines.size());

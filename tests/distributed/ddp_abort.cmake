@@ -1,7 +1,7 @@
 # Runs ddp_abort under mpirun and expects the whole job to fail within
 # TIMEOUT seconds (not to hang) with the failing rank's message (with
 # MODE kill: with mpirun's report of the killed rank).
-# -DMPIEXEC=... -DEXE=... -DNP=... -DFAILING=... -DTIMEOUT=... [-DMODE=ddp|zero|kill]
+# -DMPIEXEC=... -DEXE=... -DNP=... -DFAILING=... -DTIMEOUT=... [-DMODE=ddp|zero|kill|moe]
 if(NOT DEFINED MODE)
   set(MODE ddp)
 endif()

@@ -5,7 +5,8 @@
 // into Communicator::abort. argv[2] picks the optimizer and the failure:
 // "ddp" (the default: SGD after the all-reduces), "zero" (ZeRO stage 2,
 // the ranks inside reduce-scatters), "kill" (ZeRO stage 2, the rank
-// killed by SIGKILL instead of throwing).
+// killed by SIGKILL instead of throwing), "moe" (a SparseMoe with its
+// experts sharded: the other ranks inside the backward's all-to-all).
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -38,7 +39,35 @@ Var<double> fail_in_backward(const Var<double>& x, bool fail) {
   return tape.var(yi);
 }
 
+// Linear, SparseMoe (experts sharded), Linear; the failure between the two last.
+void train_moe(distributed::Communicator& comm, int failing) {
+  Generator g(1);
+  Sequential<double> net;
+  net.emplace_back<Linear<double>>(8, 8, true, g);
+  SparseMoeOptions o;
+  o.num_experts = 2 * static_cast<std::size_t>(comm.size());
+  net.emplace_back<SparseMoe<double>>(8, 16, o, g);
+  net.emplace_back<Linear<double>>(8, 8, true, g);
+  distributed::shard_experts(comm, net);
+  distributed::GradientSynchronizer<double> sync(comm, net);
+  optim::SGD<double> opt(net.parameters(), optim::SGDOptions(0.1));
+  Tape<double> tape;
+  sync.attach(tape);
+  const xt::xarray<double> x = xt::ones<double>({8, 8});
+  for (int step = 0; step < 1000; ++step) {
+    tape.clear();
+    opt.zero_grad();
+    const Var<double> h = net[1](net[0](tape.leaf(x, false)));
+    const Var<double> y = net[2](fail_in_backward(h, step == 3 && comm.rank() == failing));
+    tape.backward(sum(y));
+    sync.finish();
+    opt.step();
+  }
+  sync.detach();
+}
+
 void train(distributed::Communicator& comm, int failing, const std::string& mode) {
+  if (mode == "moe") return train_moe(comm, failing);
   Generator g(1);
   Sequential<double> net;
   net.emplace_back<Linear<double>>(32, 32, true, g);

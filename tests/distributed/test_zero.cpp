@@ -225,3 +225,33 @@ TEST_CASE("zero: bad input is refused on every rank before anything changes") {
   run.steps(1);  // still sharded as before
   CHECK(run.opt->state_dict().integers.at("zero.rank") == r);
 }
+
+TEST_CASE("zero: byte gather and broadcast cross message boundaries, any length per rank") {
+  const distributed::Communicator& comm = world();
+  const int ranks = comm.size();
+  // Rank r sends 0, 1, 7, 8, 9, 20 ... bytes: empty, shorter than, equal to
+  // and past one message of 8 bytes, and several messages.
+  const std::size_t lengths[] = {0, 1, 7, 8, 9, 20, 33};
+  auto bytes_of = [&](int r) {
+    std::string s(lengths[static_cast<std::size_t>(r) % 7], '\0');
+    for (std::size_t i = 0; i < s.size(); ++i)
+      s[i] = static_cast<char>('a' + (static_cast<std::size_t>(r) * 31 + i) % 26);
+    return s;
+  };
+  for (const int root : {0, ranks - 1}) {
+    for (const std::size_t message : {std::size_t(1), std::size_t(8), std::size_t(1) << 30}) {
+      const std::vector<std::string> all =
+          distributed::detail::gather_bytes(comm.comm(), bytes_of(comm.rank()), root, message);
+      if (comm.rank() == root) {
+        REQUIRE(all.size() == static_cast<std::size_t>(ranks));
+        for (int r = 0; r < ranks; ++r) CHECK(all[static_cast<std::size_t>(r)] == bytes_of(r));
+      } else {
+        CHECK(all.empty());
+      }
+      const std::string long_text = bytes_of(root) + std::string(19, 'z') + bytes_of(root);
+      const std::string got = distributed::detail::broadcast_bytes(
+          comm.comm(), comm.rank() == root ? long_text : std::string("stale"), root, message);
+      CHECK(got == long_text);
+    }
+  }
+}

@@ -91,6 +91,14 @@ extern std::int64_t steps;
 extern Tape<float> tape;
 extern Var<float> loss;
 }  // namespace distributed_zero
+
+// Expert parallelism in docs/distributed.md.
+namespace distributed_expert {
+extern distributed::Communicator comm;
+extern std::uint64_t seed;
+extern Tape<float> tape;
+extern xt::xarray<float> x, y;  // this rank's rows [b, 512] and targets
+}  // namespace distributed_expert
 #endif
 
 }  // namespace docs_context

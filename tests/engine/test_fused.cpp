@@ -597,9 +597,12 @@ TEST_CASE_TEMPLATE(
     CHECK(xt::amax(xt::abs(once_gated))() > T(0));
     tape.backward(y, dy);
     const double rtol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
-    for (const auto& [p, once] :
+    for (const auto& grads :
          {std::pair{&w_linear, &once_linear}, std::pair{&w_activation, &once_activation},
           std::pair{&w_gated, &once_gated}}) {
+      // not a structured binding: CAPTURE's lambda cannot capture one in C++17
+      const auto* p = grads.first;
+      const auto* once = grads.second;
       CAPTURE(p->name);
       const double atol = rtol * static_cast<double>(xt::amax(xt::abs(*once))());
       check_close(p->grad, xt::xarray<T>(T(2) * *once), rtol, atol);

@@ -13,6 +13,7 @@
 #include <xtgrad/engine/kernels/gemm.hpp>
 #include <xtgrad/engine/kernels/onednn_gemm.hpp>
 #include <xtgrad/engine/kernels/openblas_info.hpp>
+#include <xtgrad/engine/matmul_precision.hpp>
 #include <xtgrad/engine/threads.hpp>
 
 #include "support/gemm_reference.hpp"
@@ -125,6 +126,43 @@ TEST_CASE("gemm backend: a large oneDNN product split over 2 threads gives 1 thr
           const double tol = 2e-6 * (10.0 + d.k);
           check_close(two, gemm_reference(a, ta, b, tb, c0, accumulate, d), tol, tol);
         }
+  set_num_threads(threads_before);
+}
+
+TEST_CASE("gemm backend: a bias as oneDNN's argument gives the bits of beta = 1 onto it") {
+  const int threads_before = get_num_threads();
+  std::uint32_t seed = 300;
+  // The char GPT's layers (K 128 and 512), a long K, a split by rows and one
+  // by columns, and a product that stays on the small loop.
+  for (const GemmDims d :
+       {GemmDims{4096, 384, 128}, GemmDims{4096, 128, 512}, GemmDims{200, 96, 2048},
+        GemmDims{130, 777, 257}, GemmDims{40, 50, 60}, GemmDims{16, 16, 16}})
+    for (bool tb : {false, true})
+      for (int threads : {1, 2})
+        for (MatmulPrecision precision : {MatmulPrecision::highest, MatmulPrecision::bf16}) {
+          if (!matmul_precision_supported(precision)) continue;
+          set_matmul_precision(precision);
+          CAPTURE(d.m);
+          CAPTURE(d.n);
+          CAPTURE(d.k);
+          CAPTURE(tb);
+          CAPTURE(threads);
+          set_num_threads(threads);
+          const xt::xarray<float> a = random_array<float>({d.m, d.k}, seed++);
+          const xt::xarray<float> b = tb ? random_array<float>({d.n, d.k}, seed++)
+                                         : random_array<float>({d.k, d.n}, seed++);
+          const xt::xarray<float> bias = random_array<float>({d.n}, seed++);
+          const detail::MatrixRef<const float> ma{a.data(), d.m, d.k};
+          const detail::MatrixRef<const float> mb{b.data(), b.shape()[0], b.shape()[1]};
+          xt::xarray<float> fused = xt::zeros<float>({d.m, d.n});
+          xt::xarray<float> written = xt::zeros<float>({d.m, d.n});
+          detail::gemm_bias<float>("test", ma, false, mb, tb, {fused.data(), d.m, d.n},
+                                   bias.data());
+          detail::broadcast_rows(bias.data(), written.data(), d.m, d.n);
+          detail::gemm<float>("test", ma, false, mb, tb, {written.data(), d.m, d.n}, true);
+          CHECK(fused == written);
+        }
+  set_matmul_precision(MatmulPrecision::highest);
   set_num_threads(threads_before);
 }
 

@@ -127,8 +127,10 @@ TEST_CASE("graph_dot: a GatedFFN step shows gated_linear and what it fuses") {
   CHECK(fused.find("gated_linear") != std::string::npos);
   CHECK(fused.find("fuses u * f(g) -> linear") != std::string::npos);
   CHECK(node_line(dot, x.index()).find("input") != std::string::npos);
-  for (const auto& [name, p] : ffn.named_parameters())
+  for (const auto& entry : ffn.named_parameters()) {
+    const std::string& name = entry.first;  // not a binding: CHECK_MESSAGE captures it
     CHECK_MESSAGE(dot.find("label=\"" + name + "\\n") != std::string::npos, name);
+  }
   CHECK(fused_description("linear") == nullptr);
   CHECK(fused_description(nullptr) == nullptr);
 }

@@ -1,4 +1,5 @@
-// index_select and gather: values and gradients (repeated indices) against
+// index_select, gather, index_add and scatter_add: values and gradients
+// (repeated indices) against
 // PyTorch fixtures and index loops, gradcheck, edge shapes, anomaly mode and
 // the bad-input rows.
 #include <doctest/doctest.h>
@@ -111,6 +112,72 @@ TEST_CASE_TEMPLATE("index: gather along each axis of [3, 4, 2] matches torch", T
   }
 }
 
+TEST_CASE_TEMPLATE("index: index_add and scatter_add with repeated indices match torch", T, float,
+                   double) {
+  struct Case {
+    const char* op;
+    std::int64_t dim;
+    Dims x_dims, source_dims;
+    const std::int64_t* index;
+    const double *x, *source, *y, *dy, *dx, *dsource;
+  };
+  const Case cases[] = {{"index_add",
+                         1,
+                         {3, 4},
+                         {3, 5},
+                         fx::k_index_add_index,
+                         fx::k_index_add_x,
+                         fx::k_index_add_source,
+                         fx::k_index_add_y,
+                         fx::k_index_add_dy,
+                         fx::k_index_add_dx,
+                         fx::k_index_add_dsource},
+                        {"scatter_add",
+                         0,
+                         {3, 4, 2},
+                         {5, 3, 2},
+                         fx::k_scatter_add_index,
+                         fx::k_scatter_add_x,
+                         fx::k_scatter_add_source,
+                         fx::k_scatter_add_y,
+                         fx::k_scatter_add_dy,
+                         fx::k_scatter_add_dx,
+                         fx::k_scatter_add_dsource}};
+  for (const Case& c : cases) {
+    const bool is_index_add = std::string(c.op) == "index_add";
+    const Indices index = is_index_add ? indices_from(c.index, {c.source_dims[1]})
+                                       : indices_from(c.index, c.source_dims);
+    for (std::int64_t dim : {c.dim, c.dim - static_cast<std::int64_t>(c.x_dims.size())}) {
+      INFO(std::string(c.op), " dim ", dim);
+      Tape<T> tape;
+      auto x = tape.leaf(from_fixture<T>(c.x, c.x_dims));
+      auto source = tape.leaf(from_fixture<T>(c.source, c.source_dims));
+      auto y = is_index_add ? index_add(x, dim, index, source) : scatter_add(x, dim, index, source);
+      check_close(y.value(), from_fixture<T>(c.y, c.x_dims), tolerance<T>(), tolerance<T>());
+      const xt::xarray<T> dy = from_fixture<T>(c.dy, c.x_dims);
+      tape.backward(y, dy);
+      const xt::xarray<double> dx = from_fixture<double>(c.dx, c.x_dims);
+      const xt::xarray<double> dsource = from_fixture<double>(c.dsource, c.source_dims);
+      // dy itself and elements of dy: exact in double, float's rounding of the fixture in float
+      check_close(x.grad(), dx, tolerance<T>(), 0.0);
+      check_close(source.grad(), dsource, tolerance<T>(), 0.0);
+      tape.backward(y, dy);  // leaves accumulate
+      check_close(x.grad(), xt::xarray<double>(2.0 * dx), tolerance<T>(), tolerance<T>());
+      check_close(source.grad(), xt::xarray<double>(2.0 * dsource), tolerance<T>(), tolerance<T>());
+    }
+  }
+  // By hand: rows 1, 1 and 0 of a [2, 2] receive source rows 0 + 1 and 2.
+  Tape<T> tape;
+  auto x = tape.leaf(xt::xarray<T>{{1, 2}, {3, 4}});
+  auto source = tape.leaf(xt::xarray<T>{{10, 20}, {100, 200}, {1000, 2000}});
+  CHECK(index_add(x, 0, Indices{1, 1, 0}, source).value() ==
+        xt::xarray<T>{{1001, 2002}, {113, 224}});
+  // scatter_add along the last axis: y[i][index[i][j]] += source[i][j]
+  auto z = scatter_add(x, 1, indices_as({2, 2}, {1, 1, 0, 1}),
+                       tape.leaf(xt::xarray<T>{{10, 20}, {100, 200}}));
+  CHECK(z.value() == xt::xarray<T>{{1, 32}, {103, 204}});
+}
+
 TEST_CASE_TEMPLATE("index: gather matches its definition on 1-d, 2-d and 4-d shapes", T, float,
                    double) {
   struct Case {
@@ -163,13 +230,20 @@ TEST_CASE_TEMPLATE("index: two backwards over one recording give twice the gradi
   check_close(x.grad(), xt::xarray<T>(T(2) * once), tolerance<T>(), 0.0);
 }
 
-TEST_CASE("index: gradcheck of index_select and gather") {
+TEST_CASE("index: gradcheck of index_select, gather, index_add and scatter_add") {
   using V = std::vector<Var<double>>;
   const xt::xarray<double> x = random_array({3, 4, 2}, 31);
   check_gradients([](const V& v) { return index_select(v[0], 1, Indices{3, 0, 3, 3, 1}); }, {x});
   check_gradients([](const V& v) { return index_select(v[0], -1, Indices{1, 1}); }, {x});
   const Indices index = indices_from(fx::k_gather_1_index, {2, 6, 1});
   check_gradients([index](const V& v) { return gather(v[0], 1, index); }, {x});
+  check_gradients(
+      [](const V& v) {
+        return index_add(v[0], 1, Indices{3, 0, 3}, v[1]);
+      },
+      {x, random_array({3, 3, 2}, 34)});
+  check_gradients([index](const V& v) { return scatter_add(v[0], 1, index, v[1]); },
+                  {x, random_array({2, 6, 1}, 35)});
   check_gradients(
       [](const V& v) {
         return gather(v[0], 0, indices_as({2, 2}, {2, 0, 2, 2}));
@@ -244,6 +318,8 @@ TEST_CASE_TEMPLATE("bad input: index", T, float, double) {
   cleared.clear();
   Var<T> x = tape.leaf(random_array<T>({2, 3}, 1));
   Var<T> scalar = tape.leaf(xt::xarray<T>(T(1)));
+  const Var<T> rows_3 = tape.leaf(random_array<T>({2, 2}, 2));
+  const Var<T> row_pair = tape.leaf(random_array<T>({1, 2}, 3));
   tape.backward(sum(x));
   const std::vector<Var<T>> leaves = {x, scalar};
   const auto snapshot = snapshot_of<T>({&tape}, leaves);
@@ -296,6 +372,36 @@ TEST_CASE_TEMPLATE("bad input: index", T, float, double) {
       IA, {"xtgrad::gather", "'dim'", "is -3", "[-2, 2)"});
   bad("gather: 0-d x", [&] { gather(scalar, 0, Indices(xt::zeros<std::int64_t>(Dims{}))); }, IA,
       {"xtgrad::gather", "'dim'", "0-d"});
+  bad("index_add: source of the wrong shape",
+      [&] {
+        index_add(x, 1, Indices{0, 2}, x);
+      },
+      IA, {"xtgrad::index_add", "'source'", "[2, 3]", "[2, 2]"});
+  bad("index_add: an index out of range",
+      [&] {
+        index_add(x, 1, Indices{0, 3}, rows_3);
+      },
+      IA, {"xtgrad::index_add", "'index'", "holds 3 at flat position 1", "[0, 3)"});
+  bad("index_add: a 2-d index",
+      [&] {
+        index_add(x, 0, indices_as({2, 1}, {0, 1}), x);
+      },
+      IA, {"xtgrad::index_add", "'index'", "[2, 1]", "1-d"});
+  bad("scatter_add: source of another shape than the index",
+      [&] {
+        scatter_add(x, 1, indices_as({2, 2}, {0, 1, 2, 0}), x);
+      },
+      IA, {"xtgrad::scatter_add", "'source'", "[2, 3]", "index's shape [2, 2]"});
+  bad("scatter_add: a negative index",
+      [&] {
+        scatter_add(x, 0, indices_as({1, 2}, {0, -1}), row_pair);
+      },
+      IA, {"xtgrad::scatter_add", "'index'", "holds -1 at flat position 1", "[0, 2)"});
+  bad("scatter_add: index of another rank",
+      [&] {
+        scatter_add(x, 1, Indices{0, 1}, rows_3);
+      },
+      IA, {"xtgrad::scatter_add", "'index'", "has shape [2]", "rank of x of shape [2, 3]"});
   add_handle_rows<T>(
       rows, "index_select", {"x"}, {x},
       [](const std::vector<Var<T>>& a) { index_select(a[0], 0, Indices{0}); }, other, stale);

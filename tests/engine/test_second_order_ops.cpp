@@ -373,18 +373,30 @@ TEST_CASE("second order ops: attention has no second derivative and says so") {
       "packed_qkv_attention");
 }
 
+TEST_CASE(
+    "second order ops: index_select, index_add, gather and scatter_add, each the other's rule") {
+  const Indices rows = {2, 0, 2};                           // repeated
+  const Indices cells = {{1, 0, 1}, {0, 3, 3}, {3, 2, 3}};  // repeated along dim 1
+  // Linear ops: weighted() makes the first derivative depend on the weight as
+  // on dy, and the squares make it depend on the input itself.
+  check_second(weighted([rows](const Inputs& in) { return index_select(in[0], 1, rows); }),
+               {random_array({3, 4}, 87), random_array({3, 3}, 88)});
+  check_second(weighted([cells](const Inputs& in) { return gather(in[0], 1, cells); }),
+               {random_array({3, 4}, 89), random_array({3, 3}, 90)});
+  check_second(weighted([rows](const Inputs& in) { return index_add(in[0], 1, rows, in[1]); }),
+               {random_array({3, 4}, 91), random_array({3, 3}, 92), random_array({3, 4}, 93)});
+  check_second(weighted([cells](const Inputs& in) { return scatter_add(in[0], 1, cells, in[1]); }),
+               {random_array({3, 4}, 94), random_array({3, 3}, 95), random_array({3, 4}, 96)});
+  check_second(
+      [rows, cells](const Inputs& in) {
+        const Var<double> a = index_select(in[0], 1, rows), b = gather(in[0], 1, cells);
+        return add(mul(a, a), mul(b, index_add(b, 1, rows, a)));
+      },
+      {random_array({3, 4}, 97)});
+}
+
 TEST_CASE("second order ops: the other ops without a rule refuse by name") {
   const auto x_of = [](Tape<double>& t) { return t.leaf(random_array({3, 4}, 86)); };
-  check_refused(
-      [&](Tape<double>& t) {
-        return index_select(x_of(t), 1, Indices{2, 0});
-      },
-      "index_select");
-  check_refused(
-      [&](Tape<double>& t) {
-        return gather(x_of(t), 1, Indices{{1, 0}, {0, 3}, {3, 2}});
-      },
-      "gather");
   check_refused([&](Tape<double>& t) { return max(x_of(t), 1).values; }, "max");
   check_refused([&](Tape<double>& t) { return slice(x_of(t), 1, 0, 4, 2); }, "slice");
 }
@@ -406,5 +418,4 @@ TEST_CASE("second order ops: float follows double within float rounding") {
   const xt::xarray<double> reference = run(0.0);
   CHECK(xt::amax(xt::abs(reference))() > 1e-2);  // a second derivative that is not 0
   check_close(run(0.0f), reference, 2e-3, 2e-4);
-
 }

@@ -236,7 +236,10 @@ TEST_CASE_TEMPLATE("shape: two backwards over one recording give twice the gradi
       {"expand", [](const Var<T>& x) {
          return expand(x, {2, 2, 3, 4});
        }}};
-  for (const auto& [name, f] : ops) {
+  for (const auto& entry : ops) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& f = std::get<1>(entry);
     INFO(name);
     Tape<T> tape;
     auto x = tape.leaf(random_array<T>({2, 3, 4}, 7));

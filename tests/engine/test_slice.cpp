@@ -217,7 +217,10 @@ TEST_CASE_TEMPLATE("slice: two backwards over one recording give twice the gradi
          return split(x, {1, 3}, -1)[1];
        }},
       {"chunk", [](const Var<T>& x, const Var<T>&) { return chunk(x, 3, 1)[0]; }}};
-  for (const auto& [name, f] : ops) {
+  for (const auto& entry : ops) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& f = std::get<1>(entry);
     INFO(name);
     Tape<T> tape;
     auto x = tape.leaf(random_array<T>({3, 4}, 7));

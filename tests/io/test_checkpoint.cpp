@@ -474,9 +474,12 @@ TEST_CASE("checkpoint: a file declaring another shape is refused from its header
   m.save(dir);
   const auto before = snapshot<double>(m);
   const std::size_t peak_before = peak_rss_bytes();
-  for (const auto& [shape, elements] :
+  for (const auto& entry :
        {std::pair<std::string, std::size_t>{"(16384, 8192)", std::size_t(1) << 27},
         std::pair<std::string, std::size_t>{"(131072, 65536)", std::size_t(1) << 33}}) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& shape = std::get<0>(entry);
+    const auto& elements = std::get<1>(entry);
     INFO("declared shape " << shape);
     const std::string header = npy_file(npy_dict("<f8", shape), "");
     write_file(dir / "weight.npy", header);

@@ -354,6 +354,40 @@ TEST_CASE("npy: the dtype must match T; no silent conversion") {
                           {"has dtype float64 ('>f8')", "expected float32"});
 }
 
+TEST_CASE("npy: int32 and int64 arrays load as integers, each value within the target's range") {
+  TempDir dir;
+  const fs::path file = dir / "ids.npy";
+  using I64 = xt::xarray<std::int64_t>;
+  using I32 = xt::xarray<std::int32_t>;
+  const double big = 1099511627776.0;  // 2^40, exact as a double
+  write_file(file, npy_file(npy_dict("<i8", "(2, 3)"),
+                            element_bytes<std::int64_t>({0, 5, -7, big, 3, 1})));
+  CHECK(load_npy<std::int64_t>(file) == I64{{0, 5, -7}, {std::int64_t(1) << 40, 3, 1}});
+  CHECK_THROWS_WITH_PARTS(load_npy<std::int32_t>(file), std::invalid_argument,
+                          {"ids.npy", "holds 1099511627776 at element 3 (row-major)",
+                           "outside the range of int32 [-2147483648, 2147483647]"});
+  // Big-endian int32 widened to int64; Fortran order; an in-range int64 as int32.
+  write_file(file,
+             npy_file(npy_dict(">i4", "(3,)"), element_bytes<std::int32_t>({1, -2, 300}, true)));
+  CHECK(load_npy<std::int64_t>(file) == I64{1, -2, 300});
+  write_file(file,
+             npy_file(npy_dict("<i4", "(2, 2)", true), element_bytes<std::int32_t>({1, 2, 3, 4})));
+  CHECK(load_npy<std::int32_t>(file) == I32{{1, 3}, {2, 4}});
+  write_file(file,
+             npy_file(npy_dict("<i8", "(2,)"), element_bytes<std::int64_t>({-2147483648.0, 7})));
+  CHECK(load_npy<std::int32_t>(file) == I32{-2147483648, 7});
+  // No conversion between floating point and integers, either way.
+  write_file(file, npy_file(npy_dict("<f4", "(1,)"), element_bytes<float>({1})));
+  CHECK_THROWS_WITH_PARTS(load_npy<std::int64_t>(file), std::invalid_argument,
+                          {"unsupported dtype descr '<f4'", "int32 ('<i4') or int64 ('<i8')"});
+  write_file(file, npy_file(npy_dict("|u1", "(1,)"), std::string(1, '\1')));
+  CHECK_THROWS_WITH_PARTS(load_npy<std::int64_t>(file), std::invalid_argument,
+                          {"unsupported dtype descr '|u1'"});
+  write_file(file, npy_file(npy_dict("<i8", "(1,)"), element_bytes<std::int64_t>({1})));
+  CHECK_THROWS_WITH_PARTS(load_npy<double>(file), std::invalid_argument,
+                          {"unsupported dtype descr '<i8'", "float32 ('<f4')"});
+}
+
 TEST_CASE("npy: I/O failures throw std::runtime_error naming the file") {
   TempDir dir;
   CHECK_THROWS_WITH_PARTS(load_npy<float>(dir / "absent.npy"), std::runtime_error,
@@ -473,6 +507,7 @@ TEST_CASE("npy: load_npy reads files written by numpy") {
          << "np.save(d + '/s.npy', np.float32(2.5))\n"
          << "np.save(d + '/e.npy', np.zeros((2, 0, 4), np.float32))\n"
          << "np.save(d + '/i.npy', np.arange(3, dtype=np.int32))\n"
+         << "np.save(d + '/i64.npy', np.array([[3, -1], [2**40, 7]]))\n"
          << "with open(d + '/v2.npy', 'wb') as out:\n"
          << "    np.lib.format.write_array(out, a, version=(2, 0))\n";
   write_file(dir / "write.py", script.str());
@@ -495,4 +530,7 @@ TEST_CASE("npy: load_npy reads files written by numpy") {
   CHECK(load_npy<float>(dir / "e.npy").shape() == xt::xarray<float>::shape_type{2, 0, 4});
   CHECK_THROWS_WITH_PARTS(load_npy<float>(dir / "i.npy"), std::invalid_argument,
                           {"i.npy", "unsupported dtype descr '<i4'"});
+  CHECK(load_npy<std::int64_t>(dir / "i.npy") == xt::xarray<std::int64_t>{0, 1, 2});
+  CHECK(load_npy<std::int64_t>(dir / "i64.npy") ==
+        xt::xarray<std::int64_t>{{3, -1}, {std::int64_t(1) << 40, 7}});  // NumPy's default int
 }

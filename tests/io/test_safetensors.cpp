@@ -152,7 +152,10 @@ TEST_CASE("safetensors: write then read round-trips every shape, both dtypes, bi
   const Safetensors back = read_safetensors(dir / "m.safetensors");
   CHECK(back.metadata == metadata);
   REQUIRE(back.tensors.size() == tensors.size());
-  for (const auto& [name, tensor] : tensors) {
+  for (const auto& entry : tensors) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& tensor = std::get<1>(entry);
     INFO("tensor " << name);
     const StoredTensor& read = back.tensors.at(name);
     CHECK(read.dtype() == tensor.dtype());

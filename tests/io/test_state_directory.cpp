@@ -61,14 +61,20 @@ TEST_CASE_TEMPLATE("state directory: every array, integer, real and string round
   save_state_directory(dir / "s", saved);
   const StateDict<T> loaded = load_state_directory<T>(dir / "s", 1 << 20);
   REQUIRE(loaded.arrays.size() == saved.arrays.size());
-  for (const auto& [name, a] : saved.arrays) {
+  for (const auto& entry : saved.arrays) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& a = std::get<1>(entry);
     CAPTURE(name);
     CHECK(bit_equal(loaded.arrays.at(name), a));
   }
   CHECK(loaded.integers == saved.integers);
   CHECK(loaded.strings == saved.strings);
   REQUIRE(loaded.reals.size() == saved.reals.size());
-  for (const auto& [name, x] : saved.reals) {
+  for (const auto& entry : saved.reals) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& x = std::get<1>(entry);
     CAPTURE(name);
     if (std::isnan(x))
       CHECK(std::isnan(loaded.reals.at(name)));

@@ -223,6 +223,56 @@ TEST_CASE("MultiheadAttention: gradcheck of self- and cross-attention in double"
       {random_array({2, 2, 6}, 22), random_array({2, 3, 6}, 23), random_array({2, 3, 6}, 24)});
 }
 
+TEST_CASE("MultiheadAttention: unbatched [T, E] input equals the batch of one, as torch") {
+  MultiheadAttention<double> mha = torch_mha<double>();
+  const xt::xarray<double> x = random_array({3, 8}, 31), kv = random_array({4, 8}, 32);
+  const auto batch_of_one = [](xt::xarray<double> a) {
+    a.reshape({std::size_t(1), a.shape()[0], a.shape()[1]});
+    return a;
+  };
+  const xt::xarray<double> self = mha.infer(x);  // forward(x): the fused self-attention path
+  REQUIRE(self.shape() == Shape{3, 8});
+  check_close(batch_of_one(self), mha.infer(batch_of_one(x)), 1e-14, 1e-14);
+
+  // Cross-attention with a key_padding_mask [Tk] and a causal attn_mask [Tq, Tk]: values and
+  // every gradient against the batch of one.
+  MhaMasks<double> masks, batched;
+  masks.key_padding_mask = xt::xarray<bool>{false, false, true, false};
+  masks.attn_mask = xt::xarray<bool>{
+      {false, true, true, true}, {false, false, true, true}, {false, false, false, true}};
+  batched = masks;
+  batched.key_padding_mask = xt::xarray<bool>{{false, false, true, false}};
+  const xt::xarray<double> dy = random_array({3, 8}, 33);
+  Tape<double> tape, ref;
+  const Var<double> q = tape.leaf(x), k = tape.leaf(kv), v = tape.leaf(kv);
+  const Var<double> y = mha.forward(q, k, v, masks);
+  REQUIRE(y.shape() == Shape{3, 8});
+  tape.backward(y, dy);
+  const std::vector<xt::xarray<double>> grads = {mha.in_proj_weight.grad, mha.out_proj.weight.grad};
+  mha.zero_grad();
+  const Var<double> rq = ref.leaf(batch_of_one(x)), rk = ref.leaf(batch_of_one(kv)),
+                    rv = ref.leaf(batch_of_one(kv));
+  const Var<double> ry = mha.forward(rq, rk, rv, batched);
+  ref.backward(ry, batch_of_one(dy));
+  check_close(batch_of_one(y.value()), ry.value(), 1e-14, 1e-14);
+  check_close(batch_of_one(q.grad()), rq.grad(), 1e-14, 1e-14);
+  check_close(batch_of_one(k.grad()), rk.grad(), 1e-14, 1e-14);
+  check_close(grads[0], mha.in_proj_weight.grad, 1e-14, 1e-14);
+  check_close(grads[1], mha.out_proj.weight.grad, 1e-14, 1e-14);
+
+  // All three unbatched, or none; the masks in their unbatched shapes.
+  Tape<double> bad;
+  const Var<double> x2 = bad.leaf(x), kv3 = bad.leaf(batch_of_one(kv));
+  const std::size_t before = bad.size();
+  CHECK(message_of([&] { mha.forward(x2, kv3, kv3); }) ==
+        "xtgrad::MultiheadAttention: argument 'key' has shape [1, 4, 8], expected [T, 8] "
+        "(unbatched, as query)");
+  CHECK(message_of([&] { mha.forward(x2, bad.leaf(kv), bad.leaf(kv), batched); }) ==
+        "xtgrad::MultiheadAttention: argument 'key_padding_mask' has shape [1, 4], expected [4] "
+        "(keys; unbatched)");
+  CHECK(bad.size() == before + 2);  // only the two leaves
+}
+
 TEST_CASE(
     "CausalSelfAttention: the llama layout with GQA and rotary equals PyTorch's LlamaAttention") {
   CausalSelfAttention<double> attn(fx::llama_hidden,

@@ -208,7 +208,10 @@ TEST_CASE("modules: GatedFFN's [in, out] weight gradients accumulate over two ba
   for (const auto& [name, p] : gated.named_parameters()) once.push_back(p->grad);
   tape.backward(y, dy);
   std::size_t i = 0;
-  for (const auto& [name, p] : gated.named_parameters()) {
+  for (const auto& entry : gated.named_parameters()) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& p = std::get<1>(entry);
     CAPTURE(name);
     CHECK(xt::amax(xt::abs(once[i]))() > 0.0);
     check_close(p->grad, xt::xarray<double>(2.0 * once[i]), 1e-13, 1e-15);

@@ -144,7 +144,10 @@ TEST_CASE("export_gpt2: HF names and layouts, and it loads back unchanged") {
   std::vector<std::string> names = exported.keys();
   std::sort(names.begin(), names.end());
   CHECK(names == expected_names);
-  for (const auto& [name, value] : exported) {
+  for (const auto& entry : exported) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& value = std::get<1>(entry);
     INFO(name);
     CHECK(value == file.at(name).get<double>());
   }

@@ -33,7 +33,10 @@ void check_infer_equals_forward(M& module, const xt::xarray<T>& x) {
   const M& constant = module;
   const xt::xarray<T> actual = constant.infer(x);
   CHECK(actual == expected);  // the same kernels in the same order: bit for bit
-  for (const auto& [name, p] : module.named_parameters()) {
+  for (const auto& entry : module.named_parameters()) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& p = std::get<1>(entry);
     CAPTURE(name);
     CHECK_FALSE(p->has_grad);
   }

@@ -236,7 +236,10 @@ TEST_CASE("modules: train() / eval() reach every descendant; named_modules() is 
         std::vector<std::string>{"", "norm", "ffn", "ffn.w1", "ffn.w2", "ffn.dropout", "dropout"});
   for (const auto& [name, m] : block.named_modules()) CHECK(m->is_training());
   block.eval();
-  for (const auto& [name, m] : block.named_modules()) {
+  for (const auto& entry : block.named_modules()) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& m = std::get<1>(entry);
     CAPTURE(name);
     CHECK_FALSE(m->is_training());
   }

@@ -246,7 +246,10 @@ TEST_CASE("models: PreNormResidual is x + dropout(FFN(norm(x))) of the engine op
       check_close(y.value(), yr.value());
       check_close(x.grad(), xr.grad());
       std::size_t i = 0;
-      for (const auto& [name, param] : block.named_parameters()) {
+      for (const auto& entry : block.named_parameters()) {
+        // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+        const auto& name = std::get<0>(entry);
+        const auto& param = std::get<1>(entry);
         CAPTURE(name);
         check_close(param->grad, p[i++].grad());
       }

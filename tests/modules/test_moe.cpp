@@ -5,8 +5,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -202,6 +205,77 @@ TEST_CASE("SparseMoe: gradcheck of the input and every parameter, away from top-
   o.shared_expert_intermediate_size = 2;
   SparseMoe<double> block(3, 2, o);
   check_module_gradients(block, random_array({5, 3}, 7));
+}
+
+// A MoeExchange of one process: every collective is a copy. (The ranks of
+// MPI: tests/distributed/test_expert_parallel.cpp.)
+struct OneRank final : MoeExchange {
+  std::size_t rank() const override { return 0; }
+  std::size_t size() const override { return 1; }
+  std::vector<std::uint64_t> all_gather(const std::vector<std::uint64_t>& v) const override {
+    return v;
+  }
+  std::vector<std::uint64_t> all_to_all(const std::vector<std::uint64_t>& v,
+                                        std::size_t) const override {
+    return v;
+  }
+  void all_to_all_v(const float* s, const std::vector<std::size_t>& n, float* r,
+                    const std::vector<std::size_t>&) const override {
+    std::copy(s, s + n[0], r);
+  }
+  void all_to_all_v(const double* s, const std::vector<std::size_t>& n, double* r,
+                    const std::vector<std::size_t>&) const override {
+    std::copy(s, s + n[0], r);
+  }
+};
+
+TEST_CASE("SparseMoe: experts sharded over one rank compute as unsharded; gradcheck of the op") {
+  SparseMoeOptions o;
+  o.num_experts = 3;
+  o.top_k = 2;
+  o.capacity_factor = 0.9;
+  SparseMoe<double> plain(3, 2, o), sharded(3, 2, o);
+  const auto exchange = std::make_shared<OneRank>();
+  sharded.shard_experts(exchange);
+  CHECK(sharded.experts_sharded());
+  CHECK(sharded.expert_parameters().size() == 9);
+  CHECK_THROWS_AS(sharded.shard_experts(exchange), std::logic_error);
+  Tape<double> tape;
+  const xt::xarray<double> x = random_array({5, 3}, 7);
+  const MoeOutput<double> a = plain.forward_with_losses(tape.leaf(x, false));
+  const MoeOutput<double> b = sharded.forward_with_losses(tape.leaf(x, false));
+  CHECK(std::string(tape.node_op(b.y.index())) == k_moe_experts_all_to_all);
+  CHECK(xt::all(xt::equal(a.y.value(), b.y.value())));
+  CHECK(a.load_balancing_loss.value()() == doctest::Approx(b.load_balancing_loss.value()()));
+  CHECK(a.z_loss.value()() == doctest::Approx(b.z_loss.value()()));
+  CHECK(a.stats.kept == b.stats.kept);
+  tape.backward(add(sum(mul(a.y, a.y)), sum(mul(b.y, b.y))));
+  const auto pa = plain.parameters(), pb = sharded.parameters();
+  for (std::size_t k = 0; k < pa.size(); ++k) CHECK(xt::all(xt::equal(pa[k]->grad, pb[k]->grad)));
+
+  const xt::xarray<double> probs = random_array({4, 3}, 11, 0.0, 1.0);
+  const MoeRouting routing = moe_route(probs, 2, 0.75, *exchange);
+  REQUIRE(routing.dropped() > 0);
+  std::vector<xt::xarray<double>> inputs{random_array({4, 3}, 1), random_array({4, 2}, 2)};
+  for (std::size_t e = 0; e < 3; ++e) {
+    inputs.push_back(random_array({2, 3}, 10 + std::uint32_t(e)));
+    inputs.push_back(random_array({2, 3}, 20 + std::uint32_t(e)));
+    inputs.push_back(random_array({3, 2}, 30 + std::uint32_t(e)));
+  }
+  const auto op = [&](const std::vector<Var<double>>& v, std::shared_ptr<const MoeExchange> with) {
+    std::vector<Var<double>> w1, w3, w2;
+    for (std::size_t e = 0; e < 3; ++e) {
+      w1.push_back(v[2 + 3 * e]);
+      w3.push_back(v[3 + 3 * e]);
+      w2.push_back(v[4 + 3 * e]);
+    }
+    return moe_experts(v[0], v[1], routing, w1, w3, w2, Activation::silu, with);
+  };
+  check_gradients([&](const std::vector<Var<double>>& v) { return op(v, exchange); }, inputs);
+  Tape<double> t2;
+  std::vector<Var<double>> v;
+  for (const auto& in : inputs) v.push_back(t2.leaf(in));
+  CHECK(message_of([&] { op(v, nullptr); }).find("'exchange' is null") != std::string::npos);
 }
 
 TEST_CASE("SparseMoe: zero tokens; create_graph refuses the experts op") {

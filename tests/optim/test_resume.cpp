@@ -32,7 +32,10 @@ constexpr std::int64_t k_steps = 2000, k_stop = 1000;
 template <class T>
 void check_bit_equal(const StateDict<T>& a, const StateDict<T>& b) {
   REQUIRE(a.arrays.size() == b.arrays.size());
-  for (const auto& [name, array] : a.arrays) {
+  for (const auto& entry : a.arrays) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& array = std::get<1>(entry);
     CAPTURE(name);
     REQUIRE(b.arrays.count(name) == 1);
     CHECK(bit_equal(array, b.arrays.at(name)));
@@ -40,7 +43,10 @@ void check_bit_equal(const StateDict<T>& a, const StateDict<T>& b) {
   CHECK(a.integers == b.integers);
   CHECK(a.strings == b.strings);
   REQUIRE(a.reals.size() == b.reals.size());
-  for (const auto& [name, value] : a.reals) {
+  for (const auto& entry : a.reals) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    const auto& name = std::get<0>(entry);
+    const auto& value = std::get<1>(entry);
     CAPTURE(name);
     REQUIRE(b.reals.count(name) == 1);
     CHECK(bit_equal(value, b.reals.at(name)));

@@ -47,7 +47,10 @@ inline void check_module_gradients(
     const xt::xarray<double> yv = module(t.leaf(x, false)).value();
     return double(xt::sum(dy * yv)());
   };
-  for (auto& [name, p] : module.named_parameters()) {
+  for (auto& entry : module.named_parameters()) {
+    // not structured bindings: doctest's message macros capture them in lambdas (not C++17)
+    auto& name = std::get<0>(entry);
+    auto& p = std::get<1>(entry);
     const xt::xarray<double> analytic = p->grad;
     for (std::size_t i = 0; i < p->value.size(); ++i) {
       double& element = p->value.data()[i];
