@@ -164,6 +164,7 @@ void GraphPass<T>::backward(Tape<T>& tape, const Var<T>& y, const xt::xarray<T>&
   if (tape.detect_anomaly_) tape.check_backward_start(root, dy);
 
   // Nothing was changed so far. Seed, run, then write what a plain backward writes.
+  tape.keep_graph();  // create_graph keeps the graph: the gradient Vars live on it
   const std::size_t count = tape.size();
   EnableGradGuard<T> recording(tape);
   pass.grads[root] = tape.leaf(dy, false).index();
@@ -280,7 +281,11 @@ template class GradSink<double>;
 
 template <class T>
 void Tape<T>::backward(const Var<T>& y, const BackwardOptions& options) {
-  if (!options.create_graph) return backward(y);
+  if (!options.create_graph) {
+    backward(y);
+    if (options.retain_graph) keep_graph();
+    return;
+  }
   check_owns(y, "Tape::backward", "y");
   const xt::xarray<T>& value = this->value(y.index_);
   if (value.size() != 1)
@@ -295,7 +300,11 @@ void Tape<T>::backward(const Var<T>& y, const BackwardOptions& options) {
 
 template <class T>
 void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy, const BackwardOptions& options) {
-  if (!options.create_graph) return backward(y, dy);
+  if (!options.create_graph) {
+    backward(y, dy);
+    if (options.retain_graph) keep_graph();
+    return;
+  }
   detail::GraphPass<T>::backward(*this, y, dy);
 }
 

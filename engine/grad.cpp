@@ -130,7 +130,9 @@ std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
   Pass pass(tape, top, std::move(wanted));
   if (options.create_graph) pass.check_rules(check.function(), roots);
 
-  // Nothing was changed so far. Each output's seed: grad_outputs[k], or ones.
+  // Nothing was changed so far. grad reads the graph and records onto it
+  // (its results are leaves of it): keep it. Each output's seed:
+  // grad_outputs[k], or ones.
   const auto seed = [&](std::size_t k) {
     return given.empty() ? xt::xarray<T>(xt::ones<T>(outputs[k].shape())) : given[k];
   };
@@ -139,6 +141,7 @@ std::vector<Var<T>> grad(Tape<T>& tape, const std::vector<Var<T>>& outputs,
         inputs[k].param() ? inputs[k].param()->value.shape() : inputs[k].var()->shape();
     return tape.leaf(xt::xarray<T>(xt::zeros<T>(shape)), false);
   };
+  tape.keep_graph();
   std::vector<Var<T>> out;
   if (!options.create_graph) {
     std::vector<xt::xarray<T>> ones;

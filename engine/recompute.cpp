@@ -227,13 +227,17 @@ std::size_t record_core(Tape<T>& outer, const std::shared_ptr<Recording<T>>& rec
                         const std::vector<Var<T>>& inputs, const Tape<T>& first) {
   rec->parameters = parameters_read(first);
   bool requires_grad = !rec->parameters.empty();
+  // The Parameters first: recording one may start a fresh graph (tape.hpp,
+  // "Lifetime"), which the inputs' index() then refuses, rather than a stale index.
+  std::vector<std::size_t> params;
+  for (const Parameter<T>* p : rec->parameters)
+    params.push_back(outer.param(const_cast<Parameter<T>&>(*p)).index());
   for (const Var<T>& x : inputs) {
     rec->inputs.push_back(x.index());
     requires_grad = requires_grad || x.requires_grad();
   }
   std::vector<std::size_t> parents = rec->inputs;
-  for (const Parameter<T>* p : rec->parameters)
-    parents.push_back(outer.param(const_cast<Parameter<T>&>(*p)).index());
+  parents.insert(parents.end(), params.begin(), params.end());
   const std::size_t core = outer.record(k_op, parents, requires_grad);
   outer.value_mut(core).resize(Shape{0});
   outer.set_backward(core, [rec](Tape<T>& t, const xt::xarray<T>&) { rerun_backward(t, *rec); });

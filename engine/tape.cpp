@@ -21,6 +21,16 @@ std::size_t first_non_finite(const xt::xarray<T>& a) {
   return n;
 }
 
+// Index of the first NaN of `a` at or after `from`, or a.size().
+template <class T>
+std::size_t first_nan(const xt::xarray<T>& a, std::size_t from) {
+  const T* data = a.data();
+  const std::size_t n = a.size();
+  for (std::size_t i = from; i < n; ++i)
+    if (std::isnan(data[i])) return i;
+  return n;
+}
+
 // "nan at [1, 2]" for element `flat` of `a`.
 template <class T>
 std::string element_str(const xt::xarray<T>& a, std::size_t flat) {
@@ -59,6 +69,15 @@ const xt::xarray<T>& Var<T>::grad() const {
 }
 
 template <class T>
+T Var<T>::item() const {
+  const xt::xarray<T>& v = tape_for("Var::item", "this").value(index_);
+  detail::Check("Var::item")
+      .shape(v.size() == 1, "this", v.shape(),
+             "one element (item() reads a one-element Var; read value() for more)");
+  return *v.data();
+}
+
+template <class T>
 bool Var<T>::requires_grad() const {
   return tape_for("Var::requires_grad", "this").requires_grad(index_);
 }
@@ -67,7 +86,15 @@ bool Var<T>::requires_grad() const {
 
 template <class T>
 void Tape<T>::check_live(const Var<T>& v, const char* op, const char* arg) const {
-  if (v.generation_ != generation_ || v.index_ >= size_)
+  const bool stale = v.index_ >= size_ || node_at(v.index_).stamp != v.stamp_;
+  if (stale && v.stamp_ >= cleared_stamp_)  // recorded after the last clear(): freed since
+    detail::fail_logic(op, "argument " + detail::quoted(arg) +
+                               " is a Var of a graph that was freed when recording started again "
+                               "after a completed Tape::backward (as PyTorch frees a graph after "
+                               "backward); keep the graph with tape.backward(y, "
+                               "xtgrad::retain_graph) or tape.keep_graph(), or record the "
+                               "computation again");
+  if (stale)
     detail::fail_logic(op, "argument " + detail::quoted(arg) +
                                " is a Var of a tape that was cleared since it was recorded; "
                                "record the computation again after Tape::clear()");
@@ -88,6 +115,7 @@ void Tape<T>::check_owns(const Var<T>& v, const char* op, const char* arg) const
 template <class T>
 std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::size_t count,
                             bool requires_grad) {
+  if (free_on_record_ && count == 0) free_graph();
   if (size_ == nodes_.size()) nodes_.push_back(std::make_unique<Node>());
   Node& node = node_at(size_);
   node.op = op;
@@ -98,6 +126,8 @@ std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::siz
   node.requires_grad = grad_enabled_ && requires_grad;
   node.is_leaf = false;
   node.grad_ready = false;
+  node.infinity_allowed = false;
+  node.stamp = next_stamp_++;
   if (profiler_) profiler_->forward_begin(*this, size_);
   return size_++;
 }
@@ -235,13 +265,14 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
 
   if (observers_.empty()) {
     for (std::size_t i = root + 1; i-- > 0;) run_rule(i);
-    return;
+  } else {
+    for (std::size_t i = root + 1; i-- > 0;) {
+      run_rule(i);
+      for (BackwardObserver<T>* observer : observers_) observer->node_done(*this, i);
+    }
+    for (BackwardObserver<T>* observer : observers_) observer->backward_end(*this);
   }
-  for (std::size_t i = root + 1; i-- > 0;) {
-    run_rule(i);
-    for (BackwardObserver<T>* observer : observers_) observer->node_done(*this, i);
-  }
-  for (BackwardObserver<T>* observer : observers_) observer->backward_end(*this);
+  free_on_record_ = true;  // the graph is done: the next new graph replaces it
 }
 
 template <class T>
@@ -289,15 +320,32 @@ void Tape<T>::zero_grad() {
 }
 
 template <class T>
-void Tape<T>::clear() {
-  for (std::size_t i = 0; i < size_; ++i) {
+void Tape<T>::truncate(std::size_t count) {
+  for (std::size_t i = count; i < size_; ++i) {
     node_at(i).backward = nullptr;  // drop captured buffers now, keep the node's own
     node_at(i).grad_rule = nullptr;
     node_at(i).param = nullptr;
   }
   graph_grads_.clear();
-  size_ = 0;
-  ++generation_;
+  size_ = count;
+  free_on_record_ = false;
+}
+
+template <class T>
+void Tape<T>::clear() {
+  truncate(0);
+  kept_leaves_ = k_unset;
+  cleared_stamp_ = next_stamp_;
+}
+
+template <class T>
+void Tape<T>::free_graph() {
+  if (kept_leaves_ == k_unset) {
+    std::size_t leading = 0;
+    while (leading < size_ && node_at(leading).is_leaf && !node_at(leading).param) ++leading;
+    kept_leaves_ = leading;
+  }
+  truncate(kept_leaves_);
 }
 
 template <class T>
@@ -326,10 +374,25 @@ const xt::xarray<T>* Tape<T>::accumulated_grad(std::size_t index) const {
 }
 
 template <class T>
+bool Tape<T>::infinity_expected(std::size_t index) const {
+  const Node& node = node_at(index);
+  if (node.infinity_allowed || (node.is_leaf && !node.param)) return true;
+  for (const std::size_t parent : node.parents) {
+    const xt::xarray<T>& input = value(parent);
+    if (first_non_finite(input) < input.size()) return true;  // the infinity was there before
+  }
+  return false;
+}
+
+template <class T>
 void Tape<T>::check_forward(std::size_t index) {
   const xt::xarray<T>& v = value(index);
-  const std::size_t bad = first_non_finite(v);
+  std::size_t bad = first_non_finite(v);
   if (bad == v.size()) return;
+  if (!std::isnan(v.data()[bad]) && infinity_expected(index)) {
+    bad = first_nan(v, bad);
+    if (bad == v.size()) return;
+  }
   const Node& node = node_at(index);
   std::string what = "xtgrad::Tape (anomaly mode): the forward value of " + describe(index) +
                      " is not finite: " + element_str(v, bad);

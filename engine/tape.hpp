@@ -23,10 +23,29 @@
 // the rule ran. The first non-finite element throws AnomalyError naming the
 // op, the node index and the shapes. Off, it costs one branch per node.
 // Without it NaN and Inf simply propagate as IEEE arithmetic says.
+// A forward value reports the NaN it produces, and an infinity only where
+// one is born of finite inputs: deliberate masking is no anomaly, so an
+// infinity is not reported in a leaf (user data: an additive -inf mask), in
+// an op whose inputs already hold one (scores + mask, softmax of a masked
+// row), or in an op that writes a user-given infinite fill value
+// (masked_fill(x, mask, -inf), through allow_infinity). A Parameter and a
+// gradient are reported for any NaN or Inf.
 //
 // Lifetime: clear() invalidates every Var of the tape (using one afterwards
 // throws std::logic_error) but keeps the node buffers, so the next step of a
 // training loop reuses them instead of allocating; release() frees them.
+// A completed backward frees its graph the way PyTorch's does, at the next
+// recording that starts a new graph: after tape.backward(y) (without
+// retain_graph or create_graph), the first node recorded without parents (a
+// leaf, a Parameter, a constant) first forgets every node but the leaves
+// that lead the tape (recorded before any op of the first graph since
+// clear(); PyTorch keeps leaf tensors too), so that a training loop that
+// forgets clear() stays the size of one step. Until then the recording is
+// intact: its Vars, values and gradients read as before, backward may run
+// again, and ops on its Vars append to it (a metric computed after
+// backward); those nodes are freed with it. A Var of a freed node throws
+// std::logic_error saying so. backward(y, retain_graph), create_graph,
+// grad / hvp (grad.hpp) and keep_graph() keep the graph.
 // A Parameter recorded with param() must outlive the recording, and its value
 // must not change between the forward and the backward that reads it (a
 // change of shape is caught: using the recorded Var, or backward, throws
@@ -64,11 +83,18 @@ class Profiler;  // engine/profiler.hpp
 // plain backward gives. Refused (std::logic_error, before anything changes)
 // when a node the gradients reach has no GradRule ("not twice
 // differentiable: <op>") or a BackwardObserver is added.
+//
+// retain_graph (PyTorch's retain_graph=True): keep the recording after this
+// backward instead of freeing it at the next recording that starts a new
+// graph (see "Lifetime" at the top of this file). create_graph implies it.
 struct BackwardOptions {
   bool create_graph = false;
+  bool retain_graph = false;
 };
 // tape.backward(y, xtgrad::create_graph).
 inline constexpr BackwardOptions create_graph{true};
+// tape.backward(y, xtgrad::retain_graph).
+inline constexpr BackwardOptions retain_graph{false, true};
 
 // Blocks template argument deduction, so that an argument declared
 // `const std::optional<Var<NoDeduce<T>>>&` accepts a plain Var<T>.
@@ -82,7 +108,9 @@ using NoDeduce = typename TypeIdentity<T>::type;
 // Shape of a tensor, as xtensor stores it.
 using Shape = xt::xarray<float>::shape_type;
 
-// A cheap handle to one node of a tape: (tape, index, generation).
+// A cheap handle to one node of a tape: (tape, index, stamp). The stamp is
+// the node's when the Var was made; a node recorded again over a cleared or
+// freed one gets a new stamp, so a stale Var is always told apart.
 template <class T>
 class Var {
  public:
@@ -93,6 +121,9 @@ class Var {
   const xt::xarray<T>& value() const;
   // d(output)/d(this) after backward; zeros if no gradient reached this node.
   const xt::xarray<T>& grad() const;
+  // The value of a one-element Var (any shape of one element), as
+  // torch.Tensor.item(); std::invalid_argument naming the shape otherwise.
+  T item() const;
   const Shape& shape() const { return tape_for("Var::shape", "this").value(index_).shape(); }
   std::size_t size() const { return tape_for("Var::size", "this").value(index_).size(); }
   std::size_t dimension() const {
@@ -111,15 +142,18 @@ class Var {
   // The tape, or std::logic_error naming `op` and `arg` for an empty handle
   // or one whose tape was cleared since it was recorded.
   Tape<T>& tape_for(const char* op, const char* arg) const;
-  std::size_t index() const { return index_; }
+  // The node's index; std::logic_error when the tape was cleared (or the
+  // graph freed) since it was recorded, so that an op never records a stale
+  // index as a parent. An empty handle gives 0.
+  std::size_t index() const;
 
  private:
   friend class Tape<T>;
-  Var(Tape<T>* tape, std::size_t index, std::uint64_t generation)
-      : tape_(tape), index_(index), generation_(generation) {}
+  Var(Tape<T>* tape, std::size_t index, std::uint64_t stamp)
+      : tape_(tape), index_(index), stamp_(stamp) {}
   Tape<T>* tape_ = nullptr;
   std::size_t index_ = 0;
-  std::uint64_t generation_ = 0;
+  std::uint64_t stamp_ = 0;
 };
 
 // Where a backward rule writes a parent's gradient (Tape::grad_slot states
@@ -190,6 +224,10 @@ class Tape {
   // Forget every node; Vars of this tape become invalid. Buffers are kept for
   // reuse by the next recording (see release()).
   void clear();
+  // Keep the recording of the last backward: the next node recorded without
+  // parents appends to it instead of starting a fresh graph (see "Lifetime"
+  // at the top of this file). The explicit form of backward(y, retain_graph).
+  void keep_graph() { free_on_record_ = false; }
   // clear(), and free the kept buffers too.
   void release();
 
@@ -287,6 +325,10 @@ class Tape {
     if (node.requires_grad) node.backward.emplace(std::forward<F>(backward));
     if (profiler_) profile_forward_end(index);
   }
+  // For an op that writes a user-given infinite value (masked_fill with
+  // -inf): anomaly mode does not report the infinities of node `index`'s
+  // value (NaN still is). Call it between `record` and `set_backward`.
+  void allow_infinity(std::size_t index) { node_at(index).infinity_allowed = true; }
   // The differentiable form of the rule (GradRule, grad_rule.hpp), for
   // backward with create_graph; set right after set_backward, dropped like it
   // when the node needs no gradient.
@@ -321,7 +363,7 @@ class Tape {
   const U* saved(std::size_t index) const {
     return std::launder(reinterpret_cast<const U*>(node_at(index).saved.get()));
   }
-  Var<T> var(std::size_t index) { return Var<T>(this, index, generation_); }
+  Var<T> var(std::size_t index) { return Var<T>(this, index, node_at(index).stamp); }
 
   const xt::xarray<T>& value(std::size_t index) const;
   bool requires_grad(std::size_t index) const { return node_at(index).requires_grad; }
@@ -362,7 +404,9 @@ class Tape {
     std::size_t saved_blocks = 0;
     bool requires_grad = false;
     bool is_leaf = false;
-    bool grad_ready = false;  // grad holds a value for the current backward
+    bool grad_ready = false;        // grad holds a value for the current backward
+    bool infinity_allowed = false;  // allow_infinity: anomaly mode reports NaN only
+    std::uint64_t stamp = 0;        // unique per recording of this node (Var's stamp)
   };
 
   std::size_t record(const char* op, const std::size_t* parents, std::size_t count,
@@ -375,6 +419,7 @@ class Tape {
   // `index` left a non-finite gradient in a parent; check_backward_start if dy
   // or a gradient accumulated by an earlier backward already is.
   void check_forward(std::size_t index);
+  bool infinity_expected(std::size_t index) const;  // check_forward's rule for an infinity
   void check_backward(std::size_t index);
   void check_backward_start(std::size_t root, const xt::xarray<T>& dy) const;
   std::string describe(std::size_t index) const;
@@ -392,10 +437,21 @@ class Tape {
   Node& node_at(std::size_t index) { return *nodes_[index]; }
   const Node& node_at(std::size_t index) const { return *nodes_[index]; }
   std::size_t size_ = 0;
-  std::uint64_t generation_ = 1;  // bumped by clear(); Vars remember theirs
+  std::uint64_t next_stamp_ = 1;     // Node::stamp of the next recorded node
+  std::uint64_t cleared_stamp_ = 1;  // next_stamp_ at the last clear()
   bool grad_enabled_ = true;
   xt::xarray<T> ones_;  // the upstream gradient of backward(y)
   bool detect_anomaly_ = false;
+  // Set by a completed backward that frees its graph: the next node recorded
+  // without parents frees it first (free_graph; see "Lifetime" at the top).
+  bool free_on_record_ = false;
+  // The leaves that lead the first graph freed since clear() (recorded
+  // before any op): kept by every free until clear(), as PyTorch keeps leaf
+  // tensors alive when it frees a graph. k_unset until that first free.
+  static constexpr std::size_t k_unset = static_cast<std::size_t>(-1);
+  std::size_t kept_leaves_ = k_unset;
+  void free_graph();
+  void truncate(std::size_t count);  // forget nodes [count, size_)
   Profiler* profiler_ = nullptr;
   std::vector<BackwardObserver<T>*> observers_;
   // Node -> the node holding its gradient Var after the last create_graph
@@ -437,6 +493,13 @@ class DetectAnomalyGuard {
   Tape<T>& tape_;
   bool previous_;
 };
+
+template <class T>
+std::size_t Var<T>::index() const {
+  if (tape_ != nullptr && (index_ >= tape_->size_ || tape_->node_at(index_).stamp != stamp_))
+    tape_->check_live(*this, "Var::index", "this");  // throws
+  return index_;
+}
 
 extern template class Tape<float>;
 extern template class Tape<double>;

@@ -1,5 +1,6 @@
 #include "module.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "../engine/errors.hpp"
@@ -105,10 +106,37 @@ ModuleConfig Module<T>::children_config(std::string type) const {
   listing.on_child = [&](const std::string& name, Module<T>& child) {
     if (!last.empty() && name.rfind(last + ".", 0) == 0) return;
     last = name;
-    out.children.emplace_back(name, child.config());
+    out.children.emplace_back(name, child.checkpoint_config());
+  };
+  listing.on_option = [&](const std::string& prefix, const std::string& key,
+                          const std::string& value) {
+    if (prefix.empty()) out.options.emplace_back(key, value);
   };
   // collect_parameters only takes addresses (see named_parameters() const).
   const_cast<Module<T>*>(this)->collect_parameters("", listing);
+  return out;
+}
+
+template <class T>
+std::vector<std::pair<std::string, std::string>> Module<T>::registered_options() const {
+  std::vector<std::pair<std::string, std::string>> options;
+  NamedParameters listing;
+  listing.on_option = [&](const std::string& prefix, const std::string& key,
+                          const std::string& value) {
+    if (prefix.empty()) options.emplace_back(key, value);
+  };
+  const_cast<Module<T>*>(this)->collect_parameters("", listing);
+  return options;
+}
+
+template <class T>
+ModuleConfig Module<T>::checkpoint_config() const {
+  ModuleConfig out = config();
+  for (auto& option : registered_options()) {
+    const auto same_key = [&](const auto& listed) { return listed.first == option.first; };
+    if (std::none_of(out.options.begin(), out.options.end(), same_key))
+      out.options.push_back(std::move(option));
+  }
   return out;
 }
 
@@ -123,7 +151,7 @@ void Module<T>::save(const fs::path& path) const {
   if (is_safetensors_path(path))
     save_safetensors_checkpoint(path, *this);
   else
-    save_checkpoint(path, named_parameters(), "Module::save", config());
+    save_checkpoint(path, named_parameters(), "Module::save", checkpoint_config());
 }
 
 template <class T>
@@ -131,7 +159,7 @@ void Module<T>::load(const fs::path& path) {
   if (is_safetensors_path(path))
     load_safetensors_checkpoint(path, *this, "Module::load");
   else
-    load_checkpoint(path, named_parameters(), "Module::load", config());
+    load_checkpoint(path, named_parameters(), "Module::load", checkpoint_config());
 }
 
 template class Module<float>;

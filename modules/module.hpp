@@ -11,6 +11,7 @@
 //     Parameter<T> scale;  Linear<T> proj;
 //     void collect_parameters(const std::string& prefix, NamedParameters& out) override {
 //       add_parameter(prefix, scale, out);       // "scale"
+//       add_option(prefix, "n_head", n_head, out);  // config(): Module(n_head=4, ...)
 //       add_child(prefix, "proj", proj, out);    // "proj.weight", "proj.bias"
 //     }
 //   };
@@ -26,6 +27,12 @@
 // their dotted names (tensor_dict.hpp); load_state_dict takes such a dict, a
 // TensorMap or a whole safetensors file (read_safetensors) back.
 //
+// Options: a hyperparameter that no parameter's shape shows (a number of
+// attention heads, an eps, an activation) is registered with add_option beside
+// the parameters, so that the base config() records it and a checkpoint of
+// another architecture is refused; a module that overrides config() still
+// has its registered options checked (config() gets those it lacks appended).
+//
 // save / load write and read a checkpoint that records the module's
 // config() (io/module_config.hpp) beside the named parameters: a directory
 // (io/checkpoint.hpp) or, for a path ending in ".safetensors", one
@@ -36,9 +43,11 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../engine/activation.hpp"
 #include "../engine/parameter.hpp"
 #include "../engine/tape.hpp"
 #include "../io/module_config.hpp"
@@ -78,6 +87,10 @@ class Module {
   // add_child enters it (pre-order), with its dotted name.
   struct NamedParameters : std::vector<std::pair<std::string, Parameter<T>*>> {
     std::function<void(const std::string& name, Module<T>& child)> on_child;
+    // When set, a call for every option add_option registers, with the
+    // prefix of the module that registers it ("" for the module listed).
+    std::function<void(const std::string& prefix, const std::string& key, const std::string& value)>
+        on_option;
   };
   using NamedModules = std::vector<std::pair<std::string, Module<T>*>>;
 
@@ -122,9 +135,15 @@ class Module {
 
   // What this module is: its type name and options (see io/module_config.hpp).
   // Every module of xtgrad overrides it. The base's, for a module that does
-  // not, is type "Module" with the configs of its children: enough to tell
-  // apart two such modules whose children differ, not two whose own options do.
+  // not, is type "Module" with the options it registers (add_option) and the
+  // configs of its children: two such modules whose children differ, or
+  // whose registered options differ, have different configs; an option it
+  // does not register is not seen.
   virtual ModuleConfig config() const;
+  // config() and the options this module registers that config() does not
+  // list already, appended in registration order: what save records and
+  // load compares. Equal to config() for a module that registers none.
+  ModuleConfig checkpoint_config() const;
 
   // The parameters' values (copies) by their dotted names, in order.
   TensorDict<T> state_dict() const;
@@ -183,8 +202,19 @@ class Module {
   static void add_child(const std::string& prefix, const std::string& child_name, Module<T>& child,
                         NamedParameters& out);
 
-  // A config of type `type`, no options, and the configs of the direct
-  // children by name: the base config() and Sequential's.
+  // Registers an option of this module under `key`, for config() (see the
+  // top of this file); call it in collect_parameters. value: a size or other
+  // integer, a bool, a double, a string or an Activation, written as
+  // ModuleConfig writes options ("4", "true", "1e-05", "gelu").
+  template <class V>
+  static void add_option(const std::string& prefix, const std::string& key, const V& value,
+                         NamedParameters& out) {
+    if (!out.on_option) return;  // a listing of parameters only: nothing to format
+    out.on_option(prefix, key, option_text(value));
+  }
+
+  // A config of type `type`, the options this module registers, and the
+  // configs of the direct children by name: the base config() and Sequential's.
   ModuleConfig children_config(std::string type) const;
 
   // True in training mode outside infer: the condition under which a
@@ -192,6 +222,21 @@ class Module {
   bool training_forward() const { return training_ && !detail::InferenceScope::active(); }
 
  private:
+  template <class V>
+  static std::string option_text(const V& value) {
+    if constexpr (std::is_same_v<V, Activation>) {
+      return std::string(to_string(value));
+    } else if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
+      return std::to_string(value);
+    } else {
+      ModuleConfig formatted;
+      formatted.add("", value);
+      return formatted.options.back().second;
+    }
+  }
+  // The options this module registers (prefix ""), in order.
+  std::vector<std::pair<std::string, std::string>> registered_options() const;
+
   bool training_ = true;
 };
 

@@ -38,7 +38,7 @@ TensorMap to_tensor_map(const Module<T>& module) {
 
 template <class T>
 void save_safetensors_checkpoint(const fs::path& path, const Module<T>& module) {
-  const ModuleConfig config = module.config();
+  const ModuleConfig config = module.checkpoint_config();
   const SafetensorsMetadata metadata = {{"format", "pt"},
                                         {k_safetensors_version_key, k_version},
                                         {k_safetensors_type_key, config.type},
@@ -83,7 +83,7 @@ void load_safetensors_checkpoint(const fs::path& path, Module<T>& module, const 
   std::set<std::string> wanted;
   for (const auto& entry : named) wanted.insert(entry.first);
   const std::string where = "checkpoint " + detail::path_str(path);
-  const ModuleConfig mine = module.config();
+  const ModuleConfig mine = module.checkpoint_config();
   std::vector<std::string> names;  // every tensor of the file, in the order of its data
   // Everything the header declares (metadata, names, dtypes, shapes) is
   // checked against the module before any tensor is read.

@@ -86,7 +86,7 @@ void check_model_part(const std::string& fn, const StateDict<T>& part, Module<T>
   if (!part.strings.empty()) {
     const ModuleConfig stored =
         parse_module_config(part.strings.at(k_config_entry), fn, where + " 'model.config'");
-    const ModuleConfig mine = model.config();
+    const ModuleConfig mine = model.checkpoint_config();
     if (stored != mine) fail_config_mismatch(fn, where, stored, mine);
   }
   const auto named = model.named_parameters();
@@ -133,7 +133,7 @@ void save_training_state(const fs::path& dir, const Module<T>& model,
   StateDict<T> all;
   StateDict<T> model_part;
   for (const auto& [name, p] : model.named_parameters()) model_part.arrays.emplace(name, p->value);
-  model_part.strings.emplace(k_config_entry, to_json(model.config()));
+  model_part.strings.emplace(k_config_entry, to_json(model.checkpoint_config()));
   add_prefixed(all, "model", std::move(model_part));
   add_prefixed(all, "optimizer", optimizer.state_dict());
   if (scheduler != nullptr) add_prefixed(all, "scheduler", scheduler->state_dict());

@@ -294,6 +294,7 @@ Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) 
     else
       expand_mask(mask, y_shape, y.size(), saved);
   }
+  if (std::isinf(fill)) tape.allow_infinity(yi);  // the -inf of attention scores is no anomaly
   tape.set_backward(yi, [xi, yi, saved_shape, x_is_y](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     const bool* saved = t.template saved<bool>(yi);

@@ -73,6 +73,20 @@ Var<T> permuted(const char* op, Tape<T>& tape, const Var<T>& x, const Shape& dim
 
 }  // namespace
 
+std::vector<std::int64_t> detail::signed_shape(const char* op,
+                                               const std::vector<ShapeEntry>& shape) {
+  const detail::Check check(op);
+  std::vector<std::int64_t> sizes;
+  sizes.reserve(shape.size());
+  for (const ShapeEntry& entry : shape) {
+    check.argument(!entry.too_large, "shape", "holds the unsigned size ",
+                   static_cast<std::uint64_t>(entry.value), ", above ", INT64_MAX,
+                   " (a wrapped subtraction?); expected sizes >= 0 (or one -1 to infer)");
+    sizes.push_back(entry.value);
+  }
+  return sizes;
+}
+
 template <class T>
 Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape) {
   static constexpr const char* op = "reshape";

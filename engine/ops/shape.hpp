@@ -34,14 +34,50 @@
 // the value given.
 
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #include "../tape.hpp"
 
 namespace xtgrad {
 
+// One entry of a shape given to reshape: any integer, signed or unsigned, so
+// that sizes read from shape() (std::size_t) and a -1 mix in one braced list
+// without a narrowing conversion: reshape(x, {s[0], -1}). An unsigned size
+// above INT64_MAX (a wrapped n - 1) is refused by reshape, never read as -1.
+struct ShapeEntry {
+  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  ShapeEntry(I size)  // NOLINT: implicit by design
+      : value(static_cast<std::int64_t>(size)),
+        too_large(std::is_unsigned_v<I> &&
+                  static_cast<std::uint64_t>(size) > static_cast<std::uint64_t>(INT64_MAX)) {}
+  std::int64_t value;
+  bool too_large;
+};
+
+namespace detail {
+// The entries as reshape's signed sizes; std::invalid_argument from `op` for
+// an unsigned size above INT64_MAX.
+std::vector<std::int64_t> signed_shape(const char* op, const std::vector<ShapeEntry>& shape);
+}  // namespace detail
+
+// reshape(x, shape): `shape` a std::vector<std::int64_t>, a braced list of
+// any integers, a Shape (x.shape()) or a std::vector<std::size_t>; -1 infers.
 template <class T>
 Var<T> reshape(const Var<T>& x, const std::vector<std::int64_t>& shape);
+template <class T>
+Var<T> reshape(const Var<T>& x, std::initializer_list<ShapeEntry> shape) {
+  return reshape(x, detail::signed_shape("reshape", std::vector<ShapeEntry>(shape)));
+}
+template <class T>
+Var<T> reshape(const Var<T>& x, const Shape& shape) {
+  return reshape(x, detail::signed_shape("reshape", {shape.begin(), shape.end()}));
+}
+template <class T>
+Var<T> reshape(const Var<T>& x, const std::vector<std::size_t>& shape) {
+  return reshape(x, detail::signed_shape("reshape", {shape.begin(), shape.end()}));
+}
 template <class T>
 Var<T> flatten(const Var<T>& x, std::int64_t start_dim = 0, std::int64_t end_dim = -1);
 template <class T>

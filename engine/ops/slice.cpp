@@ -160,18 +160,19 @@ template <class T>
 std::vector<Var<T>> pieces_of(const char* op, Tape<T>& tape, const Var<T>& x, std::size_t axis,
                               const std::vector<std::size_t>& sizes) {
   if (tape.detect_anomaly()) {
-    // Anomaly mode throws for the first piece with a non-finite value; record
-    // that piece alone first, so that the throw leaves no earlier piece behind.
+    // Anomaly mode throws for the first piece with a NaN (an infinity in a
+    // piece was in x already: no anomaly, tape.hpp); record that piece alone
+    // first, so that the throw leaves no earlier piece behind.
     const detail::AxisSplit s = detail::split_at(x.shape(), axis);
     const T* xd = tape.value(x.index()).data();
     std::size_t start = 0;
     for (std::size_t n : sizes) {
-      bool finite = true;
-      for (std::size_t o = 0; o < s.outer && finite && n * s.inner != 0; ++o)
+      bool no_nan = true;
+      for (std::size_t o = 0; o < s.outer && no_nan && n * s.inner != 0; ++o)
         for (std::size_t i = (o * s.extent + start) * s.inner;
              i < (o * s.extent + start + n) * s.inner; ++i)
-          finite = finite && std::isfinite(xd[i]);
-      if (!finite) take(op, tape, x, axis, start, n, 1);  // throws AnomalyError, unrecorded
+          no_nan = no_nan && !std::isnan(xd[i]);
+      if (!no_nan) take(op, tape, x, axis, start, n, 1);  // throws AnomalyError, unrecorded
       start += n;
     }
   }

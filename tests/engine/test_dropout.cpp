@@ -207,12 +207,12 @@ TEST_CASE_TEMPLATE("dropout: identity, p = 1 and non-finite values", T, float, d
     if (k && !std::isfinite(x(i))) CHECK(std::isnan(x(i)) == std::isnan(half.value()(i)));
   }
   // anomaly mode names dropout for a non-finite output, and records nothing
-  Var<T> all_inf = tape.leaf(xt::xarray<T>(xt::ones<T>({16}) * inf));
+  Var<T> all_nan = tape.leaf(xt::xarray<T>(xt::ones<T>({16}) * nan));  // an Inf input is no anomaly
   Var<T> finite = tape.leaf(xt::xarray<T>(xt::ones<T>({16})));
   tape.set_detect_anomaly(true);
   for (bool training : {true, false}) {
     INFO("training: " << training);
-    check_forward_anomaly(tape, "dropout", [&] { dropout(all_inf, 0.5, training, {4, 5, 6}); });
+    check_forward_anomaly(tape, "dropout", [&] { dropout(all_nan, 0.5, training, {4, 5, 6}); });
   }
   CHECK_NOTHROW(dropout(finite, 0.999, true, {4, 5, 6}));
 }

@@ -325,9 +325,10 @@ TEST_CASE_TEMPLATE("shape: anomaly mode names the op for a non-finite input", T,
   check_forward_anomaly(tape, "flatten", [&] { flatten(x); });
   check_forward_anomaly(tape, "permute", [&] { permute(x, {1, 0}); });
   check_forward_anomaly(tape, "transpose", [&] { transpose(x, 0, 1); });
-  check_forward_anomaly(tape, "expand", [&] { expand(r, {3, 2}); });
+  check_forward_anomaly(tape, "expand", [&] { expand(x, {3, 2, 2}); });
   CHECK(tape.size() == before);
-  tape.set_detect_anomaly(false);  // off, NaN and Inf pass through as IEEE says
+  CHECK(std::isinf(expand(r, {3, 2}).value()(2, 0)));  // an Inf already in r is no anomaly
+  tape.set_detect_anomaly(false);                      // off, NaN and Inf pass through as IEEE says
   CHECK(std::isnan(transpose(x, 0, 1).value()(1, 0)));
   CHECK(std::isinf(expand(r, {3, 2}).value()(2, 0)));
 }
@@ -440,4 +441,20 @@ TEST_CASE_TEMPLATE("bad input: shape", T, float, double) {
         other, stale);
   }
   report("shape", run_rows(rows, snapshot));
+}
+
+TEST_CASE("shape: reshape takes sizes from shape() and -1 in one list, signed or unsigned") {
+  Tape<double> tape;
+  const Var<double> x = tape.leaf(random_array({2, 3, 4}, 1));
+  const Shape s = x.shape();
+  CHECK(reshape(x, {s[0], s[1] * s[2]}).shape() == Shape{2, 12});  // std::size_t, no narrowing
+  CHECK(reshape(x, {s[0], -1}).shape() == Shape{2, 12});           // mixed with a -1
+  CHECK(reshape(x, {-1, 4}).shape() == Shape{6, 4});
+  CHECK(reshape(reshape(x, {-1}), s).shape() == s);  // a Shape
+  CHECK(reshape(x, std::vector<std::size_t>{4, 6}).shape() == Shape{4, 6});
+  CHECK(reshape(x, std::vector<std::int64_t>{4, -1}).shape() == Shape{4, 6});
+  // A wrapped unsigned size is refused, never read as -1.
+  CHECK_THROWS_WITH_PARTS(reshape(x, {s[0] - 3, s[1] * s[2] * 2}), std::invalid_argument,
+                          {"xtgrad::reshape", "'shape'", "18446744073709551615"});
+  CHECK(tape.size() == 8);  // x and seven reshapes; the refused call records nothing
 }

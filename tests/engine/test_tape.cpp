@@ -232,3 +232,13 @@ TEST_CASE("tape: param() refuses to drop a gradient accumulated for a Parameter'
   tape.backward(sum(v));
   CHECK(p.grad == xt::xarray<double>{1.0, 1.0, 1.0});
 }
+
+TEST_CASE("tape: item reads a one-element Var and names the shape of any other") {
+  Tape<double> tape;
+  CHECK(tape.leaf(xt::xarray<double>(2.5 * xt::ones<double>({1, 1}))).item() == 2.5);
+  const Var<double> v = tape.leaf(xt::xarray<double>{{1.0, 2.0, 3.0}});
+  CHECK(sum(v).item() == 6.0);
+  CHECK_THROWS_WITH_PARTS(v.item(), std::invalid_argument,
+                          {"xtgrad::Var::item", "argument 'this' has shape [1, 3]", "one element"});
+  CHECK_THROWS_AS(Var<double>().item(), std::logic_error);
+}
