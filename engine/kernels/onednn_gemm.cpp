@@ -62,8 +62,22 @@ struct Entry {
 // forward and backward use a few dozen shapes).
 constexpr std::size_t k_cache_entries = 64;
 
+// The CPU engine, with oneDNN's process-wide state already built: oneDNN
+// creates its global primitive cache (and the lock guarding it) and detects
+// the ISA lazily, at the first primitive description. Describing and creating
+// one tiny matmul here, inside this function's static initialization, orders
+// that work before every thread's first GEMM through the C++ static-init
+// guard, a synchronization ThreadSanitizer sees; libdnnl's own lazy
+// initialization is not instrumented, and two threads racing into it were
+// reported as a data race on the cache's lock.
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine engine = [] {
+    dnnl::engine created(dnnl::engine::kind::cpu, 0);
+    const memory::desc one({1, 1}, memory::data_type::f32, memory::format_tag::ab);
+    const dnnl::matmul::primitive_desc warm_up(dnnl::matmul::desc(one, one, one), created);
+    dnnl::matmul{warm_up};
+    return created;
+  }();
   return engine;
 }
 
