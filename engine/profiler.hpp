@@ -29,7 +29,8 @@
 //
 // Costs, from the nodes' shapes (Profiler::cost_model states the model):
 // FLOPs for the GEMM ops (linear, matmul, activation_linear, gated_linear:
-// 2 M N K per GEMM, as torch.profiler's with_flops counts them), bytes for
+// 2 M N K per GEMM, as torch.profiler's with_flops counts them) and the
+// fused attention ops (as torch.utils.flop_counter counts sdpa), bytes for
 // the elementwise ops (every operand read once, the result written once).
 //
 // One Profiler serves one thread at a time (it may watch several tapes of
@@ -98,7 +99,7 @@ class Profiler {
   void region_begin(const char* name);  // `name` must outlive the region
   void region_end();
 
-  // The cost model: FLOPs (GEMM ops) and bytes (elementwise ops) of node
+  // The cost model: FLOPs (GEMM, attention) and bytes (elementwise ops) of node
   // `index` of `tape`, forward or backward, from its and its parents' shapes.
   using Cost = ProfileCost;
   template <class T>

@@ -7,10 +7,20 @@
 //   [..., K], W, b), gated_linear(u [..., K], g, W, b): the forward is one
 //   GEMM, 2 * y.size() * K. The backward is one such GEMM per gradient it
 //   computes: the input's (da = dy . W, shared by u and g) and the weight's.
+// Attention (FLOPs, as torch.utils.flop_counter counts
+// scaled_dot_product_attention: sdpa_flop_count and
+// sdpa_backward_flop_count of torch/utils/flop_counter.py): with q
+// [..., Tq, Dh], k [..., Tk, Dh], v [..., Tk, Dv] and N = B H Tq query rows,
+// the forward is the two products S = q k^T and y = P v, 2 N Tk (Dh + Dv)
+// (4 B H Tq Tk D when Dh = Dv = D); the backward is twice that, the four
+// products dv = P^T dy, dP = dy v^T, dq = dS k, dk = dS^T q (the recomputed
+// S is not counted, nor is the causal triangle skipped, as torch). Packed,
+// qkv [..., T, 3C] -> y [..., T, C]: N Dh = B T C, so 4 B T T C forward.
 // Elementwise ops (bytes, the least memory traffic: every operand read once,
 // the result written once): the forward reads its operands and writes y; the
 // backward reads dy and the operands (or the saved output, of the same size)
-// and writes the gradient of each operand that requires one.
+// and writes the gradient of each operand that requires one; the mask ops,
+// rotary embedding and the activation derivatives are counted so too.
 #include "profiler_cost.hpp"
 
 #include <algorithm>
@@ -37,6 +47,32 @@ constexpr std::array<std::string_view, 28> k_elementwise_ops{{
     "relu",       "gelu", "gelu_tanh", "gelu_sigmoid", "silu",  "gated",      "dropout",
 }};
 
+// The same model for the mask ops (ops/mask; the boolean mask is not
+// counted), rotary embedding (ops/rotary; its cos and sin tables are not
+// counted) and the activation derivatives (ops/activation_derivatives).
+constexpr std::array<std::string_view, 16> k_selection_ops{{
+    "masked_fill",
+    "where",
+    "tril",
+    "triu",
+    "apply_rotary",
+    "apply_rotary_inverse",
+    "relu_derivative",
+    "gelu_derivative",
+    "gelu_tanh_derivative",
+    "gelu_sigmoid_derivative",
+    "silu_derivative",
+    "relu_second_derivative",
+    "gelu_second_derivative",
+    "gelu_tanh_second_derivative",
+    "gelu_sigmoid_second_derivative",
+    "silu_second_derivative",
+}};
+
+// The fused attention ops: q, k, v at parents 0, 1, 2, or qkv packed at 0.
+constexpr std::string_view k_attention_op = "scaled_dot_product_attention";
+constexpr std::string_view k_packed_attention_op = "packed_qkv_attention";
+
 template <class List>
 bool contains(const List& list, std::string_view op) {
   return std::find(list.begin(), list.end(), op) != list.end();
@@ -47,7 +83,9 @@ bool contains(const List& list, std::string_view op) {
 CostClass cost_class(std::string_view op) {
   if (contains(k_gemm_ops, op)) return CostClass::gemm;
   if (op == k_gated_gemm_op) return CostClass::gated_gemm;
-  if (contains(k_elementwise_ops, op)) return CostClass::elementwise;
+  if (contains(k_elementwise_ops, op) || contains(k_selection_ops, op))
+    return CostClass::elementwise;
+  if (op == k_attention_op || op == k_packed_attention_op) return CostClass::attention;
   return CostClass::none;
 }
 
@@ -67,6 +105,20 @@ ProfileCost node_cost(CostClass c, const Tape<T>& tape, std::size_t index, bool 
       input_grad = input_grad || tape.requires_grad(tape.node_parent(index, p));
     const bool weight_grad = tape.requires_grad(tape.node_parent(index, weight));
     return {gemm * (double(input_grad) + double(weight_grad)), 0.0};
+  }
+  if (c == CostClass::attention) {
+    const Shape& first = tape.value(tape.node_parent(index, 0)).shape();
+    double forward = 0.0;
+    if (parents == 3 && first.size() >= 2) {  // q [..., Tq, Dh], v [..., Tk, Dv]
+      const Shape& vs = tape.value(tape.node_parent(index, 2)).shape();
+      double rows = 1.0;  // N = B H Tq
+      for (std::size_t a = 0; a + 1 < first.size(); ++a) rows *= double(first[a]);
+      const double keys = double(vs[vs.size() - 2]);
+      forward = 2.0 * rows * keys * (double(first.back()) + double(vs.back()));  // q k^T, P v
+    } else if (parents == 1 && first.size() >= 2) {  // qkv [..., T, 3C] -> y [..., T, C]
+      forward = 4.0 * y_size * double(first[first.size() - 2]);  // 4 (B T C) T
+    }
+    return {backward ? 2.0 * forward : forward, 0.0};
   }
   if (c != CostClass::elementwise) return {};
   double elements = y_size;  // y written (forward) or dy read (backward)

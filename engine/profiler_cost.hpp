@@ -11,7 +11,8 @@ namespace xtgrad {
 template <class T>
 class Tape;
 
-// FLOPs (GEMM ops) and bytes (elementwise ops) of one node, forward or backward.
+// FLOPs (GEMM and attention ops) and bytes (elementwise ops) of one node,
+// forward or backward.
 struct ProfileCost {
   double flops = 0;
   double bytes = 0;
@@ -20,7 +21,7 @@ struct ProfileCost {
 namespace detail {
 
 // Which formula of the cost model an op's name selects (found once per row).
-enum class CostClass { none, gemm, gated_gemm, elementwise };
+enum class CostClass { none, gemm, gated_gemm, elementwise, attention };
 
 CostClass cost_class(std::string_view op);
 

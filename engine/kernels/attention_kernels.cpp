@@ -27,24 +27,31 @@ struct PackedKeys {
   T* v(std::size_t head_index, std::size_t tile) const { return kt(head_index, tile) + kt_size; }
 };
 
+// Key tile `tile` of kv head (b, hk) into packed's slot (slot, tile).
+template <class T>
+void pack_key_tile(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
+                   const PackedKeys<T>& packed, std::size_t b, std::size_t hk, std::size_t slot,
+                   std::size_t tile) {
+  const std::size_t bc = tiles.cols, j0 = tile * bc, count = std::min(bc, p.k_len - j0);
+  // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
+  pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim, packed.kt(slot, tile), bc);
+  // v[count, Dv padded] = v[j0 : j0 + count, Dv]
+  pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(slot, tile),
+            padded<T>(p.v_dim));
+}
+
+// Every key tile of every (batch, kv head), slot b * Hkv + hk.
 template <class T>
 void pack_keys(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
                const PackedKeys<T>& packed) {
-  const std::size_t bc = tiles.cols, dv_padded = padded<T>(p.v_dim);
   const std::size_t n = p.batch * p.kv_heads * packed.tiles;
-  const std::size_t elements = bc * (p.qk_dim + p.v_dim);  // copied per task
+  const std::size_t elements = tiles.cols * (p.qk_dim + p.v_dim);  // copied per task
   parallel_for_rows(
       n, tasks_per_thread(k_parallel_light, elements), [&](std::size_t t0, std::size_t t1) {
         for (std::size_t task = t0; task < t1; ++task) {
           const std::size_t head_index = task / packed.tiles, tile = task % packed.tiles;
-          const std::size_t b = head_index / p.kv_heads, hk = head_index % p.kv_heads;
-          const std::size_t j0 = tile * bc, count = std::min(bc, p.k_len - j0);
-          // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
-          pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim,
-                          packed.kt(head_index, tile), bc);
-          // v[count, Dv padded] = v[j0 : j0 + count, Dv]
-          pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(head_index, tile),
-                    dv_padded);
+          pack_key_tile(p, tiles, k, v, packed, head_index / p.kv_heads, head_index % p.kv_heads,
+                        head_index, tile);
         }
       });
 }
@@ -52,7 +59,8 @@ void pack_keys(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
 // One task: query rows [i0, i0 + rows) of head (b, h).
 template <class T>
 void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& packed, const T* q,
-                  T* o, T* lse, std::size_t b, std::size_t h, std::size_t i0) {
+                  T* o, T* lse, std::size_t b, std::size_t h, std::size_t i0,
+                  std::size_t head_index) {
   constexpr T minus_inf = -std::numeric_limits<T>::infinity();
   const std::size_t br = tiles.rows, bc = tiles.cols, dv_padded = padded<T>(p.v_dim);
   const std::size_t rows = std::min(br, p.q_len - i0);
@@ -65,7 +73,6 @@ void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& 
   std::fill(m, m + rows, minus_inf);
   std::fill(l, l + rows, T(0));
 
-  const std::size_t head_index = b * p.kv_heads + h / p.group();
   const T* q_rows = q + p.q.at(b, h, i0);
   const std::size_t end = visible_keys(p, i0 + rows);
   for (std::size_t j0 = 0; j0 < end; j0 += bc) {
@@ -124,26 +131,49 @@ void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& 
 
 template <class T>
 void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* o, T* lse) {
-  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim);
+  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim, p.q_len, p.k_len);
   PackedKeys<T> packed;
   packed.tiles = (p.k_len + tiles.cols - 1) / tiles.cols;
   packed.kt_size = p.qk_dim * tiles.cols;
   packed.v_size = tiles.cols * padded<T>(p.v_dim);
-  packed.data = aligned_thread_scratch<T>(
-      ScratchSlot::attention_packed,
-      std::max<std::size_t>(p.batch * p.kv_heads * packed.tiles * (packed.kt_size + packed.v_size),
-                            1));
-  pack_keys(p, tiles, k, v, packed);
-
+  const std::size_t head_size = packed.tiles * (packed.kt_size + packed.v_size);
   const std::size_t q_tiles = (p.q_len + tiles.rows - 1) / tiles.rows;
+  const std::size_t kv_heads = p.batch * p.kv_heads;
+
+  if (kv_heads >= k_head_tasks_per_thread * parallel_chunks(kv_heads, 1)) {
+    // One task per (batch, kv head): it packs its keys into its thread's
+    // scratch and runs every query tile of the group's heads; one pass over
+    // the pool, nothing serial, and the same arithmetic as below.
+    const std::size_t flops = 2 * p.group() * p.q_len * p.k_len * (p.qk_dim + p.v_dim);
+    parallel_for_rows(kv_heads, tasks_per_thread(k_parallel_flops, flops),
+                      [&](std::size_t t0, std::size_t t1) {
+                        PackedKeys<T> own = packed;
+                        own.data = aligned_thread_scratch<T>(ScratchSlot::attention_packed,
+                                                             std::max<std::size_t>(head_size, 1));
+                        for (std::size_t task = t0; task < t1; ++task) {
+                          const std::size_t b = task / p.kv_heads, hk = task % p.kv_heads;
+                          for (std::size_t tile = 0; tile < packed.tiles; ++tile)
+                            pack_key_tile(p, tiles, k, v, own, b, hk, 0, tile);
+                          for (std::size_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h)
+                            for (std::size_t qt = 0; qt < q_tiles; ++qt)
+                              forward_tile(p, tiles, own, q, o, lse, b, h, qt * tiles.rows, 0);
+                        }
+                      });
+    return;
+  }
+  // Few heads: every head's keys packed first, then one task per query tile.
+  packed.data = aligned_thread_scratch<T>(ScratchSlot::attention_packed,
+                                          std::max<std::size_t>(kv_heads * head_size, 1));
+  pack_keys(p, tiles, k, v, packed);
   const std::size_t n = p.batch * p.heads * q_tiles;
   const std::size_t flops = 2 * tiles.rows * p.k_len * (p.qk_dim + p.v_dim);  // per task, at most
   parallel_for_rows(n, tasks_per_thread(k_parallel_flops, flops),
                     [&](std::size_t t0, std::size_t t1) {
                       for (std::size_t task = t0; task < t1; ++task) {
                         const std::size_t head = task / q_tiles, tile = task % q_tiles;
-                        forward_tile(p, tiles, packed, q, o, lse, head / p.heads, head % p.heads,
-                                     tile * tiles.rows);
+                        const std::size_t b = head / p.heads, h = head % p.heads;
+                        forward_tile(p, tiles, packed, q, o, lse, b, h, tile * tiles.rows,
+                                     b * p.kv_heads + h / p.group());
                       }
                     });
 }
@@ -162,40 +192,57 @@ namespace {
 // count), so that dq's partial sums, and so its bits, do not depend on it.
 constexpr std::size_t k_min_tasks = 8;
 
-// What all tasks read: per (batch, head) the packed query rows [Tq, Dh
+// What the tasks read: per (batch, head) the packed query rows [Tq, Dh
 // padded] and output-gradient rows [Tq, Dv padded] (B operands of dK and
-// dV), D = rowsum(dO o O) [Tq], and the partial dq sums.
+// dV), D = rowsum(dO o O) [Tq], and the partial dq sums; for the heads
+// [first, first + count) (all of them, or one task's group).
 template <class T>
 struct Shared {
   T* q_packed = nullptr;
   T* d_out_packed = nullptr;
-  T* row_dot = nullptr;     // D [B, H, Tq]
-  T* dq_partial = nullptr;  // [splits, B, H, Tq, Dh padded]
-  std::size_t splits = 1;
+  T* row_dot = nullptr;     // D [heads, Tq]
+  T* dq_partial = nullptr;  // [splits, heads, Tq, Dh padded]
+  std::size_t splits = 1, first = 0, count = 0;
+
+  // Points into `data`, sized by size(), for `count` heads from `first`.
+  void place(const Problem<T>& p, T* data) {
+    const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+    q_packed = data;
+    d_out_packed = q_packed + count * p.q_len * dh_padded;
+    row_dot = d_out_packed + count * p.q_len * dv_padded;
+    dq_partial = row_dot + padded<T>(count * p.q_len);
+  }
+  static std::size_t size(const Problem<T>& p, std::size_t count, std::size_t splits) {
+    const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+    return count * p.q_len * (dh_padded + dv_padded) + padded<T>(count * p.q_len) +
+           splits * count * p.q_len * dh_padded + 1;
+  }
+  // Row i of head (b * H + h) in the buffers.
+  std::size_t row(std::size_t head, std::size_t i, std::size_t q_len) const {
+    return (head - first) * q_len + i;
+  }
+  T* dq_row(std::size_t split, std::size_t head, std::size_t i, const Problem<T>& p) const {
+    return dq_partial + (split * count * p.q_len + row(head, i, p.q_len)) * padded<T>(p.qk_dim);
+  }
 };
 
+// Packs the rows of head (b * H + h) and computes its D.
 template <class T>
-void prepare(const Problem<T>& p, const T* q, const T* o, const T* d_out, const Shared<T>& sh) {
+void prepare_head(const Problem<T>& p, const T* q, const T* o, const T* d_out, const Shared<T>& sh,
+                  std::size_t head) {
   const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
-  const std::size_t elements = 3 * p.q_len * (p.qk_dim + p.v_dim);  // read and written per head
-  parallel_for_rows(p.batch * p.heads, tasks_per_thread(k_parallel_light, elements),
-                    [&](std::size_t h0, std::size_t h1) {
-                      for (std::size_t head = h0; head < h1; ++head) {
-                        const std::size_t b = head / p.heads, h = head % p.heads;
-                        pack_rows(q + p.q.at(b, h, 0), p.q.row, p.q_len, p.qk_dim,
-                                  sh.q_packed + head * p.q_len * dh_padded, dh_padded);
-                        pack_rows(d_out + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim,
-                                  sh.d_out_packed + head * p.q_len * dv_padded, dv_padded);
-                        for (std::size_t i = 0; i < p.q_len;
-                             ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
-                          const T* go = d_out + p.o.at(b, h, i);
-                          const T* oo = o + p.o.at(b, h, i);
-                          T sum = T(0);
-                          for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
-                          sh.row_dot[head * p.q_len + i] = sum;
-                        }
-                      }
-                    });
+  const std::size_t b = head / p.heads, h = head % p.heads, r0 = sh.row(head, 0, p.q_len);
+  pack_rows(q + p.q.at(b, h, 0), p.q.row, p.q_len, p.qk_dim, sh.q_packed + r0 * dh_padded,
+            dh_padded);
+  pack_rows(d_out + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim, sh.d_out_packed + r0 * dv_padded,
+            dv_padded);
+  for (std::size_t i = 0; i < p.q_len; ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
+    const T* go = d_out + p.o.at(b, h, i);
+    const T* oo = o + p.o.at(b, h, i);
+    T sum = T(0);
+    for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
+    sh.row_dot[r0 + i] = sum;
+  }
 }
 
 // Scratch of one task: the key tile packed three ways, its dK and dV
@@ -250,20 +297,20 @@ void backward_step(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
       });
     }
     // dS[r, :] = scale P (dP - D[i])   (the scale of dQ and dK folded in)
-    const T d_i = sh.row_dot[head * p.q_len + i];
+    const T d_i = sh.row_dot[sh.row(head, i, p.q_len)];
     for (std::size_t j = 0; j < bc; ++j) dsr[j] = p.scale * sr[j] * (dsr[j] - d_i);
   }
   if (p.dropout) pd = w.pd;
   // dv[count, Dv] += pd^T[count, rows] . dO[rows, Dv]
   tile_product<T, true>(count, dv_padded, rows, pd, 1, static_cast<std::ptrdiff_t>(bc),
-                        sh.d_out_packed + (head * p.q_len + i0) * dv_padded, dv_padded, w.dv,
+                        sh.d_out_packed + sh.row(head, i0, p.q_len) * dv_padded, dv_padded, w.dv,
                         dv_padded);
   // dq[rows, Dh] += dS[rows, count] . k[count, Dh]
-  T* dq_rows = sh.dq_partial + ((split * p.batch * p.heads + head) * p.q_len + i0) * dh_padded;
+  T* dq_rows = sh.dq_row(split, head, i0, p);
   tile_product<T, true>(rows, dh_padded, count, w.ds, bc, 1, w.k, dh_padded, dq_rows, dh_padded);
   // dk[count, Dh] += dS^T[count, rows] . q[rows, Dh]
   tile_product<T, true>(count, dh_padded, rows, w.ds, 1, static_cast<std::ptrdiff_t>(bc),
-                        sh.q_packed + (head * p.q_len + i0) * dh_padded, dh_padded, w.dk,
+                        sh.q_packed + sh.row(head, i0, p.q_len) * dh_padded, dh_padded, w.dk,
                         dh_padded);
 }
 
@@ -276,7 +323,7 @@ void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
   const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
   const TaskTiles<T> w(p, tiles);
   for (std::size_t h = hk * group; h < (hk + 1) * group; ++h) {  // this task's partial dq = 0
-    T* dq_head = sh.dq_partial + ((split * p.batch + b) * p.heads + h) * p.q_len * dh_padded;
+    T* dq_head = sh.dq_row(split, b * p.heads + h, 0, p);
     std::fill(dq_head, dq_head + p.q_len * dh_padded, T(0));
   }
   const std::size_t key_tiles = (p.k_len + bc - 1) / bc;
@@ -305,54 +352,86 @@ void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
   }
 }
 
+// dq[b, h, i, :] = the sum over splits of the partials of row i of head
+// (b * H + h), in split order.
+template <class T>
+void write_dq_row(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t head,
+                  std::size_t i) {
+  T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
+  const T* part = sh.dq_row(0, head, i, p);
+  std::copy(part, part + p.qk_dim, out);
+  for (std::size_t s = 1; s < sh.splits; ++s) {
+    const T* more = sh.dq_row(s, head, i, p);
+    for (std::size_t d = 0; d < p.qk_dim; ++d) out[d] += more[d];
+  }
+}
+
 }  // namespace
 
 template <class T>
 void backward(const Problem<T>& p, const T* q, const T* k, const T* v, const T* o, const T* d_out,
               const T* lse, T* dq, T* dk, T* dv) {
-  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim);
-  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim, p.q_len, p.k_len);
   const std::size_t heads = p.batch * p.heads, kv_heads = p.batch * p.kv_heads;
-  const std::size_t key_tiles = (p.k_len + tiles.cols - 1) / tiles.cols;
-  Shared<T> sh;
-  sh.splits =
+  const std::size_t key_tiles = (p.k_len + tiles.cols - 1) / tiles.cols, group = p.group();
+  const std::size_t splits =
       kv_heads >= k_min_tasks
           ? 1
           : std::max<std::size_t>(1, std::min(key_tiles, (k_min_tasks + kv_heads - 1) /
                                                              std::max<std::size_t>(kv_heads, 1)));
-  const std::size_t rows_size = padded<T>(heads * p.q_len + 1);
-  sh.row_dot = aligned_thread_scratch<T>(ScratchSlot::attention_rows,
-                                         rows_size + sh.splits * heads * p.q_len * dh_padded);
-  sh.dq_partial = sh.row_dot + rows_size;
-  sh.q_packed = aligned_thread_scratch<T>(ScratchSlot::attention_packed,
-                                          heads * p.q_len * (dh_padded + dv_padded) + 1);
-  sh.d_out_packed = sh.q_packed + heads * p.q_len * dh_padded;
-  prepare(p, q, o, d_out, sh);
-
   // per task, at most: 5 products of 2 Tq (Tk / splits) D flops for each query head
-  const std::size_t flops =
-      p.group() * p.q_len * (p.k_len / sh.splits + 1) * (6 * p.qk_dim + 4 * p.v_dim);
-  parallel_for_rows(kv_heads * sh.splits, tasks_per_thread(k_parallel_flops, flops),
+  const std::size_t flops = group * p.q_len * (p.k_len / splits + 1) * (6 * p.qk_dim + 4 * p.v_dim);
+
+  if (splits == 1 && kv_heads >= k_head_tasks_per_thread * parallel_chunks(kv_heads, 1)) {
+    // One task per (batch, kv head) does all of its work in its thread's
+    // scratch: its heads' packed rows and D, dK and dV, then dq; one pass over
+    // the pool, nothing serial, and the same arithmetic as below.
+    parallel_for_rows(kv_heads, tasks_per_thread(k_parallel_flops, flops),
+                      [&](std::size_t t0, std::size_t t1) {
+                        Shared<T> own;
+                        own.count = group;
+                        own.place(p, aligned_thread_scratch<T>(ScratchSlot::attention_rows,
+                                                               Shared<T>::size(p, group, 1)));
+                        for (std::size_t task = t0; task < t1; ++task) {
+                          const std::size_t b = task / p.kv_heads, hk = task % p.kv_heads;
+                          own.first = b * p.heads + hk * group;
+                          for (std::size_t head = own.first; head < own.first + group; ++head)
+                            prepare_head(p, q, o, d_out, own, head);
+                          backward_task(p, tiles, own, q, k, v, d_out, lse, dk, dv, b, hk, 0);
+                          if (dq == nullptr) continue;
+                          for (std::size_t head = own.first; head < own.first + group; ++head)
+                            for (std::size_t i = 0; i < p.q_len; ++i)
+                              write_dq_row(p, own, dq, head, i);
+                        }
+                      });
+    return;
+  }
+  // Few heads: the rows of every head packed first, then tasks over shares
+  // of each head's key tiles, then dq summed over the shares.
+  Shared<T> sh;
+  sh.splits = splits;
+  sh.count = heads;
+  sh.place(
+      p, aligned_thread_scratch<T>(ScratchSlot::attention_rows, Shared<T>::size(p, heads, splits)));
+  const std::size_t elements = 3 * p.q_len * (p.qk_dim + p.v_dim);  // read and written per head
+  parallel_for_rows(heads, tasks_per_thread(k_parallel_light, elements),
+                    [&](std::size_t h0, std::size_t h1) {
+                      for (std::size_t head = h0; head < h1; ++head)
+                        prepare_head(p, q, o, d_out, sh, head);
+                    });
+  parallel_for_rows(kv_heads * splits, tasks_per_thread(k_parallel_flops, flops),
                     [&](std::size_t t0, std::size_t t1) {
                       for (std::size_t task = t0; task < t1; ++task) {
-                        const std::size_t head = task / sh.splits, split = task % sh.splits;
+                        const std::size_t head = task / splits, split = task % splits;
                         backward_task(p, tiles, sh, q, k, v, d_out, lse, dk, dv, head / p.kv_heads,
                                       head % p.kv_heads, split);
                       }
                     });
   if (dq == nullptr) return;
-  // dq[b, h, i, :] = sum over splits of the partials, in split order
-  parallel_for_rows(heads * p.q_len, tasks_per_thread(k_parallel_light, p.qk_dim * sh.splits),
+  parallel_for_rows(heads * p.q_len, tasks_per_thread(k_parallel_light, p.qk_dim * splits),
                     [&](std::size_t r0, std::size_t r1) {
-                      for (std::size_t row = r0; row < r1; ++row) {
-                        const std::size_t head = row / p.q_len, i = row % p.q_len;
-                        T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
-                        const T* part = sh.dq_partial + row * dh_padded;
-                        std::copy(part, part + p.qk_dim, out);
-                        for (std::size_t s = 1; s < sh.splits; ++s)
-                          for (std::size_t d = 0; d < p.qk_dim; ++d)
-                            out[d] += part[s * heads * p.q_len * dh_padded + d];
-                      }
+                      for (std::size_t row = r0; row < r1; ++row)
+                        write_dq_row(p, sh, dq, row / p.q_len, row % p.q_len);
                     });
 }
 

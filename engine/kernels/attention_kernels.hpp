@@ -5,14 +5,14 @@
 // attention_problem.hpp the layouts. Neither kernel ever holds a [Tq, Tk]
 // score matrix: only tiles of Br x Bc.
 //
-// Forward: per (batch, head, tile of Br queries) task, over the key tiles
+// Forward: per (batch, head, tile of Br queries), over the key tiles
 // the queries may see, S = scale Q K^T (+ mask), the online softmax (running
 // row maximum m and sum l, rescaling the output accumulator when m grows),
 // O += P V with P dropped out when dropout is on; then O /= l and the row's
 // log-sum-exp L = m + log l is written (+inf for a row that sees no key, so
 // that backward's P = exp(S - L) is 0 there and so is its output).
 //
-// Backward: per (batch, kv head, share of its key tiles) task, for each key
+// Backward: per (batch, kv head, share of its key tiles), for each key
 // tile and each query head of its group and each query tile: P = exp(S - L),
 // dV += P_dropped^T dO, dP = dO V^T (dropped as P), dS = P (dP - D) with
 // D = rowsum(dO o O), dQ += scale dS K, dK += scale dS^T Q. A task owns its
@@ -21,6 +21,16 @@
 // a partial sum per share, added in share order in a last pass. How many
 // shares depends only on the shape, so the result is the same at any thread
 // count.
+//
+// Tasks: with at least k_head_tasks_per_thread (batch, kv head) pairs per
+// thread (and one share each), each pair is one task of one pass over the
+// pool that does all of its own work (forward: packs its keys, then every
+// query tile of its heads; backward: packs its query and output-gradient
+// rows, D, then dK, dV and dq), so that nothing runs serially between
+// passes. With fewer pairs, the forward packs every key tile first and its
+// tasks are single query tiles, and the backward packs every head's rows
+// first and sums dq last, in passes of their own. The arithmetic of a tile
+// is the same either way, so the result does not depend on the choice.
 
 #include <cstddef>
 

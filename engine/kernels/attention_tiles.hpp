@@ -18,8 +18,9 @@
 //   dK += dS^T . Q A = dS transposed,      B = Q tile packed [Br, Dh]
 // Each step of K loads NV vectors of one B row and broadcasts MR elements of
 // A into MR x NV accumulators: 4 x 4 with AVX-512's 32 vector registers (16
-// accumulators, 4 B vectors, 1 broadcast), 4 x 2 with the 16 of AVX2 and
-// narrower targets (8 + 2 + 1), so that nothing spills. A threaded BLAS is
+// accumulators, 4 B vectors, 1 broadcast; 8 x 2 for a strip of 2 vectors),
+// 4 x 2 with the 16 of AVX2 and narrower targets (8 + 2 + 1), so that
+// nothing spills. A threaded BLAS is
 // not called here: these run inside the thread pool's workers, where
 // OpenBLAS's own threads would serialise.
 
@@ -36,7 +37,12 @@ using Batch = simd_math::Batch<T>;
 template <class T>
 constexpr std::size_t k_lanes = Batch<T>::size;
 
-inline constexpr std::size_t k_rows = 4;  // MR: rows of C per register block
+// MR: rows of C per register block. With AVX-512, a strip of at most 2
+// vectors (Dh or Dv <= 32 in float, the products whose N is a head
+// dimension) takes 8 rows instead: 16 accumulators rather than 8, so that
+// each B load and each broadcast feeds more FMAs (Dh = 32, B H = 128, T =
+// 128, float, one thread: 11 % less CPU time for forward + backward).
+inline constexpr std::size_t k_rows = 4;
 // NV: vectors of C per register block (64-byte vectors: AVX-512, 32 registers)
 template <class T>
 constexpr std::size_t k_vectors = sizeof(Batch<T>) >= 64 ? 4 : 2;
@@ -83,6 +89,10 @@ template <class T, std::size_t NV, bool Accumulate>
 void column_strip(std::size_t m, std::size_t k, const T* a, std::ptrdiff_t row_stride,
                   std::ptrdiff_t col_stride, const T* b, std::size_t ldb, T* c, std::size_t ldc) {
   std::size_t i = 0;
+  if constexpr (NV <= 2 && k_vectors<T> == 4)  // a narrow strip: twice the rows (see k_rows)
+    for (; i + 2 * k_rows <= m; i += 2 * k_rows)
+      block<T, 2 * k_rows, NV, Accumulate>(k, a + static_cast<std::ptrdiff_t>(i) * row_stride,
+                                           row_stride, col_stride, b, ldb, c + i * ldc, ldc);
   for (; i + k_rows <= m; i += k_rows)
     block<T, k_rows, NV, Accumulate>(k, a + static_cast<std::ptrdiff_t>(i) * row_stride, row_stride,
                                      col_stride, b, ldb, c + i * ldc, ldc);

@@ -19,8 +19,8 @@ enum class ScratchSlot : std::size_t {
   gemm_bf16_b,        // kernels/onednn_gemm: b's stored block in bfloat16 (std::uint16_t)
   gemm_x_blocks,      // kernels/gemm_streaming: a few rows of x in blocks of k
   gemm_partial_sums,  // kernels/gemm_streaming: partial sums carried between blocks
-  attention_packed,   // kernels/attention_*: every head's key / value (or query) tiles, packed
-  attention_rows,     // kernels/attention_kernels: backward's row sums and partial dq of the thread
+  attention_packed,   // kernels/attention_*: the key / value tiles of every head or of one task
+  attention_rows,     // kernels/attention_kernels: backward's packed rows, row sums and partial dq
   attention_tiles,    // kernels/attention_*: one task's score, probability and accumulator tiles
   moe_rows,           // kernels/moe_kernels: a block of weighted output gradients, [rows, C]
   moe_row_grad,       // kernels/moe_kernels: the same block's input gradient, [rows, C]

@@ -3,14 +3,17 @@
 #include "attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "../check.hpp"
 #include "../errors.hpp"
 #include "../kernels/dropout_mask.hpp"
 #include "../kernels/scratch.hpp"
+#include "support/attention_rule.hpp"
 
 // scaled_dot_product_attention and packed_qkv_attention: the checks, where q,
 // k, v and the output live (kernels/attention_problem.hpp), and one recorder
@@ -103,6 +106,7 @@ attention::MaskView<T> mask_strides(const detail::Check& check, const AttentionM
   return view;
 }
 
+// The mask's data in view (null pointers for an empty mask).
 template <class T>
 void point_mask(attention::MaskView<T>& view, const AttentionMask<T>& mask) {
   view.keep = mask.is_boolean() ? mask.keep().data() : nullptr;
@@ -175,7 +179,10 @@ struct PartGradients {
 // Records the attention node (all checks done) and returns its output.
 template <class T>
 Var<T> record(const char* op, Tape<T>& tape, attention::Problem<T> p, const Sources& src,
-              const Shape& out_shape, const AttentionMask<T>& mask) {
+              const Shape& out_shape, const AttentionMask<T>& user_mask, double dropout_p) {
+  // the mask, kept once for backward and the create_graph rule (none: null)
+  const std::shared_ptr<const AttentionMask<T>> mask =
+      user_mask.empty() ? nullptr : std::make_shared<const AttentionMask<T>>(user_mask);
   const std::vector<std::size_t> parents(src.inputs, src.inputs + (src.packed ? 1 : 3));
   bool any = false;
   for (std::size_t i : parents) any = any || tape.requires_grad(i);
@@ -187,7 +194,7 @@ Var<T> record(const char* op, Tape<T>& tape, attention::Problem<T> p, const Sour
   T* lse = tape.requires_grad(yi) ? tape.template save<T>(yi, lse_size)
                                   : detail::thread_scratch<T>(detail::ScratchSlot::attention_rows,
                                                               std::max<std::size_t>(lse_size, 1));
-  point_mask(p.mask, mask);
+  if (mask) point_mask(p.mask, *mask);  // (empty: the pointers stay null)
   const auto input = [&](std::size_t part) {
     return tape.value(src.inputs[part]).data() + src.offsets[part];
   };
@@ -195,19 +202,30 @@ Var<T> record(const char* op, Tape<T>& tape, attention::Problem<T> p, const Sour
 
   // backward: dq, dk, dv from dy, q, k, v, y and L, P recomputed tile by tile
   // (attention.hpp states the formulas)
-  tape.set_backward(yi, [p, src, mask, yi](Tape<T>& t, const xt::xarray<T>& dy) {
-    attention::Problem<T> problem = p;
-    point_mask(problem.mask, mask);
+  tape.set_backward(yi, [p, src, m = mask, yi](Tape<T>& t, const xt::xarray<T>& dy) {
+    (void)m;  // keeps the mask that p.mask points into
     const auto value = [&](std::size_t part) {
       return t.value(src.inputs[part]).data() + src.offsets[part];
     };
     PartGradients<T> g(t, src);
-    attention::backward(problem, value(0), value(1), value(2), t.value(yi).data(), dy.data(),
+    attention::backward(p, value(0), value(1), value(2), t.value(yi).data(), dy.data(),
                         t.template saved<T>(yi), g.d[0], g.d[1], g.d[2]);
     g.finish(t, src);
   });
-  // No set_grad_rule: the backward is a fused kernel, not an op on the
-  // tape, so create_graph refuses this node.
+  // create_graph: the same gradients composed of differentiable ops
+  // (support/attention_rule.hpp)
+  const detail::AttentionRule<T> rule{p, mask, dropout_p};
+  tape.set_grad_rule(yi, [rule, packed = src.packed](GradSink<T>& g) {
+    if (packed) {
+      if (g.needs_grad(0))
+        g.add(0, detail::packed_attention_gradient(rule, g.input(0), g.grad_output()));
+      return;
+    }
+    const std::array<Var<T>, 3> d =
+        detail::attention_gradients(rule, g.input(0), g.input(1), g.input(2), g.grad_output());
+    for (std::size_t part = 0; part < 3; ++part)
+      if (g.needs_grad(part)) g.add(part, d[part]);
+  });
   return tape.var(yi);
 }
 
@@ -246,7 +264,7 @@ Var<T> scaled_dot_product_attention(const Var<T>& q, const Var<T>& k, const Var<
   p.v = contiguous(vs);
   p.o = contiguous(out_shape);
   const Sources src{{q.index(), k.index(), v.index()}, {0, 0, 0}, false};
-  return record(check.function(), tape, p, src, out_shape, mask);
+  return record(check.function(), tape, p, src, out_shape, mask, dropout_p);
 }
 
 template <class T>
@@ -290,7 +308,7 @@ Var<T> packed_qkv_attention(const Var<T>& qkv, std::size_t n_heads,
   out_shape.back() = c;
   const std::size_t i = qkv.index();
   const Sources src{{i, i, i}, {0, c, 2 * c}, true};
-  return record(check.function(), tape, p, src, out_shape, mask);
+  return record(check.function(), tape, p, src, out_shape, mask, dropout_p);
 }
 
 template Var<float> scaled_dot_product_attention(const Var<float>&, const Var<float>&,

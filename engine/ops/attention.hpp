@@ -47,6 +47,12 @@
 // without enable_gqa; a mask that does not broadcast; dropout_p outside
 // [0, 1) or NaN; a scale that is not finite and > 0.
 //
+// Second derivatives (create_graph): the backward is also written as
+// differentiable ops (matmul, softmax, masked_fill, dropout with the same
+// mask; ops/support/attention_rule.hpp), equal to the fused kernel's to
+// rounding; that pass stores the [B, H, Tq, Tk] probabilities, as composed
+// attention does.
+//
 // Cost: forward 2 B H Tq Tk (Dh + Dv) flops (2 products), backward about
 // 2.5 times that (5 products, S recomputed), less with is_causal (key tiles
 // a query tile cannot see are skipped), in the kernels' own register-blocked

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,10 @@ Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta,
               "[..., T, Dh] with Dh even (the two halves are rotated together), got Dh = ", dh);
   check.argument(std::isfinite(theta) && theta > 0.0, "theta", "is ", theta,
                  ", expected a finite value > 0");
+  const std::size_t seq = shape[shape.size() - 2];  // positions offset .. offset + T - 1
+  check.argument(seq == 0 || position_offset <= std::numeric_limits<std::size_t>::max() - (seq - 1),
+                 "position_offset", "is ", position_offset, ", and the last position of x ", shape,
+                 " (position_offset + T - 1) overflows std::size_t");
   detail::check_rope_scaling(op_name, "scaling", scaling);
   return record_rotation<false>(x, position_offset, theta, scaling);
 }

@@ -40,7 +40,8 @@
 //             wavelen < high           inv_freq[i]
 //
 // Errors (std::invalid_argument naming apply_rotary and the argument): rank
-// < 2, odd Dh, theta not finite or <= 0; a scaling factor not finite or <= 0,
+// < 2, odd Dh, theta not finite or <= 0, a position_offset whose last
+// position offset + T - 1 overflows std::size_t; a scaling factor not finite or <= 0,
 // llama3 factors with 0 < low_freq_factor < high_freq_factor not holding or
 // original_max_position_embeddings not finite or <= 0.
 

@@ -124,6 +124,42 @@ TEST_CASE("profiler: FLOPs of the GEMM ops and bytes of the elementwise ops, fro
   CHECK(row_of(ffn_profiler, "activation_linear.backward").flops == 2 * (2 * 5 * 8 * 4));
 }
 
+TEST_CASE("profiler: FLOPs of attention as torch's flop counter, bytes of mask and rotary ops") {
+  // torch.utils.flop_counter's sdpa: 2 B H Tq Tk (Dh + Dv) forward, twice that backward
+  constexpr double b = 2, h = 3, tq = 4, tk = 5, dh = 6, dv = 2, t = 3, c = 4;
+  Profiler profiler;
+  Tape<double> tape;
+  ProfilerGuard<double> guard(tape, profiler);
+  const Var<double> q = tape.leaf(random_array({2, 3, 4, 6}, 11));
+  const Var<double> k = tape.leaf(random_array({2, 1, 5, 6}, 12));
+  const Var<double> v = tape.leaf(random_array({2, 1, 5, 2}, 13));
+  const Var<double> y =
+      scaled_dot_product_attention(q, k, v, {}, true, 0.0, std::nullopt, {}, true);
+  const Var<double> qkv = tape.leaf(random_array({2, 3, 12}, 14));  // [B, T, 3C], 2 heads
+  const Var<double> packed = packed_qkv_attention(qkv, 2);          // [B, T, C]
+  const Var<double> x = tape.leaf(random_array({4, 6}, 15));
+  const Var<double> filled = masked_fill(x, causal_mask(4, 6), 0.5);
+  const Var<double> rotated = apply_rotary(tril(filled));
+  const Var<double> slope = activation_derivative(x, Activation::silu, 2);
+  tape.backward(add(add(sum(y), sum(packed)), add(sum(rotated), sum(slope))));
+
+  const double sdpa = 2 * b * h * tq * tk * (dh + dv);
+  CHECK(row_of(profiler, "scaled_dot_product_attention").flops == sdpa);
+  CHECK(row_of(profiler, "scaled_dot_product_attention.backward").flops == 2 * sdpa);
+  const double packed_flops = 4 * b * t * t * c;  // 4 B H T T Dh, H Dh = C
+  CHECK(row_of(profiler, "packed_qkv_attention").flops == packed_flops);
+  CHECK(row_of(profiler, "packed_qkv_attention.backward").flops == 2 * packed_flops);
+  CHECK(row_of(profiler, "scaled_dot_product_attention").bytes == 0);
+  // one pass each way: x read and y written; dy read, x read, dx written
+  const double n = 4 * 6, bytes = sizeof(double);
+  for (const char* op : {"masked_fill", "tril", "apply_rotary", "silu_second_derivative"}) {
+    const std::string name = op;
+    CHECK_MESSAGE(row_of(profiler, name).bytes == 2 * n * bytes, name);
+    CHECK_MESSAGE(row_of(profiler, name + ".backward").bytes == 3 * n * bytes, name);
+    CHECK_MESSAGE(row_of(profiler, name).flops == 0, name);
+  }
+}
+
 // Sum of self times against the wall time of the step around them, on a step
 // of tens of milliseconds dominated by GEMMs: the time outside timed code is
 // the few hundred nanoseconds of bookkeeping between ops, so the sum is

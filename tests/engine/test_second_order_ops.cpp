@@ -359,20 +359,6 @@ TEST_CASE("second order ops: apply_rotary, with a position offset") {
   }
 }
 
-TEST_CASE("second order ops: attention has no second derivative and says so") {
-  check_refused(
-      [](Tape<double>& t) {
-        const Var<double> q = t.leaf(random_array({1, 2, 3, 4}, 84));
-        return scaled_dot_product_attention(q, q, q);
-      },
-      "scaled_dot_product_attention");
-  check_refused(
-      [](Tape<double>& t) {
-        return packed_qkv_attention(t.leaf(random_array({1, 3, 12}, 85)), 2);
-      },
-      "packed_qkv_attention");
-}
-
 TEST_CASE(
     "second order ops: index_select, index_add, gather and scatter_add, each the other's rule") {
   const Indices rows = {2, 0, 2};                           // repeated
