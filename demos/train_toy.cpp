@@ -324,25 +324,15 @@ int run(Options o, training::Parallel& parallel) {
 
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  app.add_option("--steps", o.steps, "training steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
-  app.add_option("--hidden", o.hidden, "hidden width d_ff")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--activation", o.activation, "relu, gelu, gelu_tanh, gelu_sigmoid or silu")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh", "gelu_sigmoid", "silu"}));
-  app.add_option("--seed", o.seed, "seed of the data and the initialization")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--dtype", o.dtype, "float or double")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"float", "double"}));
+  program.add("--steps", o.steps, "training steps", CLI::Range(1, 100000000));
+  program.add("--lr", o.lr, "learning rate", CLI::PositiveNumber);
+  program.add("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)",
+              CLI::IsMember({"adam", "adamw", "sgd"}));
+  program.add("--hidden", o.hidden, "hidden width d_ff", CLI::Range(1, 4096));
+  program.add("--activation", o.activation, "relu, gelu, gelu_tanh, gelu_sigmoid or silu",
+              CLI::IsMember({"relu", "gelu", "gelu_tanh", "gelu_sigmoid", "silu"}));
+  program.add("--seed", o.seed, "seed of the data and the initialization", CLI::NonNegativeNumber);
+  program.add("--dtype", o.dtype, "float or double", CLI::IsMember({"float", "double"}));
   program.add_out(o.out);
   app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
   app.add_option("--load", o.load, "evaluate a saved FFN instead of training")

@@ -43,6 +43,13 @@ class Program {
   CLI::App app;
   const std::string name;
 
+  // --name (its default shown in --help) checked by `check` (CLI::Range, CLI::IsMember, ...).
+  template <class V>
+  CLI::Option* add(const std::string& name, V& value, const std::string& help,
+                   const CLI::Validator& check) {
+    return app.add_option(name, value, help)->capture_default_str()->check(check);
+  }
+
   // The shared options, each with its demo's help text where they differ.
   void add_out(std::string& out);                           // --out DIR, "output directory"
   void add_threads(int& threads, const std::string& help);  // --threads, 1 to 256

@@ -37,6 +37,7 @@ struct RunOptions {
 };
 
 class TrainingRun {
+  xtgrad::training::Parallel& parallel_;
   xtgrad::Module<float>& model_;
   xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule_;
 
@@ -45,7 +46,8 @@ class TrainingRun {
   TrainingRun(xtgrad::training::Parallel& parallel, xtgrad::Module<float>& model,
               const std::vector<xtgrad::optim::ParamGroup<float, Options>>& groups, int zero,
               xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule)
-      : model_(model),
+      : parallel_(parallel),
+        model_(model),
         make_schedule_(std::move(make_schedule)),
         gradients(parallel, model, tape),
         optimizer(parallel, gradients, groups, zero),
@@ -55,6 +57,9 @@ class TrainingRun {
   xtgrad::training::GradientAverager<float> gradients;
   xtgrad::training::TrainingOptimizer<float> optimizer;
   std::unique_ptr<xtgrad::optim::LRScheduler<float>> schedule;
+  // Every rank saves and resumes its own state in <dir>/rank<r> (a model
+  // whose experts are sharded, training/expert_parallel.hpp; --zero 0).
+  bool per_rank = false;
 
   // Collective: demos::resume_run from `dir` into the model, the optimizer
   // and the schedule (the whole state read, then sharded by --zero);
@@ -63,6 +68,12 @@ class TrainingRun {
   SavedRun resume(const std::filesystem::path& dir, const xtgrad::TrainingExtras& identity,
                   const std::string& program, Mismatch mismatch,
                   const std::string& first_key = "") {
+    if (per_rank) {
+      const std::filesystem::path own = rank_dir(dir);
+      return {resume_run(own, model_, optimizer.optimizer(), *schedule, identity, program, mismatch,
+                         first_key),
+              own, program};
+    }
     return {
         optimizer.resume(
             *schedule, make_schedule_,
@@ -72,11 +83,21 @@ class TrainingRun {
         dir, program};
   }
 
-  // Collective: the whole state gathered to rank 0, which saves it with `extras`.
+  // Collective: the whole state gathered to rank 0, which saves it with
+  // `extras` (per_rank: each rank its own).
   void save(const std::filesystem::path& dir, const xtgrad::TrainingExtras& extras) {
+    if (per_rank) {
+      std::filesystem::create_directories(dir);
+      return save_run(rank_dir(dir), model_, optimizer.optimizer(), *schedule, extras);
+    }
     optimizer.save([&](const xtgrad::optim::Optimizer<float>& full) {
       save_run(dir, model_, full, *schedule, extras);
     });
+  }
+
+ private:
+  std::filesystem::path rank_dir(const std::filesystem::path& dir) const {
+    return dir / ("rank" + std::to_string(parallel_.rank()));
   }
 };
 

@@ -123,75 +123,52 @@ int run(const Options& o, demos::Program& program) {
 
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  app.add_option("--model", o.model.kind,
-                 "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"mlp", "mixer"}));
-  app.add_option("--epochs", o.train.epochs, "training epochs")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000));
-  app.add_option("--batch-size", o.train.batch_size, "images per mini-batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 60000));
+  program.add("--model", o.model.kind, "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)",
+              CLI::IsMember({"mlp", "mixer"}));
+  program.add("--epochs", o.train.epochs, "training epochs", CLI::Range(1, 10000));
+  program.add("--batch-size", o.train.batch_size, "images per mini-batch", CLI::Range(1, 60000));
   app.add_option("--lr", o.train.lr,
                  "peak learning rate of AdamW [default: 1e-3 for mlp, 2e-3 "
                  "for mixer, whose flipped images need the longer steps to "
                  "fit in 10 epochs]")
       ->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", o.train.weight_decay,
-                 "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
-                 "and LayerNorm weights)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup-epochs", o.train.warmup_epochs,
-                 "epochs of linear warm-up before the cosine decay (at most half the run)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+  program.add("--weight-decay", o.train.weight_decay,
+              "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
+              "and LayerNorm weights)",
+              CLI::NonNegativeNumber);
+  program.add("--warmup-epochs", o.train.warmup_epochs,
+              "epochs of linear warm-up before the cosine decay (at most half the run)",
+              CLI::NonNegativeNumber);
+  program.add("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss",
+              CLI::Range(0.0, 1.0));
   app.add_option("--augment", o.augment,
                  "augmentation of the training images: flip (random horizontal flips) or none "
                  "[default: none for mlp, whose dropout is its regularizer; flip for mixer, which "
                  "overfits without it]")
       ->check(CLI::IsMember({"none", "flip"}));
-  app.add_option("--hidden", o.model.hidden, "mlp: hidden width")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
-  app.add_option("--patch", o.model.patch, "mixer: patch side (divides 28)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({1, 2, 4, 7, 14, 28}));
-  app.add_option("--width", o.model.width, "mixer: channels per token")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--blocks", o.model.blocks, "mixer: number of mixer blocks")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
-  app.add_option("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--channel-hidden", o.model.channel_hidden,
-                 "mixer: hidden width of channel mixing")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16384));
+  program.add("--hidden", o.model.hidden, "mlp: hidden width", CLI::Range(1, 65536));
+  program.add("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer",
+              CLI::Range(0.0, 0.99));
+  program.add("--patch", o.model.patch, "mixer: patch side (divides 28)",
+              CLI::IsMember({1, 2, 4, 7, 14, 28}));
+  program.add("--width", o.model.width, "mixer: channels per token", CLI::Range(1, 4096));
+  program.add("--blocks", o.model.blocks, "mixer: number of mixer blocks", CLI::Range(0, 64));
+  program.add("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing",
+              CLI::Range(1, 4096));
+  program.add("--channel-hidden", o.model.channel_hidden, "mixer: hidden width of channel mixing",
+              CLI::Range(1, 16384));
   program.add_threads(o.threads,
                       "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)");
   program.add_precision(o.precision);
-  app.add_option("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  program.add("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout",
+              CLI::NonNegativeNumber);
   program.add_out(o.out);
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST IDX files")
       ->capture_default_str();
-  app.add_option("--train-limit", o.train_limit, "use only the first N training images (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--test-limit", o.test_limit, "use only the first N test images (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  program.add("--train-limit", o.train_limit, "use only the first N training images (0: all)",
+              CLI::NonNegativeNumber);
+  program.add("--test-limit", o.test_limit, "use only the first N test images (0: all)",
+              CLI::NonNegativeNumber);
   program.add_save_resume(o.train.save, o.train.resume,
                           "save the run (model, optimizer, schedule, dropout and loop state) to "
                           "DIR after every epoch");

@@ -29,8 +29,11 @@ double cross_entropy_sum(const xt::xarray<float>& logits, const xtgrad::Indices&
 }  // namespace
 
 Evaluator::Evaluator(const xtgrad::Indices& text, std::size_t block_size, std::size_t subset,
-                     std::size_t batch_rows)
-    : text_(text), windows_(evaluation_windows(text.size(), block_size)), batch_rows_(batch_rows) {
+                     std::size_t batch_rows, bool every_rank)
+    : text_(text),
+      windows_(evaluation_windows(text.size(), block_size)),
+      batch_rows_(batch_rows),
+      every_rank_(every_rank) {
   std::vector<std::size_t> full_length;
   for (std::size_t w = 0; w < windows_.size(); ++w) {
     all_.push_back(w);
@@ -82,11 +85,12 @@ double Evaluator::loss(const xtgrad::GPT<float>& model, const std::vector<std::s
   std::size_t tokens = 0;
   for (std::size_t b = 0; b < batches.size(); ++b) {
     for (const std::size_t w : batches[b]) tokens += windows_[w].second;
-    if (b % ranks != static_cast<std::size_t>(parallel.rank())) continue;
+    if (!every_rank_ && b % ranks != static_cast<std::size_t>(parallel.rank())) continue;
     const TokenBatch batch = window_batch(text_, windows_, batches[b]);
     sum += cross_entropy_sum(model.infer(batch.inputs), batch.targets);
   }
   // The job's sum: the mean over ranks times their number.
+  if (every_rank_) return sum / static_cast<double>(tokens);
   return parallel.mean(sum) * static_cast<double>(ranks) / static_cast<double>(tokens);
 }
 

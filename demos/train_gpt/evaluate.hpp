@@ -6,7 +6,9 @@
 // subset of the full-length windows (--eval-windows of them); the final one
 // scores every window, i.e. every validation character but the first, the
 // characters the unigram baseline is computed on. Under mpirun each rank
-// scores every P-th batch of windows and the sums are added over the job.
+// scores every P-th batch of windows and the sums are added over the job;
+// with the experts sharded over the ranks (every_rank) every rank scores
+// every batch, the sparse layers' all-to-alls being collective.
 
 #include <cstddef>
 #include <utility>
@@ -24,7 +26,7 @@ class Evaluator {
   // `text`: the validation ids; `subset`: how many windows the periodic
   // evaluations score (0 or more than there are: all full-length ones).
   Evaluator(const xtgrad::Indices& text, std::size_t block_size, std::size_t subset,
-            std::size_t batch_rows);
+            std::size_t batch_rows, bool every_rank = false);
 
   double periodic(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
   double full(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
@@ -40,6 +42,7 @@ class Evaluator {
   std::vector<std::pair<std::size_t, std::size_t>> windows_;  // (start, T)
   std::vector<std::size_t> subset_, all_;
   std::size_t batch_rows_;
+  bool every_rank_;
 };
 
 }  // namespace gpt_demo

@@ -201,82 +201,52 @@ int run_generation(Options o, xtgrad::training::Parallel& parallel) {
 // The options of both modes; --generate's and training's exclude each other.
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  app.add_option("--n-layer", o.model.n_layer, "Transformer blocks")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--n-head", o.model.n_head, "attention heads (divides --n-embd)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--n-embd", o.model.n_embd, "channels")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--block-size", o.model.block_size, "context: characters per training window")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 4096));
-  app.add_option("--dropout", o.model.dropout, "dropout of the embeddings, attention and residuals")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.9));
-  app.add_option("--experts", o.model.experts,
-                 "experts of every FFN (0: dense); a sparse mixture of experts, Mixtral's")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 256));
-  app.add_option("--experts-per-token", o.model.experts_per_token,
-                 "--experts: the experts each token is routed to (top-k of the router)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  app.add_option("--expert-hidden", o.model.expert_hidden,
-                 "--experts: channels of each expert's gated FFN (0: 4 n-embd)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65536));
-  app.add_option("--aux-loss-coef", o.model.aux_loss_coef,
-                 "--experts: the load-balancing loss's weight in the training loss")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--steps", o.train.steps, "optimizer steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000000));
-  app.add_option("--batch-size", o.train.batch_size, "windows per step (all processes together)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--lr", o.train.lr, "peak learning rate of AdamW")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--min-lr-ratio", o.train.min_lr_ratio,
-                 "the cosine decays the learning rate to this fraction of --lr at the last step")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup-steps", o.train.warmup_steps,
-                 "steps of linear warm-up from 0 (at most half the run)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", o.train.weight_decay,
-                 "AdamW's decoupled weight decay, on the matrices and embeddings only")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--beta2", o.train.beta2, "AdamW's beta2 (beta1 is 0.9)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--grad-clip", o.train.grad_clip, "clip the joint 2-norm of the gradients to this")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--eval-interval", o.train.eval_interval,
-                 "evaluate, sample and save every this many steps (and at the last step)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000000));
-  app.add_option("--eval-windows", o.train.eval_windows,
-                 "windows of block-size characters scored by the periodic validation loss (0: "
-                 "all; the final one scores the whole validation text)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--sample-chars", o.train.sample_chars,
-                 "characters generated at each evaluation (0: none)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100000));
-  app.add_option("--seed", o.train.seed,
-                 "seed of the initialization, the windows and the samples (with --generate: of "
-                 "the draws)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  program.add("--n-layer", o.model.n_layer, "Transformer blocks", CLI::Range(1, 64));
+  program.add("--n-head", o.model.n_head, "attention heads (divides --n-embd)", CLI::Range(1, 64));
+  program.add("--n-embd", o.model.n_embd, "channels", CLI::Range(1, 4096));
+  program.add("--block-size", o.model.block_size, "context: characters per training window",
+              CLI::Range(2, 4096));
+  program.add("--dropout", o.model.dropout, "dropout of the embeddings, attention and residuals",
+              CLI::Range(0.0, 0.9));
+  program.add("--experts", o.model.experts,
+              "experts of every FFN (0: dense); a sparse mixture of experts, Mixtral's",
+              CLI::Range(0, 256));
+  program.add("--experts-per-token", o.model.experts_per_token,
+              "--experts: the experts each token is routed to (top-k of the router)",
+              CLI::Range(1, 256));
+  program.add("--expert-hidden", o.model.expert_hidden,
+              "--experts: channels of each expert's gated FFN (0: 4 n-embd)", CLI::Range(0, 65536));
+  program.add("--aux-loss-coef", o.model.aux_loss_coef,
+              "--experts: the load-balancing loss's weight in the training loss",
+              CLI::Range(0.0, 100.0));
+  program.add("--steps", o.train.steps, "optimizer steps", CLI::Range(1, 10000000));
+  program.add("--batch-size", o.train.batch_size, "windows per step (all processes together)",
+              CLI::Range(1, 65536));
+  program.add("--lr", o.train.lr, "peak learning rate of AdamW", CLI::PositiveNumber);
+  program.add("--min-lr-ratio", o.train.min_lr_ratio,
+              "the cosine decays the learning rate to this fraction of --lr at the last step",
+              CLI::Range(0.0, 1.0));
+  program.add("--warmup-steps", o.train.warmup_steps,
+              "steps of linear warm-up from 0 (at most half the run)", CLI::NonNegativeNumber);
+  program.add("--weight-decay", o.train.weight_decay,
+              "AdamW's decoupled weight decay, on the matrices and embeddings only",
+              CLI::NonNegativeNumber);
+  program.add("--beta2", o.train.beta2, "AdamW's beta2 (beta1 is 0.9)", CLI::Range(0.0, 0.999999));
+  program.add("--grad-clip", o.train.grad_clip, "clip the joint 2-norm of the gradients to this",
+              CLI::PositiveNumber);
+  program.add("--eval-interval", o.train.eval_interval,
+              "evaluate, sample and save every this many steps (and at the last step)",
+              CLI::Range(1, 10000000));
+  program.add("--eval-windows", o.train.eval_windows,
+              "windows of block-size characters scored by the periodic validation loss (0: "
+              "all; the final one scores the whole validation text)",
+              CLI::NonNegativeNumber);
+  program.add("--sample-chars", o.train.sample_chars,
+              "characters generated at each evaluation (0: none)", CLI::Range(0, 100000));
+  program.add("--seed", o.train.seed,
+              "seed of the initialization, the windows and the samples (with --generate: of "
+              "the draws)",
+              CLI::NonNegativeNumber);
   program.add_threads(o.threads,
                       "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
                       "process under mpirun unless given)");
@@ -287,6 +257,10 @@ void add_options(demos::Program& program, Options& o) {
                           "save the run (model, vocabulary, optimizer, schedule, step) to DIR at "
                           "every evaluation and at the end");
   program.add_stop_after(o.train.stop_after, "step", "steps", 10000000);
+  app.add_flag("--expert-parallel", o.train.expert_parallel,
+               "under mpirun, shard the experts of every --experts layer over the processes "
+               "(--experts a multiple of their count; --zero 0), the rest data-parallel; --save "
+               "writes each process's own state to DIR/rank<r>, --resume reads it with as many");
   program.add_zero(o.train.zero,
                    "0 each process a full AdamW (data-parallel); 1 AdamW's state sharded across "
                    "the processes; 2 the gradients too; clipping by the norm over all shards. The "
@@ -299,23 +273,20 @@ void add_options(demos::Program& program, Options& o) {
                  "text to continue (also of the samples during training); the default is the "
                  "fortunes' record separator, so a new fortune begins")
       ->default_str("'%' and a line break");
-  app.add_option("--max-new-chars", o.generate.max_new_chars, "--generate: characters to add")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  app.add_option("--temperature", o.generate.temperature,
-                 "sampling temperature (0: greedy), also of the samples during training")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", o.top_k, "--generate: sample among the k most likely (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  program.add("--max-new-chars", o.generate.max_new_chars, "--generate: characters to add",
+              CLI::Range(1, 1000000));
+  program.add("--temperature", o.generate.temperature,
+              "sampling temperature (0: greedy), also of the samples during training",
+              CLI::Range(0.0, 100.0));
+  program.add("--top-k", o.top_k, "--generate: sample among the k most likely (0: all)",
+              CLI::NonNegativeNumber);
 }
 
 void check_modes(const CLI::App& app, const Options& o) {
   // Training options make no sense with --generate, nor generation's without it.
   if (!o.generate_from.empty())
-    for (const char* name :
-         {"--save", "--resume", "--stop-after", "--steps", "--out", "--precision"})
+    for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out",
+                             "--precision", "--expert-parallel"})
       if (app.count(name) > 0)
         throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
                                                      "--prompt, --max-new-chars, --temperature, "
@@ -324,10 +295,13 @@ void check_modes(const CLI::App& app, const Options& o) {
     for (const char* name : {"--max-new-chars", "--top-k"})
       if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
   if (o.generate_from.empty() && o.model.experts == 0)
-    for (const char* name : {"--experts-per-token", "--expert-hidden", "--aux-loss-coef"})
+    for (const char* name :
+         {"--experts-per-token", "--expert-hidden", "--aux-loss-coef", "--expert-parallel"})
       if (app.count(name) > 0)
         throw CLI::ValidationError(name,
                                    "applies to a mixture of experts only (--experts 2 or more)");
+  if (o.train.expert_parallel && o.train.zero != 0)
+    throw CLI::ValidationError("--expert-parallel", "trains with --zero 0 only");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/expert_parallel.hpp>
 
 #include "../common/progress.hpp"
 #include "batches.hpp"
@@ -43,6 +44,7 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
   const std::string text = encode_utf8(vocab.decode(ids));
   const std::string block = "--- sample after step " + std::to_string(step) + " ---\n" + text +
                             (text.empty() || text.back() != '\n' ? "\n" : "");
+  if (samples == nullptr) return;
   progress.line(block);
   if (std::fputs(block.c_str(), samples) < 0 || std::fflush(samples) != 0)
     throw std::runtime_error("cannot write the samples file");
@@ -50,15 +52,19 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
 
 // Adds the step's routed tokens of every expert of every layer, summed over
 // the processes, to `tokens` (as ExpertRecord::tokens).
+// Sharded experts count the global batch on every rank already.
 void add_routed(std::vector<std::size_t>& tokens, const GPT<float>& model,
-                const training::Parallel& parallel) {
+                const training::Parallel& parallel, bool sharded) {
+  const double ranks = sharded ? 1.0 : parallel.size();
   const std::vector<MoeStats> stats = model.router_stats();
   const std::size_t experts = model.gpt_config().num_experts;
   tokens.resize(stats.size() * experts, 0);
   for (std::size_t l = 0; l < stats.size(); ++l)
     for (std::size_t e = 0; e < stats[l].routed.size(); ++e)
       tokens[l * experts + e] += static_cast<std::size_t>(
-          std::llround(parallel.mean(static_cast<double>(stats[l].routed[e])) * parallel.size()));
+          std::llround((sharded ? static_cast<double>(stats[l].routed[e])
+                                : parallel.mean(static_cast<double>(stats[l].routed[e]))) *
+                       ranks));
 }
 
 // "experts: layer 0 31% 22% 27% 20% | layer 1 ...": each expert's share of its layer's choices.
@@ -83,6 +89,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
                   const TrainOptions& o, std::FILE* out, std::FILE* samples,
                   training::Parallel& parallel) {
   const auto [first_row, rows] = parallel.slice(o.batch_size, "--batch-size");
+  const bool sharded = o.expert_parallel && training::shard_experts(parallel, model);
   const std::size_t T = model_options.block_size;
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
@@ -92,6 +99,11 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
         return std::make_unique<optim::WarmupCosineLR<float>>(
             opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
       });
+  run.per_rank = sharded;
+  if (sharded && !parallel.quiet())
+    std::fprintf(out, "train_gpt: experts sharded, %zu of each layer's %zu per process\n",
+                 model_options.experts / static_cast<std::size_t>(parallel.size()),
+                 model_options.experts);
   const RunIdentity identity{model_options, o, data.vocab, data.train.size(),
                              data.validation.size()};
   RunPosition position;
@@ -106,10 +118,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
   if (o.sample_chars > 0 && prompt.empty())
     throw std::invalid_argument("--prompt is empty, expected at least one character");
-  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows);
-  std::vector<Parameter<float>*> params;
-  for (Parameter<float>* p : model.parameters())
-    if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
+  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows, sharded);
   const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
   const bool sparse = model.gpt_config().num_experts > 0;
 
@@ -134,7 +143,9 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     }
     run.tape.backward(loss);
     run.optimizer.finish();
-    const double norm = run.optimizer.clip_grad_norm(params, o.grad_clip);
+    const double norm = run.optimizer.sharded()
+                            ? run.optimizer.clip_grad_norm({}, o.grad_clip)
+                            : training::clip_grad_norm(parallel, model, o.grad_clip);
     if (!std::isfinite(norm))
       throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
                                ": the gradient norm is " + std::to_string(norm) +
@@ -144,7 +155,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     run.schedule->step();
     // the global batch's mean cross-entropy
     const double value = parallel.mean(cross_entropy_loss.value()());
-    if (sparse) add_routed(position.interval.expert_tokens, model, parallel);
+    if (sparse) add_routed(position.interval.expert_tokens, model, parallel, sharded);
     position.interval.loss_sum += value;
     ++position.interval.steps;
     position.step = step + 1;
@@ -169,9 +180,9 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
         if (sparse)
           progress.line(
               expert_shares(position.experts.back().tokens, model.gpt_config().num_experts));
-        if (o.sample_chars > 0 && samples != nullptr)
-          write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
       }
+      if (o.sample_chars > 0 && (samples != nullptr || sharded))  // sharded: every rank draws
+        write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
       model.train();
     }
     if (!o.save.empty() && (record || position.step == last))

@@ -55,6 +55,7 @@ struct TrainOptions : demos::RunOptions {
   std::size_t sample_chars = 200;  // generated at each evaluation (0: none)
   std::string sample_prompt = "%\n";
   double sample_temperature = 0.8;
+  bool expert_parallel = false;  // under mpirun the experts sharded over the ranks (--zero 0)
 };
 
 struct HistoryRecord {
