@@ -14,7 +14,9 @@
 //     if (!o.save.empty()) run.save(o.save, extras_of(identity, position));
 //   }
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -35,6 +37,30 @@ struct RunOptions {
   std::size_t stop_after = 0;    // stop after this step or epoch (0: run them all)
   int zero = 0;                  // --zero (training/training_optimizer.hpp)
 };
+
+// AdamW's two parameter groups, as nanoGPT makes them: `options` on the
+// parameters of rank >= 2 (weight matrices, embeddings), the same without
+// weight decay on the others (biases, norm weights); a tied weight once.
+inline std::vector<xtgrad::optim::AdamWParamGroup<float>> decay_groups(
+    xtgrad::Module<float>& model, const xtgrad::optim::AdamWOptions& options) {
+  std::vector<xtgrad::Parameter<float>*> decay, no_decay;
+  for (xtgrad::Parameter<float>* p : model.parameters()) {
+    std::vector<xtgrad::Parameter<float>*>& group = p->value.dimension() >= 2 ? decay : no_decay;
+    if (std::find(group.begin(), group.end(), p) == group.end()) group.push_back(p);
+  }
+  return {{decay, options}, {no_decay, xtgrad::optim::AdamWOptions(options).weight_decay(0.0)}};
+}
+
+// The schedule of both training demos: a linear warm-up from 0 over
+// `warmup` steps, then a cosine to `eta_min` at step `total`.
+inline xtgrad::training::TrainingOptimizer<float>::MakeSchedule warmup_cosine(
+    std::int64_t warmup, std::int64_t total, double eta_min = 0.0) {
+  return [=](xtgrad::optim::Optimizer<float>& opt) {
+    return std::unique_ptr<xtgrad::optim::LRScheduler<float>>(
+        new xtgrad::optim::WarmupCosineLR<float>(
+            opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, eta_min));
+  };
+}
 
 class TrainingRun {
   xtgrad::training::Parallel& parallel_;

@@ -16,7 +16,6 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "../common/progress.hpp"
-#include "run_state.hpp"
 
 namespace fashion {
 
@@ -59,17 +58,6 @@ Evaluation evaluate(Module<float>& model, const Split& split) {
   return result;
 }
 
-// AdamW's two groups: weight decay on the matrices, none on the 1-D
-// parameters (biases, LayerNorm weights).
-std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, double lr,
-                                                        double weight_decay) {
-  std::vector<Parameter<float>*> decay, no_decay;
-  for (Parameter<float>* p : model.parameters())
-    (p->value.dimension() >= 2 ? decay : no_decay).push_back(p);
-  return {{decay, optim::AdamWOptions(lr).weight_decay(weight_decay)},
-          {no_decay, optim::AdamWOptions(lr).weight_decay(0.0)}};
-}
-
 TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
                   const TrainOptions& o, std::FILE* out, training::Parallel& parallel) {
   const std::size_t train_images = data.train.labels.size();
@@ -82,11 +70,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
       static_cast<std::int64_t>(std::llround(o.warmup_epochs * steps_per_epoch)), total_steps / 2);
 
   demos::TrainingRun run(
-      parallel, model, decay_groups(model, o.lr, o.weight_decay), o.zero,
-      [&](optim::Optimizer<float>& opt) -> std::unique_ptr<optim::LRScheduler<float>> {
-        return std::make_unique<optim::WarmupCosineLR<float>>(
-            opt, warmup, std::max<std::int64_t>(1, total_steps - warmup));
-      });
+      parallel, model,
+      demos::decay_groups(model, optim::AdamWOptions(o.lr).weight_decay(o.weight_decay)), o.zero,
+      demos::warmup_cosine(warmup, total_steps));
   const RunIdentity identity{config, o, train_images};
   TrainResult result;
   std::size_t step = 0;

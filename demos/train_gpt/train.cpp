@@ -17,9 +17,7 @@
 #include "../common/progress.hpp"
 #include "batches.hpp"
 #include "corpus.hpp"
-#include "evaluate.hpp"
-#include "run_state.hpp"
-#include "sampling.hpp"
+#include "generate.hpp"
 
 namespace gpt_demo {
 
@@ -94,11 +92,10 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
   demos::TrainingRun run(
-      parallel, model, decay_groups(model, o.lr, o.weight_decay, o.beta2), o.zero,
-      [&](optim::Optimizer<float>& opt) -> std::unique_ptr<optim::LRScheduler<float>> {
-        return std::make_unique<optim::WarmupCosineLR<float>>(
-            opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
-      });
+      parallel, model,
+      demos::decay_groups(
+          model, optim::AdamWOptions(o.lr).betas({0.9, o.beta2}).weight_decay(o.weight_decay)),
+      o.zero, demos::warmup_cosine(warmup, total, o.lr * o.min_lr_ratio));
   run.per_rank = sharded;
   if (sharded && !parallel.quiet())
     std::fprintf(out, "train_gpt: experts sharded, %zu of each layer's %zu per process\n",
