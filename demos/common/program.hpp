@@ -16,6 +16,7 @@
 //     return program.run<DataError>([&] { return train_and_report(o, program.parallel); });
 //   }
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -29,6 +30,14 @@
 #include <xtgrad/training/step_observer.hpp>
 
 namespace demos {
+
+// The options of a training demo besides its model's and its loop's.
+struct AppOptions {
+  int threads = 2;                // --threads
+  std::string precision = "f32";  // --precision
+  std::string out;                // --out
+  std::string data_dir;           // --data-dir
+};
 
 // No demo data error: the default of Program::run.
 struct NoDataError {
@@ -68,6 +77,13 @@ class Program {
   // f32 is MatmulPrecision::highest).
   void add_precision(std::string& precision);
 
+  // --threads, --precision, --out and --data-dir (each default shown).
+  void add_app(AppOptions& o, const std::string& threads_help, const std::string& data_help);
+  // The start of the run: xtgrad::set_num_threads(o.threads), then
+  // start_compute(o.precision); seconds() counts from here.
+  void start(const AppOptions& o);
+  double seconds() const;
+
   // Sets the matmul precision `precision` names (--precision; bf16 where it
   // cannot run: std::invalid_argument saying why) and prints, on rank 0, the
   // machine line "<name>: <xtgrad::compute_info()>". Call it after
@@ -104,6 +120,7 @@ class Program {
   }
 
  private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int fail(const std::string& what, int code);
 };
 

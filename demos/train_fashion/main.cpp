@@ -27,15 +27,11 @@ namespace {
 
 using namespace fashion;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   ModelConfig model;
   TrainOptions train;
-  int threads = 2;
-  std::string precision = "f32";  // --precision
-  std::string out = "fashion_out";
-  std::string data_dir = k_default_data_dir;
+  demos::AppOptions app{2, "f32", "fashion_out", k_default_data_dir};
   std::size_t train_limit = 0, test_limit = 0;
   std::string augment;  // empty: the model's default
 };
@@ -67,7 +63,7 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
           {"label_smoothing", t.label_smoothing},
           {"augment", t.flip ? "flip" : "none"},
           {"seed", t.seed},
-          {"threads", o.threads},
+          {"threads", o.app.threads},
           {"train_images", data.train.labels.size()},
           {"test_images", data.test.labels.size()},
           {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
@@ -84,11 +80,9 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
 
 int run(const Options& o, demos::Program& program) {
   xtgrad::training::Parallel& parallel = program.parallel;
-  const Clock::time_point start = Clock::now();
-  xtgrad::set_num_threads(o.threads);
-  program.start_compute(o.precision);
-  FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
-  const double data_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  program.start(o.app);
+  FashionMnist data = load_fashion_mnist(o.app.data_dir, o.train_limit, o.test_limit);
+  const double data_seconds = program.seconds();
   const std::size_t n_train = data.train.labels.size();
   xtgrad::Generator generator(o.train.seed);
   auto model = make_model(o.model, generator);
@@ -99,12 +93,12 @@ int run(const Options& o, demos::Program& program) {
         "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
         o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
   program.print_processes(o.train.batch_size, "images", o.train.zero);
-  const fs::path out(o.out);
+  const fs::path out(o.app.out);
   if (!parallel.quiet()) fs::create_directories(out);
 
   const TrainResult result = train(*model, o.model, data, o.train, parallel.out(), parallel);
   if (parallel.quiet()) return 0;
-  const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double total_seconds = program.seconds();
 
   demos::HistoryFields<EpochRecord> columns = epoch_fields();
   columns.sizes = {{"epoch", &EpochRecord::epoch}};
@@ -157,14 +151,10 @@ void add_options(demos::Program& program, Options& o) {
               CLI::Range(1, 4096));
   program.add("--channel-hidden", o.model.channel_hidden, "mixer: hidden width of channel mixing",
               CLI::Range(1, 16384));
-  program.add_threads(o.threads,
-                      "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)");
-  program.add_precision(o.precision);
   program.add("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout",
               CLI::NonNegativeNumber);
-  program.add_out(o.out);
-  app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST IDX files")
-      ->capture_default_str();
+  program.add_app(o.app, "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)",
+                  "directory of the Fashion-MNIST IDX files");
   program.add("--train-limit", o.train_limit, "use only the first N training images (0: all)",
               CLI::NonNegativeNumber);
   program.add("--test-limit", o.test_limit, "use only the first N test images (0: all)",
@@ -192,7 +182,7 @@ int main(int argc, char** argv) {
   const bool mixer = o.model.kind == "mixer";
   o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
   if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
-  o.threads = program.threads(o.threads);
+  o.app.threads = program.threads(o.app.threads);
   if (program.parallel.quiet()) o.train.observe = {};
   return program.run<DataError>([&] { return run(o, program); });
 }

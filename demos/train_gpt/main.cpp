@@ -31,23 +31,15 @@ namespace {
 
 using namespace gpt_demo;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   ModelOptions model;
   TrainOptions train;
   GenerateOptions generate;
-  int threads = 2;
-  std::string precision = "f32";  // --precision
-  std::string out = "gpt_out";
-  std::string data_dir = k_default_data_dir;
+  demos::AppOptions app{2, "f32", "gpt_out", k_default_data_dir};
   std::string generate_from;  // --generate
   std::size_t top_k = 0;
 };
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabulary& vocab,
                           std::size_t parameters, std::size_t active_parameters,
@@ -66,7 +58,7 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
         {"vocab_size", vocab.size()},
         {"parameters", parameters}}},
       {"data",
-       {{"dir", o.data_dir},
+       {{"dir", o.app.data_dir},
         {"files", corpus.files.size()},
         {"train_records", corpus.train_records},
         {"validation_records", corpus.validation_records},
@@ -83,7 +75,7 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
       {"beta2", t.beta2},
       {"grad_clip", t.grad_clip},
       {"seed", t.seed},
-      {"threads", o.threads},
+      {"threads", o.app.threads},
       {"processes", processes},
       {"final_train_loss", r.final_train_loss},
       {"final_val_loss", r.final_val_loss},
@@ -113,23 +105,21 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
 
 int run_training(const Options& o, demos::Program& program) {
   xtgrad::training::Parallel& parallel = program.parallel;
-  const Clock::time_point start = Clock::now();
-  xtgrad::set_num_threads(o.threads);
-  program.start_compute(o.precision);
-  const Corpus corpus = load_corpus(o.data_dir);
+  program.start(o.app);
+  const Corpus corpus = load_corpus(o.app.data_dir);
   const Vocabulary vocab = Vocabulary::of({&corpus.train, &corpus.validation});
   const xtgrad::Indices train_ids = vocab.encode_indices(corpus.train, "the training text");
   const xtgrad::Indices validation_ids =
       vocab.encode_indices(corpus.validation, "the validation text");
   const double unigram = unigram_cross_entropy(train_ids, validation_ids, vocab.size());
-  const double data_seconds = seconds_since(start);
+  const double data_seconds = program.seconds();
 
   xtgrad::Generator generator(o.train.seed);
   xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
   const std::size_t parameters = parameter_count(model);
   const std::size_t active_parameters = active_parameter_count(model);
   const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
-  const fs::path out(o.out);
+  const fs::path out(o.app.out);
   std::FILE* samples = nullptr;
   if (!quiet) {
     std::printf(
@@ -164,7 +154,7 @@ int run_training(const Options& o, demos::Program& program) {
   if (quiet) return 0;
   if (std::fclose(samples) != 0)
     throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
-  const double total_seconds = seconds_since(start);
+  const double total_seconds = program.seconds();
   demos::write_history_csv(out / "history.csv", result.history, history_fields());
   write_summary_json(out / "summary.json",
                      summary_of(o, corpus, vocab, parameters, active_parameters, result, unigram,
@@ -189,7 +179,7 @@ int run_training(const Options& o, demos::Program& program) {
 
 // Continues --prompt with the model saved in --generate.
 int run_generation(Options o, xtgrad::training::Parallel& parallel) {
-  xtgrad::set_num_threads(o.threads);
+  xtgrad::set_num_threads(o.app.threads);
   o.generate.checkpoint = o.generate_from;
   o.generate.seed = o.train.seed;
   if (o.top_k > 0) o.generate.top_k = o.top_k;
@@ -247,12 +237,10 @@ void add_options(demos::Program& program, Options& o) {
               "seed of the initialization, the windows and the samples (with --generate: of "
               "the draws)",
               CLI::NonNegativeNumber);
-  program.add_threads(o.threads,
-                      "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
-                      "process under mpirun unless given)");
-  program.add_precision(o.precision);
-  program.add_out(o.out);
-  app.add_option("--data-dir", o.data_dir, "directory of the fortune files")->capture_default_str();
+  program.add_app(o.app,
+                  "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
+                  "process under mpirun unless given)",
+                  "directory of the fortune files");
   program.add_save_resume(o.train.save, o.train.resume,
                           "save the run (model, vocabulary, optimizer, schedule, step) to DIR at "
                           "every evaluation and at the end");
@@ -316,7 +304,7 @@ int main(int argc, char** argv) {
     return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  o.threads = program.threads(o.threads);
+  o.app.threads = program.threads(o.app.threads);
   return program.run<DataError>([&] {
     return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
   });
