@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,19 @@ struct RunOptions {
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this step or epoch (0: run them all)
   int zero = 0;                  // --zero (training/training_optimizer.hpp)
+
+  // The last step (or epoch) of this call: --stop-after's, at most `total`.
+  // std::invalid_argument "--resume: the run has <done> <units> done,
+  // nothing left to train <until> <last>" when `done` reaches it.
+  std::size_t last(std::size_t done, std::size_t total, const std::string& units,
+                   const std::string& until) const {
+    const std::size_t end = stop_after == 0 ? total : std::min(stop_after, total);
+    if (done >= end)
+      throw std::invalid_argument("--resume: the run has " + std::to_string(done) + " " + units +
+                                  " done, nothing left to train " + until + " " +
+                                  std::to_string(end));
+    return end;
+  }
 };
 
 // AdamW's two parameter groups, as nanoGPT makes them: `options` on the

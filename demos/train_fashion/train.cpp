@@ -82,11 +82,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     step = position.step;
   }
   const std::size_t first_epoch = result.history.size();
-  const std::size_t last_epoch = o.stop_after == 0 ? o.epochs : std::min(o.stop_after, o.epochs);
-  if (first_epoch >= last_epoch)
-    throw std::invalid_argument("--resume: the run has " + std::to_string(first_epoch) +
-                                " epochs done, nothing left to train before epoch " +
-                                std::to_string(last_epoch));
+  const std::size_t last_epoch = o.last(first_epoch, o.epochs, "epochs", "before epoch");
 
   CrossEntropyOptions loss_options;
   loss_options.label_smoothing = o.label_smoothing;

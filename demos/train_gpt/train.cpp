@@ -81,6 +81,32 @@ std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t ex
   return line + "\n";
 }
 
+// The loss trained on: the cross-entropy of the next character (also set
+// into `cross_entropy_loss`), plus the routers' auxiliary loss of a sparse model.
+Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch& batch,
+                         Var<float>& cross_entropy_loss) {
+  const auto V = static_cast<std::int64_t>(model.gpt_config().vocab_size);
+  if (model.gpt_config().num_experts == 0) {
+    const Var<float> logits = model.forward(tape, batch.inputs);
+    return cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
+  }
+  const GPTOutput<float> out = model.forward_with_losses(tape, batch.inputs);
+  cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
+  return add(cross_entropy_loss, out.aux_loss);
+}
+
+// --grad-clip over the whole model (every ZeRO shard, every rank's experts);
+// a norm that is not finite ends the run.
+void clip_gradients(demos::TrainingRun& run, training::Parallel& parallel, GPT<float>& model,
+                    double max_norm, std::size_t step) {
+  const double norm = run.optimizer.sharded() ? run.optimizer.clip_grad_norm({}, max_norm)
+                                              : training::clip_grad_norm(parallel, model, max_norm);
+  if (!std::isfinite(norm))
+    throw std::runtime_error("training diverged at step " + std::to_string(step) +
+                             ": the gradient norm is " + std::to_string(norm) +
+                             "; try a smaller --lr");
+}
+
 }  // namespace
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
@@ -105,11 +131,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
                              data.validation.size()};
   RunPosition position;
   if (!o.resume.empty()) position = resume_run(run, o.resume, identity);
-  const std::size_t last = o.stop_after == 0 ? o.steps : std::min(o.stop_after, o.steps);
-  if (position.step >= last)
-    throw std::invalid_argument("--resume: the run has " + std::to_string(position.step) +
-                                " steps done, nothing left to train up to step " +
-                                std::to_string(last));
+  const std::size_t last = o.last(position.step, o.steps, "steps", "up to step");
   // The samples' prompt is checked before training, not at the first evaluation.
   const std::vector<std::int64_t> prompt =
       data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
@@ -128,25 +150,10 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (std::size_t step = position.step; step < last; ++step) {
     const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
     run.tape.clear();
-    const auto V = static_cast<std::int64_t>(data.vocab.size());
-    Var<float> cross_entropy_loss, loss;
-    if (sparse) {  // the cross-entropy plus the routers' auxiliary loss
-      const GPTOutput<float> out = model.forward_with_losses(run.tape, batch.inputs);
-      cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
-      loss = add(cross_entropy_loss, out.aux_loss);
-    } else {
-      const Var<float> logits = model.forward(run.tape, batch.inputs);
-      loss = cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
-    }
-    run.tape.backward(loss);
+    Var<float> cross_entropy_loss;
+    run.tape.backward(training_loss(model, run.tape, batch, cross_entropy_loss));
     run.optimizer.finish();
-    const double norm = run.optimizer.sharded()
-                            ? run.optimizer.clip_grad_norm({}, o.grad_clip)
-                            : training::clip_grad_norm(parallel, model, o.grad_clip);
-    if (!std::isfinite(norm))
-      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
-                               ": the gradient norm is " + std::to_string(norm) +
-                               "; try a smaller --lr");
+    clip_gradients(run, parallel, model, o.grad_clip, step + 1);
     run.optimizer.step();
     run.optimizer.zero_grad();
     run.schedule->step();
