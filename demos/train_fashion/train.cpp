@@ -30,6 +30,27 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// One optimizer step on `batch`, observed as step `observed`; this rank's loss.
+double train_step(demos::TrainingRun& run, Module<float>& model, const Batch<float>& batch,
+                  const CrossEntropyOptions& loss_options, training::StepObserver<float>& observer,
+                  std::size_t observed) {
+  Var<float> loss;
+  {
+    auto profiled = observer.step(run.tape, observed);
+    run.tape.clear();
+    loss = cross_entropy(model(run.tape.leaf(batch.inputs, false)), batch.labels, loss_options);
+    run.tape.backward(loss);
+    run.optimizer.finish();
+    observer.region("optimizer.step", [&] {
+      run.optimizer.step();
+      run.optimizer.zero_grad();
+      run.schedule->step();
+    });
+  }
+  observer.graph(run.tape, {loss}, model.named_parameters(), observed);
+  return loss.value()();
+}
+
 }  // namespace
 
 Evaluation evaluate(Module<float>& model, const Split& split) {
@@ -103,23 +124,8 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     std::size_t in_epoch = 0;
     while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {
       if (o.flip) random_flip(batch, o.seed, epoch);
-      Var<float> loss;
-      ++observed;
-      {
-        auto profiled = observer.step(run.tape, observed);
-        run.tape.clear();
-        const Var<float> x = run.tape.leaf(batch.inputs, false);
-        loss = cross_entropy(model(x), batch.labels, loss_options);
-        run.tape.backward(loss);
-        run.optimizer.finish();
-        observer.region("optimizer.step", [&] {
-          run.optimizer.step();
-          run.optimizer.zero_grad();
-          run.schedule->step();
-        });
-      }
-      observer.graph(run.tape, {loss}, model.named_parameters(), observed);
-      const double value = parallel.mean(loss.value()());  // the global batch's mean
+      const double value =  // the global batch's mean
+          parallel.mean(train_step(run, model, batch, loss_options, observer, ++observed));
       loss_sum += value;
       ++step;
       ++in_epoch;
