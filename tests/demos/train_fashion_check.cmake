@@ -186,15 +186,15 @@ expect_refused("--epochs 0" "" ${bad_data} ${DATA} --epochs 0)
 expect_refused("--resume with --epochs 3" "saved with --epochs 2, this run has 3" ${bad_data}
                ${DATA} ${subset} --epochs 3 --resume ${OUT}/saved_resumed)
 expect_refused("--resume with --seed 4" "saved with --seed 3, this run has 4" ${bad_data} ${DATA}
-               --train-limit 2000 --test-limit 1000 --seed 4 --epochs 2 --resume
-               ${OUT}/saved_resumed)
+               --train-limit 2000 --test-limit 1000 --seed 4 --epochs 2
+               --resume ${OUT}/saved_resumed)
 expect_refused("--resume with --augment flip" "saved with --augment none, this run has flip"
-               ${bad_data} ${DATA} ${subset} --epochs 2 --augment flip --resume
-               ${OUT}/saved_resumed)
+               ${bad_data} ${DATA} ${subset} --epochs 2 --augment flip
+               --resume ${OUT}/saved_resumed)
 expect_refused("--resume of a finished run" "nothing left to train" ${bad_data} ${DATA} ${subset}
                --epochs 2 --resume ${OUT}/saved_resumed)
 expect_refused("--resume of a mixer as an mlp" "--resume '${OUT}/saved_resumed'" ${bad_data} ${DATA}
                ${subset} --epochs 2 --model mixer --resume ${OUT}/saved_resumed)
-expect_refused("--resume of no run" "--resume '${OUT}/empty'" ${bad_data} ${DATA} ${subset} --resume
-               ${OUT}/empty)
+expect_refused("--resume of no run" "--resume '${OUT}/empty'" ${bad_data} ${DATA} ${subset}
+               --resume ${OUT}/empty)
 file(REMOVE_RECURSE ${OUT})

@@ -33,27 +33,27 @@ expect_refused("--expert-parallel with --zero 1" "--zero 0 only" ${TRAIN_GPT} ${
                --expert-parallel --zero 1)
 
 file(MAKE_DIRECTORY ${OUT}/empty)
-expect_refused("no fortunes" "holds 0 fortunes" ${TRAIN_GPT} ${base} --data-dir ${OUT}/empty --out
-               ${OUT}/bad)
-expect_refused("no directory" "apt-get install fortunes" ${TRAIN_GPT} ${base} --data-dir
-               ${OUT}/absent --out ${OUT}/bad)
+expect_refused("no fortunes" "holds 0 fortunes" ${TRAIN_GPT} ${base} --data-dir ${OUT}/empty
+               --out ${OUT}/bad)
+expect_refused("no directory" "apt-get install fortunes" ${TRAIN_GPT} ${base}
+               --data-dir ${OUT}/absent --out ${OUT}/bad)
 file(MAKE_DIRECTORY ${OUT}/latin1)
 execute_process(COMMAND printf "caf\\351\\n%%\\n" OUTPUT_FILE ${OUT}/latin1/one)
-expect_refused("Latin-1 text" "invalid UTF-8 at byte 3" ${TRAIN_GPT} ${base} --data-dir
-               ${OUT}/latin1 --out ${OUT}/bad)
+expect_refused("Latin-1 text" "invalid UTF-8 at byte 3" ${TRAIN_GPT} ${base}
+               --data-dir ${OUT}/latin1 --out ${OUT}/bad)
 
 # A saved run, then resumes and generations it refuses.
 run_or_fail(output "the tiny run" 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/run --save ${OUT}/saved)
-expect_refused("--resume of a finished run" "nothing left to train" ${TRAIN_GPT} ${tiny} --out
-               ${OUT}/run --resume ${OUT}/saved)
+expect_refused("--resume of a finished run" "nothing left to train" ${TRAIN_GPT} ${tiny}
+               --out ${OUT}/run --resume ${OUT}/saved)
 expect_refused("--resume with --lr 0.01" "saved with --lr 0.003, this run has 0.01" ${TRAIN_GPT}
                ${tiny} --lr 0.01 --resume ${OUT}/saved --out ${OUT}/bad)
-expect_refused("--resume with --n-embd 32" "--resume '${OUT}/saved'" ${TRAIN_GPT} ${base} --data-dir
-               ${DATA} --n-head 2 --n-embd 32 --resume ${OUT}/saved --out ${OUT}/bad)
-expect_refused("--resume of no run" "--resume '${OUT}/empty'" ${TRAIN_GPT} ${tiny} --resume
-               ${OUT}/empty --out ${OUT}/bad)
-expect_refused("--generate of no run" "--generate '${OUT}/empty'" ${TRAIN_GPT} --generate
-               ${OUT}/empty)
+expect_refused("--resume with --n-embd 32" "--resume '${OUT}/saved'" ${TRAIN_GPT} ${base}
+               --data-dir ${DATA} --n-head 2 --n-embd 32 --resume ${OUT}/saved --out ${OUT}/bad)
+expect_refused("--resume of no run" "--resume '${OUT}/empty'" ${TRAIN_GPT} ${tiny}
+               --resume ${OUT}/empty --out ${OUT}/bad)
+expect_refused("--generate of no run" "--generate '${OUT}/empty'" ${TRAIN_GPT}
+               --generate ${OUT}/empty)
 expect_refused("a prompt outside the vocabulary" "U+6F22" ${TRAIN_GPT} --generate ${OUT}/saved
                --prompt "x漢")
 require_in("${error}" "is not in the model's vocabulary" "a prompt outside the vocabulary")
