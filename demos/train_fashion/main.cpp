@@ -7,11 +7,8 @@
 // --out. Exit codes: 0 done, 2 bad options or data, 1 anything else (a file
 // that cannot be written, gnuplot failing).
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
-#include <random>
 #include <stdexcept>
 #include <string>
 

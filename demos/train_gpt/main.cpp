@@ -10,7 +10,6 @@
 // 0 done, 2 bad options, data or checkpoint, 1 anything else (a file that
 // cannot be written, gnuplot failing).
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -155,26 +154,9 @@ int run_training(const Options& o, demos::Program& program) {
   if (std::fclose(samples) != 0)
     throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
   const double total_seconds = program.seconds();
-  demos::write_history_csv(out / "history.csv", result.history, history_fields());
-  write_summary_json(out / "summary.json",
-                     summary_of(o, corpus, vocab, parameters, active_parameters, result, unigram,
-                                parallel.size(), data_seconds, total_seconds));
-  PlotResult plotted = plot_losses(out, unigram);
-  const bool sparse = o.model.experts > 0;
-  if (sparse) {
-    write_experts_csv(out / "experts.csv", result.experts, o.model.n_layer, o.model.experts);
-    const PlotResult experts =
-        plot_experts(out, o.model.n_layer, o.model.experts, o.model.experts_per_token);
-    if (plotted == PlotResult::written) plotted = experts;
-  }
-  std::printf(
-      "validation loss %.4f nats per character (unigram baseline %.4f) after %zu steps; "
-      "%.0f tokens/s, %.1f s in all\n",
-      result.final_val_loss, unigram, result.step, result.tokens_per_second, total_seconds);
-  return sparse ? demos::print_wrote(out, "summary.json, history.csv, samples.txt, experts.csv",
-                                     plotted, "loss.png, experts.png", "pictures")
-                : demos::print_wrote(out, "summary.json, history.csv, samples.txt", plotted,
-                                     "loss.png", "picture");
+  return write_report(out, result, o.model, unigram, total_seconds,
+                      summary_of(o, corpus, vocab, parameters, active_parameters, result, unigram,
+                                 parallel.size(), data_seconds, total_seconds));
 }
 
 // Continues --prompt with the model saved in --generate.

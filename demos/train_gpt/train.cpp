@@ -107,6 +107,20 @@ void clip_gradients(demos::TrainingRun& run, training::Parallel& parallel, GPT<f
                              "; try a smaller --lr");
 }
 
+// What train returns: the run's records, this call's speed and the final losses.
+TrainResult result_of(RunPosition position, const demos::Progress& progress,
+                      double final_val_loss) {
+  TrainResult result;
+  result.tokens_per_second = progress.items_per_second();
+  result.train_seconds = progress.train_seconds();
+  result.final_val_loss = final_val_loss;
+  result.history = std::move(position.history);
+  result.experts = std::move(position.experts);
+  result.step = position.step;
+  result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
+  return result;
+}
+
 }  // namespace
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
@@ -194,16 +208,8 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     if (record) progress.skip_time();
   }
   progress.finish();
-  TrainResult result;
-  result.tokens_per_second = progress.items_per_second();
-  result.train_seconds = progress.train_seconds();
   model.eval();
-  result.final_val_loss = evaluator.full(model, parallel);
-  result.history = std::move(position.history);
-  result.experts = std::move(position.experts);
-  result.step = position.step;
-  result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
-  return result;
+  return result_of(std::move(position), progress, evaluator.full(model, parallel));
 }
 
 }  // namespace gpt_demo
