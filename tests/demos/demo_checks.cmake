@@ -38,6 +38,16 @@ function(expect_close one two key tolerance)
   endif()
 endfunction()
 
+# expect_close for each key after `tolerance` of the summary.json files of
+# the runs in the directories `one` and `two`.
+function(expect_close_runs one two tolerance)
+  file(READ ${one}/summary.json a)
+  file(READ ${two}/summary.json b)
+  foreach(key ${ARGN})
+    expect_close("${a}" "${b}" ${key} ${tolerance})
+  endforeach()
+endfunction()
+
 # Fails unless the JSON texts `a` and `b` hold the same text for every key
 # given after them (bit for bit, as printed).
 function(expect_same_json a b)
