@@ -101,13 +101,8 @@ xt::xarray<double> column(std::size_t n, double lo, double hi) {
   return x;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  const Settings settings = parse(argc, argv);
-  std::cout << "fit_pde: " << compute_info() << "\n";
-  Generator generator(settings.seed);
-  Network u(settings.activation, generator);
+// Trains `u` for `steps` steps with Adam; returns the seconds it took.
+double fit(Network& u, int steps) {
   optim::Adam<double> adam(u.parameters(), optim::AdamOptions(3e-3));
 
   // Collocation points strictly inside (0, 1), and the right-hand side
@@ -125,8 +120,8 @@ int main(int argc, char** argv) try {
 
   Tape<double> tape;
   const auto start = std::chrono::steady_clock::now();
-  for (int step = 1; step <= settings.steps; ++step) {
-    if (step == settings.steps * 3 / 4) adam.set_lr(5e-4);  // a finer last quarter
+  for (int step = 1; step <= steps; ++step) {
+    if (step == steps * 3 / 4) adam.set_lr(5e-4);  // a finer last quarter
     tape.clear();
     const Var<double> x = tape.leaf(x_col);
     const Var<double> y = u(x);  // [N, 1]; row i depends on x_i alone
@@ -147,11 +142,20 @@ int main(int argc, char** argv) try {
       std::cout << "step " << step << "  loss " << loss.value()() << "  (residual "
                 << residual.value()() << ", boundary " << boundary.value()() << ")\n";
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Settings settings = parse(argc, argv);
+  std::cout << "fit_pde: " << compute_info() << "\n";
+  Generator generator(settings.seed);
+  Network u(settings.activation, generator);
+  const double seconds = fit(u, settings.steps);
 
   // The trained network against sin(pi x) on a fine grid.
-  tape.clear();
+  Tape<double> tape;
   NoGradGuard<double> no_grad(tape);
   const xt::xarray<double> x_test = column(201, 0.0, 1.0);
   const xt::xarray<double> u_test = u(tape.leaf(x_test, false)).value();

@@ -103,21 +103,14 @@ template <class T>
 std::unique_ptr<training::TrainingOptimizer<T>> make_optimizer(
     const Options& o, training::Parallel& parallel, training::GradientAverager<T>& gradients,
     std::vector<Parameter<T>*> params) {
-  if (o.optimizer == "adam")
+  const auto make = [&](auto options) {
+    using Group = optim::ParamGroup<T, decltype(options)>;
     return std::make_unique<training::TrainingOptimizer<T>>(
-        parallel, gradients,
-        std::vector<optim::ParamGroup<T, optim::AdamOptions>>{{params, optim::AdamOptions(o.lr)}},
-        o.zero);
-  if (o.optimizer == "adamw")
-    return std::make_unique<training::TrainingOptimizer<T>>(
-        parallel, gradients,
-        std::vector<optim::ParamGroup<T, optim::AdamWOptions>>{{params, optim::AdamWOptions(o.lr)}},
-        o.zero);
-  return std::make_unique<training::TrainingOptimizer<T>>(
-      parallel, gradients,
-      std::vector<optim::ParamGroup<T, optim::SGDOptions>>{
-          {params, optim::SGDOptions(o.lr).momentum(0.9)}},
-      o.zero);
+        parallel, gradients, std::vector<Group>{{params, options}}, o.zero);
+  };
+  if (o.optimizer == "adam") return make(optim::AdamOptions(o.lr));
+  if (o.optimizer == "adamw") return make(optim::AdamWOptions(o.lr));
+  return make(optim::SGDOptions(o.lr).momentum(0.9));
 }
 
 // Mean squared error of a model on (x, y) without recording a backward.
@@ -172,94 +165,82 @@ bool plot(const fs::path& out, bool with_history) {  // history: a training run
   return std::system(command.c_str()) == 0;
 }
 
+// The toy's data: training tokens (this rank's slice of them under
+// mpirun) and held-out tokens with their targets.
 template <class T>
-int run(Options o, training::Parallel& parallel) {
-  std::mt19937_64 data_generator(o.seed);
-  const xt::xarray<T> x_train = uniform_tokens<T>(k_train_tokens, data_generator);
-  const xt::xarray<T> x_heldout = uniform_tokens<T>(k_heldout_tokens, data_generator);
-  const xt::xarray<T> y_train = target_of(x_train), y_heldout = target_of(x_heldout);
+struct ToyData {
+  xt::xarray<T> x_train, y_train, x_heldout, y_heldout, x_local, y_local;
+};
 
-  Generator init_generator(o.seed + 1);
-  FeedForward<T> ffn(2, o.hidden, parse_activation(o.activation), init_generator);
-  LinearBaseline<T> baseline(2, o.hidden, init_generator);
-  // Under mpirun each rank trains on its slice of the training tokens and
-  // the gradients are averaged (training::GradientAverager): the same steps as
-  // one process on all of them. Rank 0 alone prints and writes.
-  const auto [first, count] = parallel.slice(k_train_tokens, "the training batch");
-  const xt::xarray<T> x_local = xt::view(x_train, xt::range(first, first + count));
-  const xt::xarray<T> y_local = xt::view(y_train, xt::range(first, first + count));
-  if (parallel.quiet()) o.observe = {};
-  const fs::path out(o.out);
-  if (!parallel.quiet()) fs::create_directories(out);
-
+// Trains both models together, one step each on the same batch; the
+// history every k_eval_every steps and the last global training MSE.
+template <class T>
+std::vector<Record> train_both(const Options& o, training::Parallel& parallel, FeedForward<T>& ffn,
+                               LinearBaseline<T>& baseline, const ToyData<T>& d,
+                               double& final_train) {
   std::vector<Record> history;
-  const bool trained_here = o.load.empty();
   const auto start = std::chrono::steady_clock::now();
-  double final_train = 0.0;
-  if (!o.load.empty()) {
-    ffn.load(o.load);
-    final_train = evaluate(ffn, x_train, y_train);
-  } else {
-    Tape<T> tape;
-    training::GradientAverager<T> ffn_sync(parallel, ffn, tape),
-        base_sync(parallel, baseline, tape);
-    auto ffn_opt = make_optimizer<T>(o, parallel, ffn_sync, ffn.parameters());
-    auto base_opt = make_optimizer<T>(o, parallel, base_sync, baseline.parameters());
-    const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
-    training::StepObserver<T> observer(o.observe, o.steps);
-    ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
-    for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
-    for (auto& [name, p] : baseline.named_parameters()) names.emplace_back("baseline." + name, p);
-    for (std::size_t step = 1; step <= o.steps; ++step) {
-      Var<T> ffn_loss, base_loss;
-      {
-        auto profiled = observer.step(tape, step);
-        tape.clear();
-        const Var<T> x = tape.leaf(x_local, false), y = tape.leaf(y_local, false);
-        ffn_loss = mse(ffn(x), y);
-        base_loss = mse(baseline(x), y);
-        tape.backward(ffn_loss);
-        tape.backward(base_loss);
-        ffn_opt->finish();
-        base_opt->finish();
-        observer.region("optimizer.step", [&] {
-          ffn_opt->step();
-          base_opt->step();
-          ffn_opt->zero_grad();
-          base_opt->zero_grad();
-        });
-      }
-      observer.graph(tape, {ffn_loss, base_loss}, names, step);
-      const bool logged = step % k_eval_every == 0 || step == 1 || step == o.steps;
-      if (!logged && parallel.active()) continue;  // the global mean is needed only when logged
-      // The global batch's MSE: the mean of the ranks' equal shards' means.
-      const double train_ffn = parallel.mean(ffn_loss.value()());
-      const double train_base = parallel.mean(base_loss.value()());
-      final_train = train_ffn;
-      if (logged) {
-        history.push_back({step, train_ffn, evaluate(ffn, x_heldout, y_heldout), train_base,
-                           evaluate(baseline, x_heldout, y_heldout)});
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (parallel.quiet()) continue;
-        if (terminal) {
-          std::printf("\rstep %5zu/%zu  train MSE %.3e  held-out %.3e  %.0f steps/s   ", step,
-                      o.steps, train_ffn, history.back().heldout_ffn, step / seconds);
-          std::fflush(stdout);
-        } else if (step % 500 == 0 || step == o.steps) {
-          std::printf("step %zu/%zu train MSE %.3e held-out %.3e %.0f steps/s\n", step, o.steps,
-                      train_ffn, history.back().heldout_ffn, step / seconds);
-        }
-      }
+  Tape<T> tape;
+  training::GradientAverager<T> ffn_sync(parallel, ffn, tape), base_sync(parallel, baseline, tape);
+  auto ffn_opt = make_optimizer<T>(o, parallel, ffn_sync, ffn.parameters());
+  auto base_opt = make_optimizer<T>(o, parallel, base_sync, baseline.parameters());
+  const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
+  training::StepObserver<T> observer(o.observe, o.steps);
+  ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
+  for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
+  for (auto& [name, p] : baseline.named_parameters()) names.emplace_back("baseline." + name, p);
+  for (std::size_t step = 1; step <= o.steps; ++step) {
+    Var<T> ffn_loss, base_loss;
+    {
+      auto profiled = observer.step(tape, step);
+      tape.clear();
+      const Var<T> x = tape.leaf(d.x_local, false), y = tape.leaf(d.y_local, false);
+      ffn_loss = mse(ffn(x), y);
+      base_loss = mse(baseline(x), y);
+      tape.backward(ffn_loss);
+      tape.backward(base_loss);
+      ffn_opt->finish();
+      base_opt->finish();
+      observer.region("optimizer.step", [&] {
+        ffn_opt->step();
+        base_opt->step();
+        ffn_opt->zero_grad();
+        base_opt->zero_grad();
+      });
     }
-    if (terminal) std::printf("\n");
-    if (!parallel.quiet()) observer.report(std::cout);
-    if (!o.save.empty() && !parallel.quiet()) ffn.save(o.save);
+    observer.graph(tape, {ffn_loss, base_loss}, names, step);
+    const bool logged = step % k_eval_every == 0 || step == 1 || step == o.steps;
+    if (!logged && parallel.active()) continue;  // the global mean is needed only when logged
+    // The global batch's MSE: the mean of the ranks' equal shards' means.
+    const double train_ffn = parallel.mean(ffn_loss.value()());
+    const double train_base = parallel.mean(base_loss.value()());
+    final_train = train_ffn;
+    if (!logged) continue;
+    history.push_back({step, train_ffn, evaluate(ffn, d.x_heldout, d.y_heldout), train_base,
+                       evaluate(baseline, d.x_heldout, d.y_heldout)});
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (parallel.quiet()) continue;
+    if (terminal) {
+      std::printf("\rstep %5zu/%zu  train MSE %.3e  held-out %.3e  %.0f steps/s   ", step, o.steps,
+                  train_ffn, history.back().heldout_ffn, step / seconds);
+      std::fflush(stdout);
+    } else if (step % 500 == 0 || step == o.steps) {
+      std::printf("step %zu/%zu train MSE %.3e held-out %.3e %.0f steps/s\n", step, o.steps,
+                  train_ffn, history.back().heldout_ffn, step / seconds);
+    }
   }
-  if (parallel.quiet()) return 0;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (terminal) std::printf("\n");
+  if (!parallel.quiet()) observer.report(std::cout);
+  return history;
+}
 
+// slice.csv, history.csv, summary.json and the pictures; the printed summary.
+template <class T>
+int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBaseline<T>& baseline,
+           const ToyData<T>& d, const std::vector<Record>& history, double final_train,
+           double seconds) {
+  const bool trained_here = o.load.empty();
   // The learned slice at x2 = 0, where y1 = |x1|.
   xt::xarray<T> slice_x = xt::zeros<T>({k_slice_points, std::size_t{2}});
   for (std::size_t i = 0; i < k_slice_points; ++i)
@@ -284,8 +265,8 @@ int run(Options o, training::Parallel& parallel) {
                 << ',' << r.heldout_baseline << '\n';
   history_csv.close();
 
-  const double heldout_ffn = evaluate(ffn, x_heldout, y_heldout);
-  const double heldout_base = evaluate(baseline, x_heldout, y_heldout);
+  const double heldout_ffn = evaluate(ffn, d.x_heldout, d.y_heldout);
+  const double heldout_base = evaluate(baseline, d.x_heldout, d.y_heldout);
   // With --load only the FFN exists; the untrained baseline is not reported.
   auto baseline_number = [trained_here](double v) {
     std::ostringstream s;
@@ -322,27 +303,54 @@ int run(Options o, training::Parallel& parallel) {
   return plotted ? 0 : 1;
 }
 
+template <class T>
+int run(Options o, training::Parallel& parallel) {
+  std::mt19937_64 data_generator(o.seed);
+  ToyData<T> d;
+  d.x_train = uniform_tokens<T>(k_train_tokens, data_generator);
+  d.x_heldout = uniform_tokens<T>(k_heldout_tokens, data_generator);
+  d.y_train = target_of(d.x_train);
+  d.y_heldout = target_of(d.x_heldout);
+  Generator init_generator(o.seed + 1);
+  FeedForward<T> ffn(2, o.hidden, parse_activation(o.activation), init_generator);
+  LinearBaseline<T> baseline(2, o.hidden, init_generator);
+  // Under mpirun each rank trains on its slice of the training tokens and
+  // the gradients are averaged (training::GradientAverager): the same steps as
+  // one process on all of them. Rank 0 alone prints and writes.
+  const auto [first, count] = parallel.slice(k_train_tokens, "the training batch");
+  d.x_local = xt::view(d.x_train, xt::range(first, first + count));
+  d.y_local = xt::view(d.y_train, xt::range(first, first + count));
+  if (parallel.quiet()) o.observe = {};
+  const fs::path out(o.out);
+  if (!parallel.quiet()) fs::create_directories(out);
+
+  std::vector<Record> history;
+  const auto start = std::chrono::steady_clock::now();
+  double final_train = 0.0;
+  if (!o.load.empty()) {
+    ffn.load(o.load);
+    final_train = evaluate(ffn, d.x_train, d.y_train);
+  } else {
+    history = train_both(o, parallel, ffn, baseline, d, final_train);
+    if (!o.save.empty() && !parallel.quiet()) ffn.save(o.save);
+  }
+  if (parallel.quiet()) return 0;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report(o, out, ffn, baseline, d, history, final_train, seconds);
+}
+
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  app.add_option("--steps", o.steps, "training steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
-  app.add_option("--hidden", o.hidden, "hidden width d_ff")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--activation", o.activation, "relu, gelu, gelu_tanh, gelu_sigmoid or silu")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh", "gelu_sigmoid", "silu"}));
-  app.add_option("--seed", o.seed, "seed of the data and the initialization")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--dtype", o.dtype, "float or double")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"float", "double"}));
+  program.add("--steps", o.steps, "training steps", CLI::Range(1, 100000000));
+  program.add("--lr", o.lr, "learning rate", CLI::PositiveNumber);
+  program.add("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)",
+              CLI::IsMember({"adam", "adamw", "sgd"}));
+  program.add("--hidden", o.hidden, "hidden width d_ff", CLI::Range(1, 4096));
+  program.add("--activation", o.activation, "relu, gelu, gelu_tanh, gelu_sigmoid or silu",
+              CLI::IsMember({"relu", "gelu", "gelu_tanh", "gelu_sigmoid", "silu"}));
+  program.add("--seed", o.seed, "seed of the data and the initialization", CLI::NonNegativeNumber);
+  program.add("--dtype", o.dtype, "float or double", CLI::IsMember({"float", "double"}));
   program.add_out(o.out);
   app.add_option("--save", o.save, "write the trained FFN as a checkpoint directory");
   app.add_option("--load", o.load, "evaluate a saved FFN instead of training")

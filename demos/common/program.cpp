@@ -7,6 +7,7 @@
 
 #include <xtgrad/engine/gemm_backend.hpp>
 #include <xtgrad/engine/matmul_precision.hpp>
+#include <xtgrad/engine/threads.hpp>
 
 namespace demos {
 
@@ -71,6 +72,24 @@ void Program::add_precision(std::string& precision) {
                  "needs AMX or AVX512-BF16); tensors and optimizer state stay float")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
+void Program::add_app(AppOptions& o, const std::string& threads_help,
+                      const std::string& data_help) {
+  add_threads(o.threads, threads_help);
+  add_precision(o.precision);
+  add_out(o.out);
+  app.add_option("--data-dir", o.data_dir, data_help)->capture_default_str();
+}
+
+void Program::start(const AppOptions& o) {
+  start_ = std::chrono::steady_clock::now();
+  xtgrad::set_num_threads(o.threads);
+  start_compute(o.precision);
+}
+
+double Program::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 void Program::start_compute(const std::string& precision) const {

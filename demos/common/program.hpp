@@ -16,6 +16,7 @@
 //     return program.run<DataError>([&] { return train_and_report(o, program.parallel); });
 //   }
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -30,6 +31,14 @@
 
 namespace demos {
 
+// The options of a training demo besides its model's and its loop's.
+struct AppOptions {
+  int threads = 2;                // --threads
+  std::string precision = "f32";  // --precision
+  std::string out;                // --out
+  std::string data_dir;           // --data-dir
+};
+
 // No demo data error: the default of Program::run.
 struct NoDataError {
   const char* what() const noexcept { return ""; }
@@ -42,6 +51,13 @@ class Program {
   xtgrad::training::Parallel parallel;  // the MPI job under mpirun, else nothing
   CLI::App app;
   const std::string name;
+
+  // --name (its default shown in --help) checked by `check` (CLI::Range, CLI::IsMember, ...).
+  template <class V>
+  CLI::Option* add(const std::string& name, V& value, const std::string& help,
+                   const CLI::Validator& check) {
+    return app.add_option(name, value, help)->capture_default_str()->check(check);
+  }
 
   // The shared options, each with its demo's help text where they differ.
   void add_out(std::string& out);                           // --out DIR, "output directory"
@@ -60,6 +76,13 @@ class Program {
   // --precision f32|bf16: how float GEMMs compute (xtgrad::set_matmul_precision;
   // f32 is MatmulPrecision::highest).
   void add_precision(std::string& precision);
+
+  // --threads, --precision, --out and --data-dir (each default shown).
+  void add_app(AppOptions& o, const std::string& threads_help, const std::string& data_help);
+  // The start of the run: xtgrad::set_num_threads(o.threads), then
+  // start_compute(o.precision); seconds() counts from here.
+  void start(const AppOptions& o);
+  double seconds() const;
 
   // Sets the matmul precision `precision` names (--precision; bf16 where it
   // cannot run: std::invalid_argument saying why) and prints, on rank 0, the
@@ -97,6 +120,7 @@ class Program {
   }
 
  private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int fail(const std::string& what, int code);
 };
 

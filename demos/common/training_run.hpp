@@ -14,9 +14,12 @@
 //     if (!o.save.empty()) run.save(o.save, extras_of(identity, position));
 //   }
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,9 +37,47 @@ struct RunOptions {
   std::filesystem::path resume;  // a directory written by --save, when not empty
   std::size_t stop_after = 0;    // stop after this step or epoch (0: run them all)
   int zero = 0;                  // --zero (training/training_optimizer.hpp)
+
+  // The last step (or epoch) of this call: --stop-after's, at most `total`.
+  // std::invalid_argument "--resume: the run has <done> <units> done,
+  // nothing left to train <until> <last>" when `done` reaches it.
+  std::size_t last(std::size_t done, std::size_t total, const std::string& units,
+                   const std::string& until) const {
+    const std::size_t end = stop_after == 0 ? total : std::min(stop_after, total);
+    if (done >= end)
+      throw std::invalid_argument("--resume: the run has " + std::to_string(done) + " " + units +
+                                  " done, nothing left to train " + until + " " +
+                                  std::to_string(end));
+    return end;
+  }
 };
 
+// AdamW's two parameter groups, as nanoGPT makes them: `options` on the
+// parameters of rank >= 2 (weight matrices, embeddings), the same without
+// weight decay on the others (biases, norm weights); a tied weight once.
+inline std::vector<xtgrad::optim::AdamWParamGroup<float>> decay_groups(
+    xtgrad::Module<float>& model, const xtgrad::optim::AdamWOptions& options) {
+  std::vector<xtgrad::Parameter<float>*> decay, no_decay;
+  for (xtgrad::Parameter<float>* p : model.parameters()) {
+    std::vector<xtgrad::Parameter<float>*>& group = p->value.dimension() >= 2 ? decay : no_decay;
+    if (std::find(group.begin(), group.end(), p) == group.end()) group.push_back(p);
+  }
+  return {{decay, options}, {no_decay, xtgrad::optim::AdamWOptions(options).weight_decay(0.0)}};
+}
+
+// The schedule of both training demos: a linear warm-up from 0 over
+// `warmup` steps, then a cosine to `eta_min` at step `total`.
+inline xtgrad::training::TrainingOptimizer<float>::MakeSchedule warmup_cosine(
+    std::int64_t warmup, std::int64_t total, double eta_min = 0.0) {
+  return [=](xtgrad::optim::Optimizer<float>& opt) {
+    return std::unique_ptr<xtgrad::optim::LRScheduler<float>>(
+        new xtgrad::optim::WarmupCosineLR<float>(
+            opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, eta_min));
+  };
+}
+
 class TrainingRun {
+  xtgrad::training::Parallel& parallel_;
   xtgrad::Module<float>& model_;
   xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule_;
 
@@ -45,7 +86,8 @@ class TrainingRun {
   TrainingRun(xtgrad::training::Parallel& parallel, xtgrad::Module<float>& model,
               const std::vector<xtgrad::optim::ParamGroup<float, Options>>& groups, int zero,
               xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule)
-      : model_(model),
+      : parallel_(parallel),
+        model_(model),
         make_schedule_(std::move(make_schedule)),
         gradients(parallel, model, tape),
         optimizer(parallel, gradients, groups, zero),
@@ -55,6 +97,9 @@ class TrainingRun {
   xtgrad::training::GradientAverager<float> gradients;
   xtgrad::training::TrainingOptimizer<float> optimizer;
   std::unique_ptr<xtgrad::optim::LRScheduler<float>> schedule;
+  // Every rank saves and resumes its own state in <dir>/rank<r> (a model
+  // whose experts are sharded, training/expert_parallel.hpp; --zero 0).
+  bool per_rank = false;
 
   // Collective: demos::resume_run from `dir` into the model, the optimizer
   // and the schedule (the whole state read, then sharded by --zero);
@@ -63,6 +108,12 @@ class TrainingRun {
   SavedRun resume(const std::filesystem::path& dir, const xtgrad::TrainingExtras& identity,
                   const std::string& program, Mismatch mismatch,
                   const std::string& first_key = "") {
+    if (per_rank) {
+      const std::filesystem::path own = rank_dir(dir);
+      return {resume_run(own, model_, optimizer.optimizer(), *schedule, identity, program, mismatch,
+                         first_key),
+              own, program};
+    }
     return {
         optimizer.resume(
             *schedule, make_schedule_,
@@ -72,11 +123,21 @@ class TrainingRun {
         dir, program};
   }
 
-  // Collective: the whole state gathered to rank 0, which saves it with `extras`.
+  // Collective: the whole state gathered to rank 0, which saves it with
+  // `extras` (per_rank: each rank its own).
   void save(const std::filesystem::path& dir, const xtgrad::TrainingExtras& extras) {
+    if (per_rank) {
+      std::filesystem::create_directories(dir);
+      return save_run(rank_dir(dir), model_, optimizer.optimizer(), *schedule, extras);
+    }
     optimizer.save([&](const xtgrad::optim::Optimizer<float>& full) {
       save_run(dir, model_, full, *schedule, extras);
     });
+  }
+
+ private:
+  std::filesystem::path rank_dir(const std::filesystem::path& dir) const {
+    return dir / ("rank" + std::to_string(parallel_.rank()));
   }
 };
 

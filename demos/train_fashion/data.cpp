@@ -11,6 +11,7 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/io/idx.hpp>
 
+#include "../common/counter_key.hpp"
 #include "zoo/fashion/models.hpp"
 
 namespace fashion {
@@ -108,18 +109,8 @@ FashionMnist load_fashion_mnist(const fs::path& dir, std::size_t train_limit,
   return data;
 }
 
-namespace {
-// SplitMix64's output function (Steele, Lea & Flood 2014): a bijection of
-// 64-bit words whose every output bit depends on every input bit.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 bool flips(std::uint64_t seed, std::uint64_t epoch, std::size_t index) {
-  const std::uint64_t key = mix(mix(mix(seed ^ 0x666c6970ULL) + epoch) + index);  // "flip"
+  const std::uint64_t key = demos::counter_key(seed, 0x666c6970ULL, epoch, index);  // "flip"
   return (key >> 63) != 0;
 }
 

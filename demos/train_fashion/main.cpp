@@ -7,11 +7,8 @@
 // --out. Exit codes: 0 done, 2 bad options or data, 1 anything else (a file
 // that cannot be written, gnuplot failing).
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
-#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -27,15 +24,11 @@ namespace {
 
 using namespace fashion;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   ModelConfig model;
   TrainOptions train;
-  int threads = 2;
-  std::string precision = "f32";  // --precision
-  std::string out = "fashion_out";
-  std::string data_dir = k_default_data_dir;
+  demos::AppOptions app{2, "f32", "fashion_out", k_default_data_dir};
   std::size_t train_limit = 0, test_limit = 0;
   std::string augment;  // empty: the model's default
 };
@@ -67,7 +60,7 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
           {"label_smoothing", t.label_smoothing},
           {"augment", t.flip ? "flip" : "none"},
           {"seed", t.seed},
-          {"threads", o.threads},
+          {"threads", o.app.threads},
           {"train_images", data.train.labels.size()},
           {"test_images", data.test.labels.size()},
           {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
@@ -84,11 +77,9 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
 
 int run(const Options& o, demos::Program& program) {
   xtgrad::training::Parallel& parallel = program.parallel;
-  const Clock::time_point start = Clock::now();
-  xtgrad::set_num_threads(o.threads);
-  program.start_compute(o.precision);
-  FashionMnist data = load_fashion_mnist(o.data_dir, o.train_limit, o.test_limit);
-  const double data_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  program.start(o.app);
+  FashionMnist data = load_fashion_mnist(o.app.data_dir, o.train_limit, o.test_limit);
+  const double data_seconds = program.seconds();
   const std::size_t n_train = data.train.labels.size();
   xtgrad::Generator generator(o.train.seed);
   auto model = make_model(o.model, generator);
@@ -99,12 +90,12 @@ int run(const Options& o, demos::Program& program) {
         "train_fashion: %s, %zu parameters; %zu training and %zu test images (%.1f s to load)\n",
         o.model.kind.c_str(), parameters, n_train, data.test.labels.size(), data_seconds);
   program.print_processes(o.train.batch_size, "images", o.train.zero);
-  const fs::path out(o.out);
+  const fs::path out(o.app.out);
   if (!parallel.quiet()) fs::create_directories(out);
 
   const TrainResult result = train(*model, o.model, data, o.train, parallel.out(), parallel);
   if (parallel.quiet()) return 0;
-  const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double total_seconds = program.seconds();
 
   demos::HistoryFields<EpochRecord> columns = epoch_fields();
   columns.sizes = {{"epoch", &EpochRecord::epoch}};
@@ -123,75 +114,48 @@ int run(const Options& o, demos::Program& program) {
 
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  app.add_option("--model", o.model.kind,
-                 "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"mlp", "mixer"}));
-  app.add_option("--epochs", o.train.epochs, "training epochs")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000));
-  app.add_option("--batch-size", o.train.batch_size, "images per mini-batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 60000));
+  program.add("--model", o.model.kind, "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)",
+              CLI::IsMember({"mlp", "mixer"}));
+  program.add("--epochs", o.train.epochs, "training epochs", CLI::Range(1, 10000));
+  program.add("--batch-size", o.train.batch_size, "images per mini-batch", CLI::Range(1, 60000));
   app.add_option("--lr", o.train.lr,
                  "peak learning rate of AdamW [default: 1e-3 for mlp, 2e-3 "
                  "for mixer, whose flipped images need the longer steps to "
                  "fit in 10 epochs]")
       ->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", o.train.weight_decay,
-                 "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
-                 "and LayerNorm weights)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup-epochs", o.train.warmup_epochs,
-                 "epochs of linear warm-up before the cosine decay (at most half the run)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+  program.add("--weight-decay", o.train.weight_decay,
+              "AdamW's decoupled weight decay, on the weight matrices only (none on biases "
+              "and LayerNorm weights)",
+              CLI::NonNegativeNumber);
+  program.add("--warmup-epochs", o.train.warmup_epochs,
+              "epochs of linear warm-up before the cosine decay (at most half the run)",
+              CLI::NonNegativeNumber);
+  program.add("--label-smoothing", o.train.label_smoothing, "label smoothing of the loss",
+              CLI::Range(0.0, 1.0));
   app.add_option("--augment", o.augment,
                  "augmentation of the training images: flip (random horizontal flips) or none "
                  "[default: none for mlp, whose dropout is its regularizer; flip for mixer, which "
                  "overfits without it]")
       ->check(CLI::IsMember({"none", "flip"}));
-  app.add_option("--hidden", o.model.hidden, "mlp: hidden width")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
-  app.add_option("--patch", o.model.patch, "mixer: patch side (divides 28)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({1, 2, 4, 7, 14, 28}));
-  app.add_option("--width", o.model.width, "mixer: channels per token")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--blocks", o.model.blocks, "mixer: number of mixer blocks")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
-  app.add_option("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--channel-hidden", o.model.channel_hidden,
-                 "mixer: hidden width of channel mixing")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16384));
-  program.add_threads(o.threads,
-                      "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)");
-  program.add_precision(o.precision);
-  app.add_option("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  program.add_out(o.out);
-  app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST IDX files")
-      ->capture_default_str();
-  app.add_option("--train-limit", o.train_limit, "use only the first N training images (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--test-limit", o.test_limit, "use only the first N test images (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  program.add("--hidden", o.model.hidden, "mlp: hidden width", CLI::Range(1, 65536));
+  program.add("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer",
+              CLI::Range(0.0, 0.99));
+  program.add("--patch", o.model.patch, "mixer: patch side (divides 28)",
+              CLI::IsMember({1, 2, 4, 7, 14, 28}));
+  program.add("--width", o.model.width, "mixer: channels per token", CLI::Range(1, 4096));
+  program.add("--blocks", o.model.blocks, "mixer: number of mixer blocks", CLI::Range(0, 64));
+  program.add("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing",
+              CLI::Range(1, 4096));
+  program.add("--channel-hidden", o.model.channel_hidden, "mixer: hidden width of channel mixing",
+              CLI::Range(1, 16384));
+  program.add("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout",
+              CLI::NonNegativeNumber);
+  program.add_app(o.app, "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads)",
+                  "directory of the Fashion-MNIST IDX files");
+  program.add("--train-limit", o.train_limit, "use only the first N training images (0: all)",
+              CLI::NonNegativeNumber);
+  program.add("--test-limit", o.test_limit, "use only the first N test images (0: all)",
+              CLI::NonNegativeNumber);
   program.add_save_resume(o.train.save, o.train.resume,
                           "save the run (model, optimizer, schedule, dropout and loop state) to "
                           "DIR after every epoch");
@@ -215,7 +179,7 @@ int main(int argc, char** argv) {
   const bool mixer = o.model.kind == "mixer";
   o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
   if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
-  o.threads = program.threads(o.threads);
+  o.app.threads = program.threads(o.app.threads);
   if (program.parallel.quiet()) o.train.observe = {};
   return program.run<DataError>([&] { return run(o, program); });
 }

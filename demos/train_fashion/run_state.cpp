@@ -1,6 +1,6 @@
-// save_run and resume_run (run_state.hpp).
+// save_run and resume_run (train.hpp).
 
-#include "run_state.hpp"
+#include "train.hpp"
 
 #include <stdexcept>
 #include <string>

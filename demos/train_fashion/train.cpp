@@ -16,7 +16,6 @@
 #include <xtgrad/optim/optim.hpp>
 
 #include "../common/progress.hpp"
-#include "run_state.hpp"
 
 namespace fashion {
 
@@ -29,6 +28,27 @@ constexpr std::size_t k_eval_batch = 1000;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One optimizer step on `batch`, observed as step `observed`; this rank's loss.
+double train_step(demos::TrainingRun& run, Module<float>& model, const Batch<float>& batch,
+                  const CrossEntropyOptions& loss_options, training::StepObserver<float>& observer,
+                  std::size_t observed) {
+  Var<float> loss;
+  {
+    auto profiled = observer.step(run.tape, observed);
+    run.tape.clear();
+    loss = cross_entropy(model(run.tape.leaf(batch.inputs, false)), batch.labels, loss_options);
+    run.tape.backward(loss);
+    run.optimizer.finish();
+    observer.region("optimizer.step", [&] {
+      run.optimizer.step();
+      run.optimizer.zero_grad();
+      run.schedule->step();
+    });
+  }
+  observer.graph(run.tape, {loss}, model.named_parameters(), observed);
+  return loss.value()();
 }
 
 }  // namespace
@@ -59,17 +79,6 @@ Evaluation evaluate(Module<float>& model, const Split& split) {
   return result;
 }
 
-// AdamW's two groups: weight decay on the matrices, none on the 1-D
-// parameters (biases, LayerNorm weights).
-std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, double lr,
-                                                        double weight_decay) {
-  std::vector<Parameter<float>*> decay, no_decay;
-  for (Parameter<float>* p : model.parameters())
-    (p->value.dimension() >= 2 ? decay : no_decay).push_back(p);
-  return {{decay, optim::AdamWOptions(lr).weight_decay(weight_decay)},
-          {no_decay, optim::AdamWOptions(lr).weight_decay(0.0)}};
-}
-
 TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
                   const TrainOptions& o, std::FILE* out, training::Parallel& parallel) {
   const std::size_t train_images = data.train.labels.size();
@@ -82,11 +91,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
       static_cast<std::int64_t>(std::llround(o.warmup_epochs * steps_per_epoch)), total_steps / 2);
 
   demos::TrainingRun run(
-      parallel, model, decay_groups(model, o.lr, o.weight_decay), o.zero,
-      [&](optim::Optimizer<float>& opt) -> std::unique_ptr<optim::LRScheduler<float>> {
-        return std::make_unique<optim::WarmupCosineLR<float>>(
-            opt, warmup, std::max<std::int64_t>(1, total_steps - warmup));
-      });
+      parallel, model,
+      demos::decay_groups(model, optim::AdamWOptions(o.lr).weight_decay(o.weight_decay)), o.zero,
+      demos::warmup_cosine(warmup, total_steps));
   const RunIdentity identity{config, o, train_images};
   TrainResult result;
   std::size_t step = 0;
@@ -96,11 +103,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     step = position.step;
   }
   const std::size_t first_epoch = result.history.size();
-  const std::size_t last_epoch = o.stop_after == 0 ? o.epochs : std::min(o.stop_after, o.epochs);
-  if (first_epoch >= last_epoch)
-    throw std::invalid_argument("--resume: the run has " + std::to_string(first_epoch) +
-                                " epochs done, nothing left to train before epoch " +
-                                std::to_string(last_epoch));
+  const std::size_t last_epoch = o.last(first_epoch, o.epochs, "epochs", "before epoch");
 
   CrossEntropyOptions loss_options;
   loss_options.label_smoothing = o.label_smoothing;
@@ -121,23 +124,8 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     std::size_t in_epoch = 0;
     while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {
       if (o.flip) random_flip(batch, o.seed, epoch);
-      Var<float> loss;
-      ++observed;
-      {
-        auto profiled = observer.step(run.tape, observed);
-        run.tape.clear();
-        const Var<float> x = run.tape.leaf(batch.inputs, false);
-        loss = cross_entropy(model(x), batch.labels, loss_options);
-        run.tape.backward(loss);
-        run.optimizer.finish();
-        observer.region("optimizer.step", [&] {
-          run.optimizer.step();
-          run.optimizer.zero_grad();
-          run.schedule->step();
-        });
-      }
-      observer.graph(run.tape, {loss}, model.named_parameters(), observed);
-      const double value = parallel.mean(loss.value()());  // the global batch's mean
+      const double value =  // the global batch's mean
+          parallel.mean(train_step(run, model, batch, loss_options, observer, ++observed));
       loss_sum += value;
       ++step;
       ++in_epoch;

@@ -1,7 +1,7 @@
 #pragma once
 // train_gpt --generate DIR: the model a run saved to DIR (--save; its
-// sizes and vocabulary come from the directory, run_state.hpp) continues
-// --prompt by --max-new-chars characters (sampling.hpp: GPT::generate with
+// sizes and vocabulary come from the directory, run_state.cpp) continues
+// --prompt by --max-new-chars characters (generate_tokens below: GPT::generate with
 // the KV cache, in chunks of the model's window; temperature 0 = greedy,
 // --top-k keeps the k most likely, --seed fixes the draws), and the prompt
 // and its continuation are printed to standard output.
@@ -11,8 +11,26 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <xtgrad/modules/gpt.hpp>
+
+#include "model.hpp"
+#include "tokenizer.hpp"
 
 namespace gpt_demo {
+
+// Text longer than the model's window: GPT::generate (no-grad, the KV cache)
+// in chunks. The first chunk continues the prompt (its last block_size / 2
+// characters when it is longer than block_size - 1); each next chunk starts
+// a fresh generate call from the last block_size / 2 characters so far and
+// adds up to block_size minus that many. Chunk c draws with seed
+// seed + c * 0x9e3779b97f4a7c15 (wrapping), so the text is a function of
+// (model, prompt, length, temperature, top_k, seed). Returns the prompt followed by `new_tokens` generated ids.
+std::vector<std::int64_t> generate_tokens(const xtgrad::GPT<float>& model,
+                                          const std::vector<std::int64_t>& prompt,
+                                          std::size_t new_tokens, double temperature,
+                                          std::optional<std::size_t> top_k, std::uint64_t seed);
 
 struct GenerateOptions {
   std::filesystem::path checkpoint;
@@ -26,5 +44,14 @@ struct GenerateOptions {
 // The prompt and its continuation. std::invalid_argument for a directory
 // that is not a saved run or a prompt with characters outside the vocabulary.
 std::string generate_text(const GenerateOptions& options);
+
+// The model of a saved run, for generation: its sizes and vocabulary, then
+// its parameters loaded into a GPT built from them.
+struct SavedModel {
+  ModelOptions options;
+  Vocabulary vocab;
+  std::size_t step = 0;
+};
+SavedModel read_saved_model(const std::filesystem::path& dir);
 
 }  // namespace gpt_demo

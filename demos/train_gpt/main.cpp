@@ -10,7 +10,6 @@
 // 0 done, 2 bad options, data or checkpoint, 1 anything else (a file that
 // cannot be written, gnuplot failing).
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -31,23 +30,15 @@ namespace {
 
 using namespace gpt_demo;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   ModelOptions model;
   TrainOptions train;
   GenerateOptions generate;
-  int threads = 2;
-  std::string precision = "f32";  // --precision
-  std::string out = "gpt_out";
-  std::string data_dir = k_default_data_dir;
+  demos::AppOptions app{2, "f32", "gpt_out", k_default_data_dir};
   std::string generate_from;  // --generate
   std::size_t top_k = 0;
 };
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabulary& vocab,
                           std::size_t parameters, std::size_t active_parameters,
@@ -66,7 +57,7 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
         {"vocab_size", vocab.size()},
         {"parameters", parameters}}},
       {"data",
-       {{"dir", o.data_dir},
+       {{"dir", o.app.data_dir},
         {"files", corpus.files.size()},
         {"train_records", corpus.train_records},
         {"validation_records", corpus.validation_records},
@@ -83,7 +74,7 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
       {"beta2", t.beta2},
       {"grad_clip", t.grad_clip},
       {"seed", t.seed},
-      {"threads", o.threads},
+      {"threads", o.app.threads},
       {"processes", processes},
       {"final_train_loss", r.final_train_loss},
       {"final_val_loss", r.final_val_loss},
@@ -113,23 +104,21 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
 
 int run_training(const Options& o, demos::Program& program) {
   xtgrad::training::Parallel& parallel = program.parallel;
-  const Clock::time_point start = Clock::now();
-  xtgrad::set_num_threads(o.threads);
-  program.start_compute(o.precision);
-  const Corpus corpus = load_corpus(o.data_dir);
+  program.start(o.app);
+  const Corpus corpus = load_corpus(o.app.data_dir);
   const Vocabulary vocab = Vocabulary::of({&corpus.train, &corpus.validation});
   const xtgrad::Indices train_ids = vocab.encode_indices(corpus.train, "the training text");
   const xtgrad::Indices validation_ids =
       vocab.encode_indices(corpus.validation, "the validation text");
   const double unigram = unigram_cross_entropy(train_ids, validation_ids, vocab.size());
-  const double data_seconds = seconds_since(start);
+  const double data_seconds = program.seconds();
 
   xtgrad::Generator generator(o.train.seed);
   xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
   const std::size_t parameters = parameter_count(model);
   const std::size_t active_parameters = active_parameter_count(model);
   const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
-  const fs::path out(o.out);
+  const fs::path out(o.app.out);
   std::FILE* samples = nullptr;
   if (!quiet) {
     std::printf(
@@ -164,32 +153,15 @@ int run_training(const Options& o, demos::Program& program) {
   if (quiet) return 0;
   if (std::fclose(samples) != 0)
     throw std::runtime_error("cannot write '" + (out / "samples.txt").string() + "'");
-  const double total_seconds = seconds_since(start);
-  demos::write_history_csv(out / "history.csv", result.history, history_fields());
-  write_summary_json(out / "summary.json",
-                     summary_of(o, corpus, vocab, parameters, active_parameters, result, unigram,
-                                parallel.size(), data_seconds, total_seconds));
-  PlotResult plotted = plot_losses(out, unigram);
-  const bool sparse = o.model.experts > 0;
-  if (sparse) {
-    write_experts_csv(out / "experts.csv", result.experts, o.model.n_layer, o.model.experts);
-    const PlotResult experts =
-        plot_experts(out, o.model.n_layer, o.model.experts, o.model.experts_per_token);
-    if (plotted == PlotResult::written) plotted = experts;
-  }
-  std::printf(
-      "validation loss %.4f nats per character (unigram baseline %.4f) after %zu steps; "
-      "%.0f tokens/s, %.1f s in all\n",
-      result.final_val_loss, unigram, result.step, result.tokens_per_second, total_seconds);
-  return sparse ? demos::print_wrote(out, "summary.json, history.csv, samples.txt, experts.csv",
-                                     plotted, "loss.png, experts.png", "pictures")
-                : demos::print_wrote(out, "summary.json, history.csv, samples.txt", plotted,
-                                     "loss.png", "picture");
+  const double total_seconds = program.seconds();
+  return write_report(out, result, o.model, unigram, total_seconds,
+                      summary_of(o, corpus, vocab, parameters, active_parameters, result, unigram,
+                                 parallel.size(), data_seconds, total_seconds));
 }
 
 // Continues --prompt with the model saved in --generate.
 int run_generation(Options o, xtgrad::training::Parallel& parallel) {
-  xtgrad::set_num_threads(o.threads);
+  xtgrad::set_num_threads(o.app.threads);
   o.generate.checkpoint = o.generate_from;
   o.generate.seed = o.train.seed;
   if (o.top_k > 0) o.generate.top_k = o.top_k;
@@ -201,92 +173,64 @@ int run_generation(Options o, xtgrad::training::Parallel& parallel) {
 // The options of both modes; --generate's and training's exclude each other.
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  app.add_option("--n-layer", o.model.n_layer, "Transformer blocks")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--n-head", o.model.n_head, "attention heads (divides --n-embd)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--n-embd", o.model.n_embd, "channels")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--block-size", o.model.block_size, "context: characters per training window")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 4096));
-  app.add_option("--dropout", o.model.dropout, "dropout of the embeddings, attention and residuals")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.9));
-  app.add_option("--experts", o.model.experts,
-                 "experts of every FFN (0: dense); a sparse mixture of experts, Mixtral's")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 256));
-  app.add_option("--experts-per-token", o.model.experts_per_token,
-                 "--experts: the experts each token is routed to (top-k of the router)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  app.add_option("--expert-hidden", o.model.expert_hidden,
-                 "--experts: channels of each expert's gated FFN (0: 4 n-embd)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65536));
-  app.add_option("--aux-loss-coef", o.model.aux_loss_coef,
-                 "--experts: the load-balancing loss's weight in the training loss")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--steps", o.train.steps, "optimizer steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000000));
-  app.add_option("--batch-size", o.train.batch_size, "windows per step (all processes together)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--lr", o.train.lr, "peak learning rate of AdamW")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--min-lr-ratio", o.train.min_lr_ratio,
-                 "the cosine decays the learning rate to this fraction of --lr at the last step")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup-steps", o.train.warmup_steps,
-                 "steps of linear warm-up from 0 (at most half the run)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", o.train.weight_decay,
-                 "AdamW's decoupled weight decay, on the matrices and embeddings only")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--beta2", o.train.beta2, "AdamW's beta2 (beta1 is 0.9)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--grad-clip", o.train.grad_clip, "clip the joint 2-norm of the gradients to this")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--eval-interval", o.train.eval_interval,
-                 "evaluate, sample and save every this many steps (and at the last step)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000000));
-  app.add_option("--eval-windows", o.train.eval_windows,
-                 "windows of block-size characters scored by the periodic validation loss (0: "
-                 "all; the final one scores the whole validation text)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--sample-chars", o.train.sample_chars,
-                 "characters generated at each evaluation (0: none)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100000));
-  app.add_option("--seed", o.train.seed,
-                 "seed of the initialization, the windows and the samples (with --generate: of "
-                 "the draws)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  program.add_threads(o.threads,
-                      "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
-                      "process under mpirun unless given)");
-  program.add_precision(o.precision);
-  program.add_out(o.out);
-  app.add_option("--data-dir", o.data_dir, "directory of the fortune files")->capture_default_str();
+  program.add("--n-layer", o.model.n_layer, "Transformer blocks", CLI::Range(1, 64));
+  program.add("--n-head", o.model.n_head, "attention heads (divides --n-embd)", CLI::Range(1, 64));
+  program.add("--n-embd", o.model.n_embd, "channels", CLI::Range(1, 4096));
+  program.add("--block-size", o.model.block_size, "context: characters per training window",
+              CLI::Range(2, 4096));
+  program.add("--dropout", o.model.dropout, "dropout of the embeddings, attention and residuals",
+              CLI::Range(0.0, 0.9));
+  program.add("--experts", o.model.experts,
+              "experts of every FFN (0: dense); a sparse mixture of experts, Mixtral's",
+              CLI::Range(0, 256));
+  program.add("--experts-per-token", o.model.experts_per_token,
+              "--experts: the experts each token is routed to (top-k of the router)",
+              CLI::Range(1, 256));
+  program.add("--expert-hidden", o.model.expert_hidden,
+              "--experts: channels of each expert's gated FFN (0: 4 n-embd)", CLI::Range(0, 65536));
+  program.add("--aux-loss-coef", o.model.aux_loss_coef,
+              "--experts: the load-balancing loss's weight in the training loss",
+              CLI::Range(0.0, 100.0));
+  program.add("--steps", o.train.steps, "optimizer steps", CLI::Range(1, 10000000));
+  program.add("--batch-size", o.train.batch_size, "windows per step (all processes together)",
+              CLI::Range(1, 65536));
+  program.add("--lr", o.train.lr, "peak learning rate of AdamW", CLI::PositiveNumber);
+  program.add("--min-lr-ratio", o.train.min_lr_ratio,
+              "the cosine decays the learning rate to this fraction of --lr at the last step",
+              CLI::Range(0.0, 1.0));
+  program.add("--warmup-steps", o.train.warmup_steps,
+              "steps of linear warm-up from 0 (at most half the run)", CLI::NonNegativeNumber);
+  program.add("--weight-decay", o.train.weight_decay,
+              "AdamW's decoupled weight decay, on the matrices and embeddings only",
+              CLI::NonNegativeNumber);
+  program.add("--beta2", o.train.beta2, "AdamW's beta2 (beta1 is 0.9)", CLI::Range(0.0, 0.999999));
+  program.add("--grad-clip", o.train.grad_clip, "clip the joint 2-norm of the gradients to this",
+              CLI::PositiveNumber);
+  program.add("--eval-interval", o.train.eval_interval,
+              "evaluate, sample and save every this many steps (and at the last step)",
+              CLI::Range(1, 10000000));
+  program.add("--eval-windows", o.train.eval_windows,
+              "windows of block-size characters scored by the periodic validation loss (0: "
+              "all; the final one scores the whole validation text)",
+              CLI::NonNegativeNumber);
+  program.add("--sample-chars", o.train.sample_chars,
+              "characters generated at each evaluation (0: none)", CLI::Range(0, 100000));
+  program.add("--seed", o.train.seed,
+              "seed of the initialization, the windows and the samples (with --generate: of "
+              "the draws)",
+              CLI::NonNegativeNumber);
+  program.add_app(o.app,
+                  "threads of OpenBLAS and xtgrad's passes (xtgrad::set_num_threads; 1 per "
+                  "process under mpirun unless given)",
+                  "directory of the fortune files");
   program.add_save_resume(o.train.save, o.train.resume,
                           "save the run (model, vocabulary, optimizer, schedule, step) to DIR at "
                           "every evaluation and at the end");
   program.add_stop_after(o.train.stop_after, "step", "steps", 10000000);
+  app.add_flag("--expert-parallel", o.train.expert_parallel,
+               "under mpirun, shard the experts of every --experts layer over the processes "
+               "(--experts a multiple of their count; --zero 0), the rest data-parallel; --save "
+               "writes each process's own state to DIR/rank<r>, --resume reads it with as many");
   program.add_zero(o.train.zero,
                    "0 each process a full AdamW (data-parallel); 1 AdamW's state sharded across "
                    "the processes; 2 the gradients too; clipping by the norm over all shards. The "
@@ -299,23 +243,20 @@ void add_options(demos::Program& program, Options& o) {
                  "text to continue (also of the samples during training); the default is the "
                  "fortunes' record separator, so a new fortune begins")
       ->default_str("'%' and a line break");
-  app.add_option("--max-new-chars", o.generate.max_new_chars, "--generate: characters to add")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  app.add_option("--temperature", o.generate.temperature,
-                 "sampling temperature (0: greedy), also of the samples during training")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", o.top_k, "--generate: sample among the k most likely (0: all)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  program.add("--max-new-chars", o.generate.max_new_chars, "--generate: characters to add",
+              CLI::Range(1, 1000000));
+  program.add("--temperature", o.generate.temperature,
+              "sampling temperature (0: greedy), also of the samples during training",
+              CLI::Range(0.0, 100.0));
+  program.add("--top-k", o.top_k, "--generate: sample among the k most likely (0: all)",
+              CLI::NonNegativeNumber);
 }
 
 void check_modes(const CLI::App& app, const Options& o) {
   // Training options make no sense with --generate, nor generation's without it.
   if (!o.generate_from.empty())
-    for (const char* name :
-         {"--save", "--resume", "--stop-after", "--steps", "--out", "--precision"})
+    for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out",
+                             "--precision", "--expert-parallel"})
       if (app.count(name) > 0)
         throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
                                                      "--prompt, --max-new-chars, --temperature, "
@@ -324,10 +265,13 @@ void check_modes(const CLI::App& app, const Options& o) {
     for (const char* name : {"--max-new-chars", "--top-k"})
       if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
   if (o.generate_from.empty() && o.model.experts == 0)
-    for (const char* name : {"--experts-per-token", "--expert-hidden", "--aux-loss-coef"})
+    for (const char* name :
+         {"--experts-per-token", "--expert-hidden", "--aux-loss-coef", "--expert-parallel"})
       if (app.count(name) > 0)
         throw CLI::ValidationError(name,
                                    "applies to a mixture of experts only (--experts 2 or more)");
+  if (o.train.expert_parallel && o.train.zero != 0)
+    throw CLI::ValidationError("--expert-parallel", "trains with --zero 0 only");
 }
 
 }  // namespace
@@ -342,7 +286,7 @@ int main(int argc, char** argv) {
     return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  o.threads = program.threads(o.threads);
+  o.app.threads = program.threads(o.app.threads);
   return program.run<DataError>([&] {
     return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
   });

@@ -69,13 +69,4 @@ std::size_t active_parameter_count(GPT<float>& model) {
   return parameter_count(model) - inactive;
 }
 
-std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model, double lr,
-                                                        double weight_decay, double beta2) {
-  std::vector<Parameter<float>*> decay, no_decay;
-  for (Parameter<float>* p : distinct_parameters(model))
-    (p->value.dimension() >= 2 ? decay : no_decay).push_back(p);
-  return {{decay, optim::AdamWOptions(lr).betas({0.9, beta2}).weight_decay(weight_decay)},
-          {no_decay, optim::AdamWOptions(lr).betas({0.9, beta2}).weight_decay(0.0)}};
-}
-
 }  // namespace gpt_demo

@@ -12,10 +12,6 @@
 // (GPTConfig::router_aux_loss_coef; no z-loss). A dense FFN of width F and k
 // experts of width 2F / 3k have the same active parameters per character
 // (2 C F = 3 C H k, biases and the router aside).
-//
-// AdamW's two parameter groups, as nanoGPT makes them: weight decay on the
-// parameters of rank >= 2 (the embeddings and the weight matrices), none on
-// the biases and the LayerNorm weights.
 
 #include <cstddef>
 #include <vector>
@@ -46,9 +42,5 @@ xtgrad::GPTConfig gpt_config(const ModelOptions& options, std::size_t vocab_size
 std::size_t parameter_count(xtgrad::Module<float>& model);
 // Of those, the ones a token reads: without the experts it is not routed to.
 std::size_t active_parameter_count(xtgrad::GPT<float>& model);
-
-std::vector<xtgrad::optim::AdamWParamGroup<float>> decay_groups(xtgrad::Module<float>& model,
-                                                                double lr, double weight_decay,
-                                                                double beta2);
 
 }  // namespace gpt_demo

@@ -13,6 +13,27 @@ using demos::check_written;
 using demos::gp_quote;
 using demos::open_for_writing;
 
+int write_report(const fs::path& out, const TrainResult& result, const ModelOptions& m,
+                 double unigram, double total_seconds, const nlohmann::json& summary) {
+  demos::write_history_csv(out / "history.csv", result.history, history_fields());
+  write_summary_json(out / "summary.json", summary);
+  PlotResult plotted = plot_losses(out, unigram);
+  const bool sparse = m.experts > 0;
+  if (sparse) {
+    write_experts_csv(out / "experts.csv", result.experts, m.n_layer, m.experts);
+    const PlotResult experts = plot_experts(out, m.n_layer, m.experts, m.experts_per_token);
+    if (plotted == PlotResult::written) plotted = experts;
+  }
+  std::printf(
+      "validation loss %.4f nats per character (unigram baseline %.4f) after %zu steps; "
+      "%.0f tokens/s, %.1f s in all\n",
+      result.final_val_loss, unigram, result.step, result.tokens_per_second, total_seconds);
+  return sparse ? demos::print_wrote(out, "summary.json, history.csv, samples.txt, experts.csv",
+                                     plotted, "loss.png, experts.png", "pictures")
+                : demos::print_wrote(out, "summary.json, history.csv, samples.txt", plotted,
+                                     "loss.png", "picture");
+}
+
 PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
   if (!demos::have_gnuplot()) return PlotResult::no_gnuplot;
   const fs::path script = out / "plots.gp";

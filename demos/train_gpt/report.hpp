@@ -27,6 +27,13 @@ namespace gpt_demo {
 using demos::PlotResult;
 using demos::write_summary_json;  // demos/common/report_files.hpp
 
+// Writes the files and pictures above into `out` (its summary.json
+// `summary`), then prints the final losses and what it wrote; the exit code
+// of demos::print_wrote.
+int write_report(const std::filesystem::path& out, const TrainResult& result,
+                 const ModelOptions& model, double unigram, double total_seconds,
+                 const nlohmann::json& summary);
+
 // Renders loss.png into `out` from history.csv there.
 PlotResult plot_losses(const std::filesystem::path& out, double unigram_baseline);
 

@@ -1,6 +1,7 @@
-// save_run, resume_run and read_saved_model (run_state.hpp).
+// save_run, resume_run and read_saved_model (train.hpp, generate.hpp).
 
-#include "run_state.hpp"
+#include "generate.hpp"
+#include "train.hpp"
 
 #include <sstream>
 #include <stdexcept>

@@ -2,7 +2,7 @@
 // The character vocabulary of train_gpt: every distinct code point of the
 // corpus (both splits, so that every validation character has an id), in
 // increasing order; token id = its rank. The vocabulary is saved with the
-// checkpoint (run_state.hpp) so that --generate encodes and decodes as the
+// checkpoint (run_state.cpp) so that --generate encodes and decodes as the
 // training run did.
 //
 // The unigram baseline: the cross-entropy, in nats, of the training text's

@@ -12,13 +12,12 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/expert_parallel.hpp>
 
 #include "../common/progress.hpp"
 #include "batches.hpp"
 #include "corpus.hpp"
-#include "evaluate.hpp"
-#include "run_state.hpp"
-#include "sampling.hpp"
+#include "generate.hpp"
 
 namespace gpt_demo {
 
@@ -43,6 +42,7 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
   const std::string text = encode_utf8(vocab.decode(ids));
   const std::string block = "--- sample after step " + std::to_string(step) + " ---\n" + text +
                             (text.empty() || text.back() != '\n' ? "\n" : "");
+  if (samples == nullptr) return;
   progress.line(block);
   if (std::fputs(block.c_str(), samples) < 0 || std::fflush(samples) != 0)
     throw std::runtime_error("cannot write the samples file");
@@ -50,15 +50,19 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
 
 // Adds the step's routed tokens of every expert of every layer, summed over
 // the processes, to `tokens` (as ExpertRecord::tokens).
+// Sharded experts count the global batch on every rank already.
 void add_routed(std::vector<std::size_t>& tokens, const GPT<float>& model,
-                const training::Parallel& parallel) {
+                const training::Parallel& parallel, bool sharded) {
+  const double ranks = sharded ? 1.0 : parallel.size();
   const std::vector<MoeStats> stats = model.router_stats();
   const std::size_t experts = model.gpt_config().num_experts;
   tokens.resize(stats.size() * experts, 0);
   for (std::size_t l = 0; l < stats.size(); ++l)
     for (std::size_t e = 0; e < stats[l].routed.size(); ++e)
       tokens[l * experts + e] += static_cast<std::size_t>(
-          std::llround(parallel.mean(static_cast<double>(stats[l].routed[e])) * parallel.size()));
+          std::llround((sharded ? static_cast<double>(stats[l].routed[e])
+                                : parallel.mean(static_cast<double>(stats[l].routed[e]))) *
+                       ranks));
 }
 
 // "experts: layer 0 31% 22% 27% 20% | layer 1 ...": each expert's share of its layer's choices.
@@ -77,39 +81,77 @@ std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t ex
   return line + "\n";
 }
 
+// The loss trained on: the cross-entropy of the next character (also set
+// into `cross_entropy_loss`), plus the routers' auxiliary loss of a sparse model.
+Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch& batch,
+                         Var<float>& cross_entropy_loss) {
+  const auto V = static_cast<std::int64_t>(model.gpt_config().vocab_size);
+  if (model.gpt_config().num_experts == 0) {
+    const Var<float> logits = model.forward(tape, batch.inputs);
+    return cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
+  }
+  const GPTOutput<float> out = model.forward_with_losses(tape, batch.inputs);
+  cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
+  return add(cross_entropy_loss, out.aux_loss);
+}
+
+// --grad-clip over the whole model (every ZeRO shard, every rank's experts);
+// a norm that is not finite ends the run.
+void clip_gradients(demos::TrainingRun& run, training::Parallel& parallel, GPT<float>& model,
+                    double max_norm, std::size_t step) {
+  const double norm = run.optimizer.sharded() ? run.optimizer.clip_grad_norm({}, max_norm)
+                                              : training::clip_grad_norm(parallel, model, max_norm);
+  if (!std::isfinite(norm))
+    throw std::runtime_error("training diverged at step " + std::to_string(step) +
+                             ": the gradient norm is " + std::to_string(norm) +
+                             "; try a smaller --lr");
+}
+
+// What train returns: the run's records, this call's speed and the final losses.
+TrainResult result_of(RunPosition position, const demos::Progress& progress,
+                      double final_val_loss) {
+  TrainResult result;
+  result.tokens_per_second = progress.items_per_second();
+  result.train_seconds = progress.train_seconds();
+  result.final_val_loss = final_val_loss;
+  result.history = std::move(position.history);
+  result.experts = std::move(position.experts);
+  result.step = position.step;
+  result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
+  return result;
+}
+
 }  // namespace
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
                   const TrainOptions& o, std::FILE* out, std::FILE* samples,
                   training::Parallel& parallel) {
   const auto [first_row, rows] = parallel.slice(o.batch_size, "--batch-size");
+  const bool sharded = o.expert_parallel && training::shard_experts(parallel, model);
   const std::size_t T = model_options.block_size;
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
   demos::TrainingRun run(
-      parallel, model, decay_groups(model, o.lr, o.weight_decay, o.beta2), o.zero,
-      [&](optim::Optimizer<float>& opt) -> std::unique_ptr<optim::LRScheduler<float>> {
-        return std::make_unique<optim::WarmupCosineLR<float>>(
-            opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, o.lr * o.min_lr_ratio);
-      });
+      parallel, model,
+      demos::decay_groups(
+          model, optim::AdamWOptions(o.lr).betas({0.9, o.beta2}).weight_decay(o.weight_decay)),
+      o.zero, demos::warmup_cosine(warmup, total, o.lr * o.min_lr_ratio));
+  run.per_rank = sharded;
+  if (sharded && !parallel.quiet())
+    std::fprintf(out, "train_gpt: experts sharded, %zu of each layer's %zu per process\n",
+                 model_options.experts / static_cast<std::size_t>(parallel.size()),
+                 model_options.experts);
   const RunIdentity identity{model_options, o, data.vocab, data.train.size(),
                              data.validation.size()};
   RunPosition position;
   if (!o.resume.empty()) position = resume_run(run, o.resume, identity);
-  const std::size_t last = o.stop_after == 0 ? o.steps : std::min(o.stop_after, o.steps);
-  if (position.step >= last)
-    throw std::invalid_argument("--resume: the run has " + std::to_string(position.step) +
-                                " steps done, nothing left to train up to step " +
-                                std::to_string(last));
+  const std::size_t last = o.last(position.step, o.steps, "steps", "up to step");
   // The samples' prompt is checked before training, not at the first evaluation.
   const std::vector<std::int64_t> prompt =
       data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
   if (o.sample_chars > 0 && prompt.empty())
     throw std::invalid_argument("--prompt is empty, expected at least one character");
-  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows);
-  std::vector<Parameter<float>*> params;
-  for (Parameter<float>* p : model.parameters())
-    if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
+  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows, sharded);
   const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
   const bool sparse = model.gpt_config().num_experts > 0;
 
@@ -122,29 +164,16 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (std::size_t step = position.step; step < last; ++step) {
     const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
     run.tape.clear();
-    const auto V = static_cast<std::int64_t>(data.vocab.size());
-    Var<float> cross_entropy_loss, loss;
-    if (sparse) {  // the cross-entropy plus the routers' auxiliary loss
-      const GPTOutput<float> out = model.forward_with_losses(run.tape, batch.inputs);
-      cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
-      loss = add(cross_entropy_loss, out.aux_loss);
-    } else {
-      const Var<float> logits = model.forward(run.tape, batch.inputs);
-      loss = cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
-    }
-    run.tape.backward(loss);
+    Var<float> cross_entropy_loss;
+    run.tape.backward(training_loss(model, run.tape, batch, cross_entropy_loss));
     run.optimizer.finish();
-    const double norm = run.optimizer.clip_grad_norm(params, o.grad_clip);
-    if (!std::isfinite(norm))
-      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
-                               ": the gradient norm is " + std::to_string(norm) +
-                               "; try a smaller --lr");
+    clip_gradients(run, parallel, model, o.grad_clip, step + 1);
     run.optimizer.step();
     run.optimizer.zero_grad();
     run.schedule->step();
     // the global batch's mean cross-entropy
     const double value = parallel.mean(cross_entropy_loss.value()());
-    if (sparse) add_routed(position.interval.expert_tokens, model, parallel);
+    if (sparse) add_routed(position.interval.expert_tokens, model, parallel, sharded);
     position.interval.loss_sum += value;
     ++position.interval.steps;
     position.step = step + 1;
@@ -169,9 +198,9 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
         if (sparse)
           progress.line(
               expert_shares(position.experts.back().tokens, model.gpt_config().num_experts));
-        if (o.sample_chars > 0 && samples != nullptr)
-          write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
       }
+      if (o.sample_chars > 0 && (samples != nullptr || sharded))  // sharded: every rank draws
+        write_sample(model, data.vocab, prompt, o, position.step, progress, samples);
       model.train();
     }
     if (!o.save.empty() && (record || position.step == last))
@@ -179,16 +208,8 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     if (record) progress.skip_time();
   }
   progress.finish();
-  TrainResult result;
-  result.tokens_per_second = progress.items_per_second();
-  result.train_seconds = progress.train_seconds();
   model.eval();
-  result.final_val_loss = evaluator.full(model, parallel);
-  result.history = std::move(position.history);
-  result.experts = std::move(position.experts);
-  result.step = position.step;
-  result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
-  return result;
+  return result_of(std::move(position), progress, evaluator.full(model, parallel));
 }
 
 }  // namespace gpt_demo

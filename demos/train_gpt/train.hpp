@@ -8,9 +8,9 @@
 // on a cosine to --min-lr-ratio times the peak at the last step
 // (optim::WarmupCosineLR, stepped after every optimizer step). Every
 // --eval-interval steps and at the last step: the validation loss on a
-// subset (evaluate.hpp), one row of history, a sample of generated text
+// subset (batches.hpp), one row of history, a sample of generated text
 // (GPT::generate, the KV cache) printed and appended to samples.txt, and,
-// with --save, the run state (run_state.hpp). After the last step of this
+// with --save, the run state (run_state.cpp). After the last step of this
 // call, the validation loss on the whole validation text.
 //
 // A model with sparse layers (--experts) trains on the cross-entropy plus
@@ -55,6 +55,7 @@ struct TrainOptions : demos::RunOptions {
   std::size_t sample_chars = 200;  // generated at each evaluation (0: none)
   std::string sample_prompt = "%\n";
   double sample_temperature = 0.8;
+  bool expert_parallel = false;  // under mpirun the experts sharded over the ranks (--zero 0)
 };
 
 struct HistoryRecord {
@@ -107,5 +108,38 @@ struct TrainResult {
 TrainResult train(xtgrad::GPT<float>& model, const ModelOptions& model_options,
                   const TrainData& data, const TrainOptions& options, std::FILE* out,
                   std::FILE* samples, xtgrad::training::Parallel& parallel);
+
+// Saving and resuming a run (run_state.cpp, demos/common/run_state.hpp): beside
+// the model, AdamW and the schedule, the step, the history, the open
+// interval's loss sum, the options that fix the run's numbers, the model's
+// sizes and the character vocabulary (as code points), so that --generate
+// rebuilds the model and its tokenizer from the directory alone. The data
+// position is the step: the windows of a step are a function of (seed,
+// step, row) (batches.hpp).
+
+// What a run must share with the run it resumes (its numbers depend on them).
+struct RunIdentity {
+  const ModelOptions& model;
+  const TrainOptions& options;
+  const Vocabulary& vocab;
+  std::size_t train_tokens, validation_tokens;
+};
+
+struct RunPosition {
+  std::vector<HistoryRecord> history;
+  std::vector<ExpertRecord> experts;  // a sparse model's
+  std::size_t step = 0;
+  OpenInterval interval;
+};
+
+// Collective: `run`'s state and the position saved to `dir`.
+void save_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+              const RunIdentity& identity, const RunPosition& position);
+
+// Collective: loads the run saved in `dir` into `run` (built as for the
+// first run) and returns the position. std::invalid_argument naming the
+// directory when it is not a saved run or was saved with other options or another corpus.
+RunPosition resume_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+                       const RunIdentity& identity);
 
 }  // namespace gpt_demo

@@ -8,7 +8,7 @@
 # with the same --zero equals the straight run bit for bit: summary,
 # history, parameters and optimizer state. In one process --zero is the
 # plain optimizer: the same numbers, exactly.
-include(${CMAKE_CURRENT_LIST_DIR}/mpi_compare.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 # Per demo: its arguments (a small run), the summary's numbers a resumed run
 # repeats exactly, the --zero stage of the one-process run, the numbers equal
 # and close (within `tolerance`) under mpirun, where to stop and resume, and

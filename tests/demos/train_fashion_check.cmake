@@ -7,43 +7,15 @@
 # for bit (summary, history, saved parameters and optimizer state). The small
 # Mixer learns, and --graph / --profile show its steps. Then bad data and
 # bad resumes at the command line: exit code 2 and one clear line.
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(subset --train-limit 2000 --test-limit 1000 --seed 3 --threads 2)
 
-function(run_fashion out_dir)
-  execute_process(COMMAND ${TRAIN_FASHION} ${subset} --out ${out_dir} ${ARGN}
-    RESULT_VARIABLE code OUTPUT_VARIABLE output ERROR_VARIABLE error)
-  if(NOT code EQUAL 0)
-    message(FATAL_ERROR "train_fashion failed (${code}):\n${output}\n${error}")
-  endif()
-  set(output "${output}" PARENT_SCOPE)
-endfunction()
+set(numbers KEYS final_train_loss final_test_loss final_test_accuracy steps train_images
+    test_images)
 
-function(require_below value bound what)
-  execute_process(COMMAND awk "BEGIN { exit !(${value} < ${bound}) }" RESULT_VARIABLE below)
-  if(NOT below EQUAL 0)
-    message(FATAL_ERROR "${what} = ${value}, expected below ${bound}")
-  endif()
-endfunction()
-
-# The numbers of a run that must repeat: the summary's results and the
-# history without its seconds column.
-function(read_numbers dir var)
-  file(READ ${dir}/summary.json json)
-  set(numbers "")
-  foreach(key final_train_loss final_test_loss final_test_accuracy steps train_images test_images)
-    string(JSON value GET "${json}" ${key})
-    list(APPEND numbers "${key}=${value}")
-  endforeach()
-  file(STRINGS ${dir}/history.csv lines)
-  foreach(line ${lines})
-    string(REGEX REPLACE ",[^,]*$" "" line "${line}")
-    list(APPEND numbers "${line}")
-  endforeach()
-  set(${var} "${numbers}" PARENT_SCOPE)
-endfunction()
-
-run_fashion(${OUT}/run --model mlp --epochs 1 --save ${OUT}/saved)
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/run --model mlp
+            --epochs 1 --save ${OUT}/saved)
 file(READ ${OUT}/run/summary.json json)
 string(JSON accuracy GET "${json}" final_test_accuracy)
 string(JSON images GET "${json}" train_images)
@@ -77,10 +49,7 @@ if(NOT rows EQUAL 10 OR NOT total EQUAL 1000)
   message(FATAL_ERROR "confusion.csv: ${rows} rows counting ${total} images, expected 10 and 1000")
 endif()
 foreach(png loss accuracy confusion misclassified)
-  file(READ ${OUT}/run/${png}.png magic LIMIT 8 HEX)
-  if(NOT magic STREQUAL "89504e470d0a1a0a")
-    message(FATAL_ERROR "${png}.png is not a PNG file")
-  endif()
+  expect_png(${OUT}/run/${png}.png)
 endforeach()
 foreach(saved manifest.tsv scalars.tsv model.0.weight.npy optimizer.state.0.exp_avg_sq.npy)
   if(NOT EXISTS ${OUT}/saved/${saved})
@@ -89,17 +58,16 @@ foreach(saved manifest.tsv scalars.tsv model.0.weight.npy optimizer.state.0.exp_
 endforeach()
 
 # Same seed: the same numbers, bit for bit.
-run_fashion(${OUT}/again --model mlp --epochs 1)
-read_numbers(${OUT}/run a)
-read_numbers(${OUT}/again b)
-if(NOT a STREQUAL b)
-  message(FATAL_ERROR "not reproducible:\n${a}\nthen\n${b}")
-endif()
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/again --model mlp
+            --epochs 1)
+expect_same_numbers(${OUT}/run ${OUT}/again ${numbers})
 
 # --augment flip changes the numbers of the same seed (the images it sees), and
 # the summary says which augmentation ran (none: the MLP's default).
-run_fashion(${OUT}/flipped --model mlp --epochs 1 --augment flip)
-read_numbers(${OUT}/flipped b)
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/flipped --model mlp
+            --epochs 1 --augment flip)
+read_numbers(${OUT}/run a ${numbers})
+read_numbers(${OUT}/flipped b ${numbers})
 file(READ ${OUT}/flipped/summary.json json)
 string(JSON flipped GET "${json}" augment)
 file(READ ${OUT}/run/summary.json json)
@@ -110,34 +78,25 @@ endif()
 
 # --resume continues a run bit for bit: 2 epochs straight, and 2 epochs
 # stopped after the first, then resumed from its save.
-run_fashion(${OUT}/straight --model mlp --epochs 2 --save ${OUT}/saved_straight)
-run_fashion(${OUT}/first --model mlp --epochs 2 --stop-after 1 --save ${OUT}/saved_resumed)
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/straight --model mlp
+            --epochs 2 --save ${OUT}/saved_straight)
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/first --model mlp
+            --epochs 2 --stop-after 1 --save ${OUT}/saved_resumed)
 file(STRINGS ${OUT}/first/history.csv first)
 list(LENGTH first rows)
 if(NOT rows EQUAL 2)
   message(FATAL_ERROR "--stop-after 1: history ${first}")
 endif()
-run_fashion(${OUT}/resumed --model mlp --epochs 2 --resume ${OUT}/saved_resumed
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/resumed --model mlp
+            --epochs 2 --resume ${OUT}/saved_resumed
   --save ${OUT}/saved_resumed)
-read_numbers(${OUT}/straight a)
-read_numbers(${OUT}/resumed b)
+read_numbers(${OUT}/straight a ${numbers})
+read_numbers(${OUT}/resumed b ${numbers})
 list(LENGTH b rows)
 if(NOT a STREQUAL b OR NOT rows EQUAL 9)
   message(FATAL_ERROR "--resume differs from the straight run:\n${a}\nthen\n${b}")
 endif()
-file(GLOB arrays RELATIVE ${OUT}/saved_straight ${OUT}/saved_straight/*.npy)
-file(GLOB resumed_arrays RELATIVE ${OUT}/saved_resumed ${OUT}/saved_resumed/*.npy)
-list(LENGTH arrays n)
-if(n LESS 18 OR NOT arrays STREQUAL resumed_arrays)
-  message(FATAL_ERROR "saved arrays: ${arrays}, resumed: ${resumed_arrays}")
-endif()
-foreach(array ${arrays})
-  file(SHA256 ${OUT}/saved_straight/${array} a)
-  file(SHA256 ${OUT}/saved_resumed/${array} b)
-  if(NOT a STREQUAL b)
-    message(FATAL_ERROR "--resume: ${array} differs from the straight run's")
-  endif()
-endforeach()
+expect_same_arrays(${OUT}/saved_straight ${OUT}/saved_resumed 18)
 # The dropout modules' steps are saved: 2 epochs of 16 steps each.
 file(STRINGS ${OUT}/saved_resumed/scalars.tsv scalars REGEX "dropout_step")
 if(NOT scalars STREQUAL "int64\textra.dropout_step.2\t32;int64\textra.dropout_step.5\t32")
@@ -156,7 +115,8 @@ endif()
 # A small Mixer on the same subset learns too (reference_torch.py: 12,844 parameters,
 # accuracy 0.606 with these options).
 # --graph (as .dot text, no Graphviz needed) and --profile of its last 3 steps.
-run_fashion(${OUT}/mixer --model mixer --width 32 --blocks 2 --token-hidden 16 --channel-hidden 64
+run_or_fail(output train_fashion 300 ${TRAIN_FASHION} ${subset} --out ${OUT}/mixer --model mixer
+            --width 32 --blocks 2 --token-hidden 16 --channel-hidden 64
   --epochs 2 --lr 0.01 --warmup-epochs 0.1 --graph ${OUT}/step.dot --profile --profile-steps 3)
 file(READ ${OUT}/mixer/summary.json json)
 string(JSON accuracy GET "${json}" final_test_accuracy)
@@ -186,23 +146,7 @@ foreach(part "Profile of the last 3 training steps" "layer_norm.backward" "optim
 endforeach()
 
 # Bad data: a file of 27 x 27 images, a label out of range, no files at all.
-function(bad_data label dir)
-  execute_process(COMMAND ${TRAIN_FASHION} --data-dir ${dir} --out ${OUT}/bad ${ARGN}
-    RESULT_VARIABLE code OUTPUT_VARIABLE output ERROR_VARIABLE error)
-  string(STRIP "${error}" error)
-  string(FIND "${error}" "\n" newline)
-  if(NOT code EQUAL 2 OR NOT newline EQUAL -1)
-    message(FATAL_ERROR "${label}: exit ${code}, stderr '${error}' (expected one line, exit 2)")
-  endif()
-  set(error "${error}" PARENT_SCOPE)
-endfunction()
-function(require_in text part label)
-  string(FIND "${text}" "${part}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "${label}: the message '${text}' lacks '${part}'")
-  endif()
-endfunction()
-
+set(bad_data ${TRAIN_FASHION} --out ${OUT}/bad --data-dir)
 # Raw IDX files written here byte by byte: magic, type 0x08, ndim, big-endian dims.
 function(write_idx file hex)
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "\\\\x\\1" escaped "${hex}")
@@ -214,8 +158,7 @@ file(MAKE_DIRECTORY ${dir})
 string(REPEAT "00" 1458 pixels)  # 2 x 27 x 27
 write_idx(${dir}/train-images-idx3-ubyte "00000803000000020000001b0000001b${pixels}")
 write_idx(${dir}/train-labels-idx1-ubyte "${two_labels}0001")
-bad_data("27 x 27 images" ${dir})
-require_in("${error}" "train-images-idx3-ubyte" "27 x 27 images")
+expect_refused("27 x 27 images" "train-images-idx3-ubyte" ${bad_data} ${dir})
 require_in("${error}" "[2, 27, 27], expected [N, 28, 28]" "27 x 27 images")
 
 set(dir ${OUT}/data_label)
@@ -223,39 +166,35 @@ file(MAKE_DIRECTORY ${dir})
 string(REPEAT "00" 1568 pixels)  # 2 x 28 x 28
 write_idx(${dir}/train-images-idx3-ubyte "00000803000000020000001c0000001c${pixels}")
 write_idx(${dir}/train-labels-idx1-ubyte "${two_labels}030a")
-bad_data("a label of 10" ${dir})
-require_in("${error}" "train-labels-idx1-ubyte" "a label of 10")
+expect_refused("a label of 10" "train-labels-idx1-ubyte" ${bad_data} ${dir})
 require_in("${error}" "label 1 is 10, expected 0 to 9" "a label of 10")
 
 set(dir ${OUT}/data_truncated)
 file(MAKE_DIRECTORY ${dir})
 write_idx(${dir}/train-images-idx3-ubyte "00000803000000020000001c0000001c0000")
 write_idx(${dir}/train-labels-idx1-ubyte "${two_labels}0000")
-bad_data("truncated images" ${dir})
-require_in("${error}" "is truncated" "truncated images")
+expect_refused("truncated images" "is truncated" ${bad_data} ${dir})
 
 file(MAKE_DIRECTORY ${OUT}/empty)
-bad_data("an empty directory" ${OUT}/empty)
-require_in("${error}" "train-images-idx3-ubyte.gz" "an empty directory")
+expect_refused("an empty directory" "train-images-idx3-ubyte.gz" ${bad_data} ${OUT}/empty)
 require_in("${error}" "apt-get install dataset-fashion-mnist" "an empty directory")
 
 # A bad option: exit code 2 too.
-bad_data("--epochs 0" ${DATA} --epochs 0)
+expect_refused("--epochs 0" "" ${bad_data} ${DATA} --epochs 0)
 
 # Bad resumes: other options than the saved run's, a finished run, no saved run.
-bad_data("--resume with --epochs 3" ${DATA} ${subset} --epochs 3 --resume ${OUT}/saved_resumed)
-require_in("${error}" "saved with --epochs 2, this run has 3" "--resume with --epochs 3")
-bad_data("--resume with --seed 4" ${DATA} --train-limit 2000 --test-limit 1000 --seed 4 --epochs 2
-  --resume ${OUT}/saved_resumed)
-require_in("${error}" "saved with --seed 3, this run has 4" "--resume with --seed 4")
-bad_data("--resume with --augment flip" ${DATA} ${subset} --epochs 2 --augment flip
-  --resume ${OUT}/saved_resumed)
-require_in("${error}" "saved with --augment none, this run has flip" "--resume with --augment flip")
-bad_data("--resume of a finished run" ${DATA} ${subset} --epochs 2 --resume ${OUT}/saved_resumed)
-require_in("${error}" "nothing left to train" "--resume of a finished run")
-bad_data("--resume of a mixer as an mlp" ${DATA} ${subset} --epochs 2 --model mixer
-  --resume ${OUT}/saved_resumed)
-require_in("${error}" "--resume '${OUT}/saved_resumed'" "--resume of a mixer as an mlp")
-bad_data("--resume of no run" ${DATA} ${subset} --resume ${OUT}/empty)
-require_in("${error}" "--resume '${OUT}/empty'" "--resume of no run")
+expect_refused("--resume with --epochs 3" "saved with --epochs 2, this run has 3" ${bad_data}
+               ${DATA} ${subset} --epochs 3 --resume ${OUT}/saved_resumed)
+expect_refused("--resume with --seed 4" "saved with --seed 3, this run has 4" ${bad_data} ${DATA}
+               --train-limit 2000 --test-limit 1000 --seed 4 --epochs 2
+               --resume ${OUT}/saved_resumed)
+expect_refused("--resume with --augment flip" "saved with --augment none, this run has flip"
+               ${bad_data} ${DATA} ${subset} --epochs 2 --augment flip
+               --resume ${OUT}/saved_resumed)
+expect_refused("--resume of a finished run" "nothing left to train" ${bad_data} ${DATA} ${subset}
+               --epochs 2 --resume ${OUT}/saved_resumed)
+expect_refused("--resume of a mixer as an mlp" "--resume '${OUT}/saved_resumed'" ${bad_data} ${DATA}
+               ${subset} --epochs 2 --model mixer --resume ${OUT}/saved_resumed)
+expect_refused("--resume of no run" "--resume '${OUT}/empty'" ${bad_data} ${DATA} ${subset}
+               --resume ${OUT}/empty)
 file(REMOVE_RECURSE ${OUT})

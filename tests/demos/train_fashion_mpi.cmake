@@ -2,7 +2,7 @@
 # -DTRAIN_FASHION=<exe> -DMPIEXEC=<mpiexec> -DOUT=<dir>): each rank trains on
 # half of every batch of 128, dropout keyed by the global row, so the run
 # ends where one process ends, to float rounding; rank 0 alone prints.
-include(${CMAKE_CURRENT_LIST_DIR}/mpi_compare.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(args --train-limit 1024 --test-limit 500 --epochs 2 --threads 1)
 run_or_fail(one_output "train_fashion" 300 ${TRAIN_FASHION} ${args} --out ${OUT}/one)

@@ -6,51 +6,15 @@
 # the straight run bit for bit (summary, history, saved parameters and
 # optimizer state). --generate from the saved run prints the same text for
 # the same seed, starting with the prompt.
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(tiny --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --dropout 0.1 --batch-size 8 --steps 60
     --eval-interval 20 --eval-windows 16 --sample-chars 40 --lr 1e-2 --warmup-steps 5
     --threads 2 --seed 3 --data-dir ${DATA})
+set(numbers KEYS final_train_loss final_val_loss unigram_baseline step)
 
-function(run_gpt out_var)
-  execute_process(COMMAND ${TRAIN_GPT} ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE output
-                  ERROR_VARIABLE error TIMEOUT 240)
-  if(NOT code EQUAL 0)
-    message(FATAL_ERROR "train_gpt ${ARGN} failed (${code}):\n${output}\n${error}")
-  endif()
-  set(${out_var} "${output}" PARENT_SCOPE)
-endfunction()
-
-function(require_below value bound what)
-  execute_process(COMMAND awk "BEGIN { exit !(${value} < ${bound}) }" RESULT_VARIABLE below)
-  if(NOT below EQUAL 0)
-    message(FATAL_ERROR "${what} = ${value}, expected below ${bound}")
-  endif()
-endfunction()
-
-# The numbers of a run that must repeat: the summary's results and the
-# history without its seconds column.
-function(read_numbers dir var)
-  file(READ ${dir}/summary.json json)
-  set(numbers "")
-  foreach(key final_train_loss final_val_loss unigram_baseline step)
-    string(JSON value GET "${json}" ${key})
-    list(APPEND numbers "${key}=${value}")
-  endforeach()
-  file(STRINGS ${dir}/history.csv lines)
-  foreach(line ${lines})
-    string(REGEX REPLACE ",[^,]*$" "" line "${line}")
-    list(APPEND numbers "${line}")
-  endforeach()
-  set(${var} "${numbers}" PARENT_SCOPE)
-endfunction()
-
-run_gpt(output ${tiny} --out ${OUT}/run --save ${OUT}/saved)
-foreach(part "unigram baseline" "tok/s" "--- sample after step 20 ---" "val loss")
-  string(FIND "${output}" "${part}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "the output lacks '${part}':\n${output}")
-  endif()
-endforeach()
+run_or_fail(output train_gpt 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/run --save ${OUT}/saved)
+require_output("${output}" "unigram baseline" "tok/s" "--- sample after step 20 ---" "val loss")
 file(READ ${OUT}/run/summary.json json)
 foreach(key final_train_loss final_val_loss unigram_baseline tokens_per_second train_seconds
         steps step batch_size lr seed threads processes)
@@ -98,13 +62,7 @@ list(LENGTH samples n)
 if(NOT n EQUAL 3)
   message(FATAL_ERROR "samples.txt holds ${n} samples, expected 3")
 endif()
-find_program(GNUPLOT gnuplot)
-if(GNUPLOT)
-  file(READ ${OUT}/run/loss.png magic LIMIT 8 HEX)
-  if(NOT magic STREQUAL "89504e470d0a1a0a")
-    message(FATAL_ERROR "loss.png is not a PNG file")
-  endif()
-endif()
+expect_png(${OUT}/run/loss.png OPTIONAL)
 foreach(saved manifest.tsv scalars.tsv)
   if(NOT EXISTS ${OUT}/saved/${saved})
     message(FATAL_ERROR "--save wrote no ${saved}")
@@ -113,27 +71,12 @@ endforeach()
 
 # --resume continues a run bit for bit: stopped after step 30 (between two
 # evaluations), then resumed from its save.
-run_gpt(output ${tiny} --out ${OUT}/first --stop-after 30 --save ${OUT}/saved_resumed)
-run_gpt(output ${tiny} --out ${OUT}/resumed --resume ${OUT}/saved_resumed
-        --save ${OUT}/saved_resumed)
-read_numbers(${OUT}/run a)
-read_numbers(${OUT}/resumed b)
-if(NOT a STREQUAL b)
-  message(FATAL_ERROR "--resume differs from the straight run:\n${a}\nthen\n${b}")
-endif()
-file(GLOB arrays RELATIVE ${OUT}/saved ${OUT}/saved/*.npy)
-file(GLOB resumed_arrays RELATIVE ${OUT}/saved_resumed ${OUT}/saved_resumed/*.npy)
-list(LENGTH arrays n)
-if(n LESS 10 OR NOT arrays STREQUAL resumed_arrays)
-  message(FATAL_ERROR "saved arrays: ${arrays}, resumed: ${resumed_arrays}")
-endif()
-foreach(array ${arrays})
-  file(SHA256 ${OUT}/saved/${array} a)
-  file(SHA256 ${OUT}/saved_resumed/${array} b)
-  if(NOT a STREQUAL b)
-    message(FATAL_ERROR "--resume: ${array} differs from the straight run's")
-  endif()
-endforeach()
+run_or_fail(output train_gpt 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/first --stop-after 30
+            --save ${OUT}/saved_resumed)
+run_or_fail(output train_gpt 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/resumed
+            --resume ${OUT}/saved_resumed --save ${OUT}/saved_resumed)
+expect_same_numbers(${OUT}/run ${OUT}/resumed ${numbers})
+expect_same_arrays(${OUT}/saved ${OUT}/saved_resumed 10)
 
 # The dropout modules' steps are saved: 60 steps of the embedding's, the
 # attention's, the residual's and the MLP's dropout.
@@ -145,9 +88,9 @@ endif()
 
 # --generate: the same seed gives the same text, which continues the prompt.
 set(generate --generate ${OUT}/saved --prompt "The " --max-new-chars 120 --top-k 20)
-run_gpt(a ${generate} --seed 7)
-run_gpt(b ${generate} --seed 7)
-run_gpt(c ${generate} --seed 8)
+run_or_fail(a "train_gpt --generate" 240 ${TRAIN_GPT} ${generate} --seed 7)
+run_or_fail(b "train_gpt --generate" 240 ${TRAIN_GPT} ${generate} --seed 7)
+run_or_fail(c "train_gpt --generate" 240 ${TRAIN_GPT} ${generate} --seed 8)
 string(LENGTH "${a}" length)
 string(FIND "${a}" "The " at)
 if(NOT a STREQUAL b OR NOT at EQUAL 0 OR length LESS 100)

@@ -5,60 +5,18 @@
 # token), resumes bit for bit from a stop between two evaluations (the
 # routing counts of the open interval included), generates from its save,
 # and refuses bad expert options with one line and exit code 2.
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(base --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --steps 12
     --eval-interval 4 --eval-windows 4 --sample-chars 8 --lr 1e-2 --warmup-steps 2 --threads 2
     --seed 3 --expert-hidden 8 --aux-loss-coef 0.02 --data-dir ${DATA})
 set(tiny ${base} --experts 4 --experts-per-token 2)
 
-function(run_gpt out_var)
-  execute_process(COMMAND ${TRAIN_GPT} ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE output
-                  ERROR_VARIABLE error TIMEOUT 240)
-  if(NOT code EQUAL 0)
-    message(FATAL_ERROR "train_gpt ${ARGN} failed (${code}):\n${output}\n${error}")
-  endif()
-  set(${out_var} "${output}" PARENT_SCOPE)
-endfunction()
+set(numbers KEYS final_train_loss final_val_loss step tokens_per_expert FILES experts.csv)
 
-function(refused label part)
-  execute_process(COMMAND ${TRAIN_GPT} ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE output
-                  ERROR_VARIABLE error TIMEOUT 240)
-  string(STRIP "${error}" error)
-  string(FIND "${error}" "\n" newline)
-  string(FIND "${error}" "${part}" at)
-  if(NOT code EQUAL 2 OR NOT newline EQUAL -1 OR at EQUAL -1)
-    message(FATAL_ERROR "${label}: exit ${code}, stderr '${error}' (expected one line with "
-                        "'${part}', exit 2)")
-  endif()
-endfunction()
-
-# The numbers that must repeat: the summary's results, the history without
-# its seconds column, the routing counts.
-function(read_numbers dir var)
-  file(READ ${dir}/summary.json json)
-  set(numbers "")
-  foreach(key final_train_loss final_val_loss step tokens_per_expert)
-    string(JSON value GET "${json}" ${key})
-    list(APPEND numbers "${key}=${value}")
-  endforeach()
-  file(STRINGS ${dir}/history.csv lines)
-  foreach(line ${lines})
-    string(REGEX REPLACE ",[^,]*$" "" line "${line}")
-    list(APPEND numbers "${line}")
-  endforeach()
-  file(STRINGS ${dir}/experts.csv lines)
-  list(APPEND numbers ${lines})
-  set(${var} "${numbers}" PARENT_SCOPE)
-endfunction()
-
-run_gpt(output ${tiny} --out ${OUT}/run --save ${OUT}/saved)
-foreach(part "mixture of 4 experts of 8 channels, 2 per token" "experts: layer 0" "| layer 1"
-        "val loss")
-  string(FIND "${output}" "${part}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "the output lacks '${part}':\n${output}")
-  endif()
-endforeach()
+run_or_fail(output train_gpt 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/run --save ${OUT}/saved)
+require_output("${output}" "mixture of 4 experts of 8 channels, 2 per token" "experts: layer 0"
+               "| layer 1" "val loss")
 file(READ ${OUT}/run/summary.json json)
 string(JSON experts GET "${json}" model experts)
 string(JSON parameters GET "${json}" model parameters)
@@ -92,43 +50,28 @@ endforeach()
 if(NOT step EQUAL 12 OR NOT layer0 EQUAL 512 OR NOT layer1 EQUAL 512)
   message(FATAL_ERROR "experts.csv at step ${step}: ${layer0} and ${layer1} choices, expected 512")
 endif()
-find_program(GNUPLOT gnuplot)
-if(GNUPLOT)
-  file(READ ${OUT}/run/experts.png magic LIMIT 8 HEX)
-  if(NOT magic STREQUAL "89504e470d0a1a0a")
-    message(FATAL_ERROR "experts.png is not a PNG file")
-  endif()
-endif()
+expect_png(${OUT}/run/experts.png OPTIONAL)
 
 # Stopped after step 6 (between two evaluations), resumed: the straight run's numbers.
-run_gpt(output ${tiny} --out ${OUT}/first --stop-after 6 --save ${OUT}/saved_resumed)
-run_gpt(output ${tiny} --out ${OUT}/resumed --resume ${OUT}/saved_resumed
-        --save ${OUT}/saved_resumed)
-read_numbers(${OUT}/run a)
-read_numbers(${OUT}/resumed b)
-if(NOT a STREQUAL b)
-  message(FATAL_ERROR "--resume differs from the straight run:\n${a}\nthen\n${b}")
-endif()
-file(GLOB arrays RELATIVE ${OUT}/saved ${OUT}/saved/*.npy)
-foreach(array ${arrays})
-  file(SHA256 ${OUT}/saved/${array} a)
-  file(SHA256 ${OUT}/saved_resumed/${array} b)
-  if(NOT a STREQUAL b)
-    message(FATAL_ERROR "--resume: ${array} differs from the straight run's")
-  endif()
-endforeach()
+run_or_fail(output train_gpt 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/first --stop-after 6
+            --save ${OUT}/saved_resumed)
+run_or_fail(output train_gpt 240 ${TRAIN_GPT} ${tiny} --out ${OUT}/resumed
+            --resume ${OUT}/saved_resumed --save ${OUT}/saved_resumed)
+expect_same_numbers(${OUT}/run ${OUT}/resumed ${numbers})
+expect_same_arrays(${OUT}/saved ${OUT}/saved_resumed 10)
 
 # --generate rebuilds the sparse model from the saved run.
-run_gpt(text --generate ${OUT}/saved --prompt "The " --max-new-chars 40 --seed 7)
+run_or_fail(text "train_gpt --generate" 240 ${TRAIN_GPT} --generate ${OUT}/saved --prompt "The "
+            --max-new-chars 40 --seed 7)
 string(FIND "${text}" "The " at)
 if(NOT at EQUAL 0)
   message(FATAL_ERROR "--generate:\n${text}")
 endif()
 
-refused("--experts 1" "--experts 1" ${base} --experts 1 --out ${OUT}/bad)
-refused("k > E" "--experts-per-token 5 is not in 1 .. --experts 4" ${base} --experts 4
-        --experts-per-token 5 --out ${OUT}/bad)
-refused("k without experts" "--experts-per-token" --experts-per-token 2)
-refused("resume with other experts" "'num_experts' was saved as '4', this module has '3'"
-        ${base} --experts 3 --resume ${OUT}/saved --out ${OUT}/bad)
+expect_refused("--experts 1" "--experts 1" ${TRAIN_GPT} ${base} --experts 1 --out ${OUT}/bad)
+expect_refused("k > E" "--experts-per-token 5 is not in 1 .. --experts 4" ${TRAIN_GPT} ${base}
+               --experts 4 --experts-per-token 5 --out ${OUT}/bad)
+expect_refused("k without experts" "--experts-per-token" ${TRAIN_GPT} --experts-per-token 2)
+expect_refused("resume with other experts" "'num_experts' was saved as '4', this module has '3'"
+               ${TRAIN_GPT} ${base} --experts 3 --resume ${OUT}/saved --out ${OUT}/bad)
 file(REMOVE_RECURSE ${OUT})

@@ -3,7 +3,7 @@
 # files>): each rank builds its half of every batch of windows (the windows are
 # keyed by the global row, and so are the dropout masks) and the gradients are averaged, so the run ends where
 # one process ends, to float rounding; rank 0 alone prints and writes.
-include(${CMAKE_CURRENT_LIST_DIR}/mpi_compare.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(args --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --dropout 0.1 --batch-size 8 --steps 40
     --eval-interval 20 --eval-windows 16 --sample-chars 20 --lr 1e-2 --warmup-steps 5

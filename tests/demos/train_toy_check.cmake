@@ -1,6 +1,7 @@
 # The toy experiment as a test (run with -DTRAIN_TOY=<exe> -DOUT=<dir>):
 # trains with a fixed seed and the defaults, then reads summary.json.
 # Bounds are loose on purpose: a correct engine lands far below them.
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 
 function(run_toy out_dir)
@@ -19,14 +20,6 @@ function(read_summary dir prefix)
   endforeach()
 endfunction()
 
-# CMake compares numbers as integers or plain decimals: compare via math on
-# scaled values is not available for floats, so compare with an external awk.
-function(require_below value bound what)
-  execute_process(COMMAND awk "BEGIN { exit !(${value} < ${bound}) }" RESULT_VARIABLE below)
-  if(NOT below EQUAL 0)
-    message(FATAL_ERROR "${what} = ${value}, expected below ${bound}")
-  endif()
-endfunction()
 
 run_toy(${OUT}/run --save ${OUT}/checkpoint)
 read_summary(${OUT}/run a)
@@ -57,13 +50,8 @@ if(NOT a_heldout_mse_ffn STREQUAL c_heldout_mse_ffn)
 endif()
 
 # A bad flag or value: one line on stderr and exit code 2.
-foreach(bad "--steps;-3" "--steps;0" "--seed;-1" "--lr;-1" "--hidden;0" "--optimizer;rmsprop" "--activation;swish" "--dtype;half" "--nonsense")
-  execute_process(COMMAND ${TRAIN_TOY} ${bad} --out ${OUT}/bad RESULT_VARIABLE code
-    OUTPUT_VARIABLE output ERROR_VARIABLE error)
-  string(STRIP "${error}" error)
-  string(FIND "${error}" "\n" newline)
-  if(NOT code EQUAL 2 OR NOT newline EQUAL -1 OR error STREQUAL "")
-    message(FATAL_ERROR "train_toy ${bad}: exit ${code}, stderr '${error}' (expected one line, exit 2)")
-  endif()
+foreach(bad "--steps;-3" "--steps;0" "--seed;-1" "--lr;-1" "--hidden;0" "--optimizer;rmsprop"
+        "--activation;swish" "--dtype;half" "--nonsense")
+  expect_refused("train_toy ${bad}" "" ${TRAIN_TOY} ${bad} --out ${OUT}/bad)
 endforeach()
 file(REMOVE_RECURSE ${OUT})

@@ -3,7 +3,7 @@
 # of the all-reduce, rank 0 alone prints and writes (rank 1's --out stays
 # absent when each rank is given its own --out); so do --zero 1 and 2 (the
 # two optimizers sharded).
-include(${CMAKE_CURRENT_LIST_DIR}/mpi_compare.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/demo_checks.cmake)
 file(REMOVE_RECURSE ${OUT})
 set(args --seed 1 --steps 300 --dtype double)
 set(mpirun ${MPIEXEC} --allow-run-as-root --oversubscribe -np 2)

@@ -1,0 +1,87 @@
+#pragma once
+// training::shard_experts and training::clip_grad_norm: expert parallelism
+// (distributed/expert_parallel.hpp) for a program written with
+// training::Parallel (training/data_parallel.hpp), which runs the same code
+// as a plain process or under mpirun.
+//
+//   training::Parallel parallel(argc, argv);
+//   Model model(..., generator);                       // the same model on every rank
+//   training::shard_experts(parallel, model);          // before the GradientAverager
+//   training::GradientAverager<float> gradients(parallel, model, tape);   // the rest
+//   optim::AdamW<float> optimizer(model.parameters(), ...);  // replicated + own experts
+//   ... tape.backward(loss); gradients.finish();
+//   training::clip_grad_norm(parallel, model, max_norm); optimizer.step();
+//
+// Under mpirun shard_experts shards every SparseMoe's routed experts over
+// the ranks (distributed::shard_experts: collective; std::invalid_argument on
+// every rank when a num_experts is not a multiple of the ranks) and returns
+// true; in a single process it does nothing and returns false, so that one
+// command line serves any number of processes. The GradientAverager then
+// averages the replicated parameters only; the experts' gradients are the
+// global batch's already. Each rank's model.parameters() holds the
+// replicated parameters and its own experts: a plain optimizer over them
+// steps this rank's share of the one-process model, and its checkpoints are
+// per rank (Module::state_dict holds the rank's experts under their global
+// names).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../optim/clip.hpp"
+#include "data_parallel.hpp"
+
+namespace xtgrad::training {
+
+template <class T>
+bool shard_experts(Parallel& parallel, Module<T>& model) {
+#if XTGRAD_HAVE_MPI
+  if (!parallel.active()) return false;
+  distributed::shard_experts(parallel.world(), model);
+  return true;
+#else
+  (void)parallel, (void)model;
+  return false;
+#endif
+}
+
+// optim::clip_grad_norm (the 2-norm) over every parameter of the
+// one-process model: the replicated gradients' squares on this rank plus
+// the experts' squares of every rank. Collective under mpirun once the
+// experts are sharded; optim::clip_grad_norm over model.parameters()
+// otherwise. After GradientAverager::finish(); returns the norm before clipping.
+template <class T>
+double clip_grad_norm(Parallel& parallel, Module<T>& model, double max_norm) {
+  std::vector<Parameter<T>*> params;  // each once (a tied weight is listed under two names)
+  for (Parameter<T>* p : model.parameters())
+    if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
+#if XTGRAD_HAVE_MPI
+  const distributed::NamedParameterList<T> experts_list =
+      parallel.active() ? distributed::expert_parameters(model)
+                        : distributed::NamedParameterList<T>{};
+  if (!experts_list.empty()) {  // the same on every rank
+    std::vector<const Parameter<T>*> own;
+    for (const auto& named : experts_list) own.push_back(named.second);
+    double replicated = 0.0, experts = 0.0;
+    for (const Parameter<T>* p : params) {
+      if (!p->has_grad) continue;
+      double part = 0.0;
+      for (const T g : p->grad) part += static_cast<double>(g) * g;
+      (std::find(own.begin(), own.end(), p) != own.end() ? experts : replicated) += part;
+    }
+    const double total =
+        std::sqrt(replicated + parallel.mean(experts) * static_cast<double>(parallel.size()));
+    // optim::clip_grad_norm's rule: scale by max_norm / (total + 1e-6) when below 1
+    if (std::isfinite(total) && max_norm / (total + 1e-6) < 1.0) {
+      const T coef = static_cast<T>(max_norm / (total + 1e-6));
+      for (Parameter<T>* p : params)
+        if (p->has_grad) p->grad *= coef;
+    }
+    return total;
+  }
+#else
+  (void)parallel;
+#endif
+  return optim::clip_grad_norm(params, max_norm);
+}
+
+}  // namespace xtgrad::training
