@@ -229,9 +229,9 @@ void execute(ThreadState& state, Entry& entry, const void* a, const void* b, flo
       "xtgrad: oneDNN matmul failed");
 }
 
-// The packed copy of b [k, n] (stored at ldb, transposed or not, as
-// `type`) for `piece` in `layout`, packed now if this call is to; null when
-// this call reads b unpacked.
+// The packed copy of b [k, n] (stored at ldb, transposed or not, in the
+// precision's data type) for `piece` in `layout`, packed now if this call
+// is to; null when this call reads b unpacked.
 std::shared_ptr<PackedWeight> packed_b(ThreadState& state, const WeightPiece& piece, const void* b,
                                        const Key& key, const memory::desc& layout) {
   const PackedWeightKey id{piece.tag.id, piece.tag.version, piece.origin,    piece.offset,  key.k,
