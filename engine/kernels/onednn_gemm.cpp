@@ -82,9 +82,9 @@ struct Entry {
 };
 
 // Enough for every distinct product of a model's step (a transformer's
-// forward and backward use a few dozen shapes, and a product whose b is a
-// weight has a packed entry beside its unpacked one).
-constexpr std::size_t k_cache_entries = 128;
+// forward and backward use a few dozen shapes; a product whose b is a
+// weight adds a packed entry, used instead of its unpacked one).
+constexpr std::size_t k_cache_entries = 64;
 
 // The CPU engine, with oneDNN's process-wide state already built: oneDNN
 // creates its global primitive cache (and the lock guarding it) and detects
