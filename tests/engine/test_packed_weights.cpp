@@ -103,7 +103,9 @@ TEST_CASE("packed weights: the bits of the unpacked path, forward and backward, 
                " precision ", matmul_precision_name(precision), " use ", use);
           CHECK(bit_equal(packed, reference));
         }
-        if (detail::onednn_compiled()) CHECK(detail::packed_weight_stats().packed > 0);
+        // packed where oneDNN runs brgemm both ways (AVX-512 CPUs)
+        if (detail::onednn_info().find("brg:") != std::string::npos)
+          CHECK(detail::packed_weight_stats().packed > 0);
         per_thread_count.push_back(reference);
       }
       CHECK(bit_equal(per_thread_count[0], per_thread_count[1]));
