@@ -14,6 +14,12 @@
 // detail::gemm keeps in float (oneDNN bf16 against its loop), the FFN step
 // and the bench's GPT training steps (the char demo's model and one
 // GPT-2-small block), with the relative error of each product.
+// The packed section times the products whose b is a weight (forward and
+// dx) read unpacked, from a packed copy made once and reused (inference, the
+// fused ops' row blocks), and packed on every call (a new weight version
+// per call: a training step's single use; below k_pack_first_use_rows rows
+// a first use only notes the weight, so this is the unpacked product plus
+// the bookkeeping), then the FFN step with packing on and off.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -56,9 +62,9 @@ struct Product {
   }
   detail::MatrixRef<const float> ref_a() const { return {a.data(), ta ? k : m, ta ? m : k}; }
   detail::MatrixRef<const float> ref_b() const { return {b.data(), tb ? n : k, tb ? k : n}; }
-  void onednn(MatmulPrecision precision = MatmulPrecision::highest) {
+  void onednn(MatmulPrecision precision = MatmulPrecision::highest, detail::WeightTag weight = {}) {
     detail::onednn_gemm(a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, m, n, k,
-                        accumulate, precision);
+                        accumulate, precision, nullptr, weight);
   }
   void openblas() {
     detail::blas_gemm<float>(ref_a(), ta, ref_b(), tb, {c.data(), m, n}, accumulate);
@@ -137,6 +143,45 @@ double relative_error(Product& p, MatmulPrecision precision) {
     largest = std::max(largest, std::abs(c[i]));
   }
   return worst / largest;
+}
+
+// The packed section (see the top of the file): weight products only (dW's
+// b is an activation), at `rows` rows where given.
+void packed_rows(const std::vector<Case>& products, const std::vector<std::size_t>& rows,
+                 const TimingOptions& timing) {
+  std::printf("-- packed weights: oneDNN unpacked, packed once (reused), packed per call\n");
+  for (const Case& c : products) {
+    if (c.accumulate) continue;
+    for (const std::size_t m : rows) {
+      Product p(m, c.n, c.k, c.ta, c.tb, false);
+      const std::uint64_t id = detail::next_parameter_id();
+      std::uint64_t version = 0;
+      print_row(c.name + " rows " + std::to_string(m), 2.0 * m * c.n * c.k,
+                {{"unpacked", [&] { p.onednn(); }},
+                 {"reused",
+                  [&] {
+                    p.onednn(MatmulPrecision::highest, {id, 0});
+                  }},
+                 {"per call",
+                  [&] {
+                    p.onednn(MatmulPrecision::highest, {id, ++version});
+                  }}},
+                timing);
+    }
+  }
+  detail::clear_packed_weights();
+  FfnStep step(4096, 512, 2048);
+  const auto packing = [&](bool on) {
+    return [&step, on] {
+      detail::set_weight_packing(on);
+      step.run();
+      for (Parameter<float>* w : {&step.w1, &step.w2}) w->mark_changed();  // as a step would
+    };
+  };
+  print_row("ffn step N4096 D512 H2048", 3 * 2 * 2.0 * 4096 * 512 * 2048,
+            {{"unpacked", packing(false)}, {"packed", packing(true)}}, timing);
+  detail::set_weight_packing(true);
+  detail::clear_packed_weights();
 }
 
 // Runs `run` at `precision` (set_matmul_precision), for a contestant.
@@ -220,10 +265,10 @@ void bf16_rows(const std::vector<Case>& products, const std::vector<Case>& regim
 int main(int argc, char** argv) {
   CLI::App app{"xtgrad's float GEMM backends: oneDNN against OpenBLAS"};
   std::vector<int> thread_counts{1, 2};
-  std::string only = "products,regimes,step,bf16";
+  std::string only = "products,regimes,step,bf16,packed";
   double seconds = 1;
   app.add_option("--threads", thread_counts, "thread counts (set_num_threads)");
-  app.add_option("--only", only, "sections: products, regimes, step, bf16");
+  app.add_option("--only", only, "sections: products, regimes, step, bf16, packed");
   app.add_option("--seconds", seconds, "time per contestant and row");
   CLI11_PARSE(app, argc, argv);
   const auto on = [&](const char* section) { return only.find(section) != std::string::npos; };
@@ -299,6 +344,7 @@ int main(int argc, char** argv) {
       set_gemm_backend(GemmBackend::onednn);
     }
     if (on("bf16")) bf16_rows(products, regimes, timing);
+    if (on("packed")) packed_rows(products, {256, 1024, 4096}, timing);
   }
   return 0;
 }

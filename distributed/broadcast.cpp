@@ -93,6 +93,7 @@ void broadcast_parameters(const Communicator& comm, const NamedParameterList<T>&
           MPI_Bcast(p->value.data() + at, count, detail::mpi_type<T>(), root, comm.comm()),
           "MPI_Bcast");
     }
+    p->mark_changed();
   }
 }
 

@@ -140,6 +140,7 @@ void ShardedOptimizer<T>::step() {
                                      " changed its size since the optimizer was built");
     std::copy_n(p.value.data() + pieces_[i].offset, pieces_[i].length,
                 piece_params_[i]->value.data());
+    piece_params_[i]->mark_changed();
   }
   for (std::size_t g = 0; g < this->group_count(); ++g) inner_->set_lr(g, this->lr(g));
   const auto inner_start = Clock::now();
@@ -172,9 +173,11 @@ void ShardedOptimizer<T>::all_gather() {
     detail::check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gather_.data(),
                                      counts[b].data(), displs.data(), detail::mpi_type<T>(), comm),
                       "MPI_Allgatherv (updated parameters)");
-    for (const std::size_t j : sync_.buckets()[b])
+    for (const std::size_t j : sync_.buckets()[b]) {
       std::copy_n(gather_.data() + (layout_.flat_begin(j) - base), synced[j]->value.size(),
                   synced[j]->value.data());
+      synced[j]->mark_changed();
+    }
   }
   if (zero_.stage == 2) std::vector<T>().swap(gather_);
 }

@@ -199,7 +199,7 @@ void load_checkpoint(const fs::path& dir,
                                          detail::shape_str(p.value.shape()));
     values.push_back(detail::read_npy_data<T>(file, header));
   }
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].second->value = std::move(values[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].second->set_value(std::move(values[i]));
 }
 
 template void save_checkpoint(const fs::path&,

@@ -56,8 +56,8 @@ CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOption
 template <class T>
 Linear<T> projection(std::size_t in, std::size_t out, bool bias, Generator& generator) {
   Linear<T> linear(in, out, bias, generator);
-  linear.weight.value = detail::normal<T>({out, in}, k_init_std, generator);
-  if (bias) linear.bias.value.fill(T(0));
+  linear.weight.set_value(detail::normal<T>({out, in}, k_init_std, generator));
+  if (bias) linear.bias.set_value(xt::zeros<T>({out}));
   return linear;
 }
 

@@ -33,8 +33,10 @@ Embedding<T>::Embedding(std::size_t num_embeddings, std::size_t embedding_dim,
   }
   weight = Parameter<T>("weight",
                         detail::standard_normal<T>({num_embeddings, embedding_dim}, generator));
-  if (padding_idx_)  // torch's reset_parameters zeroes the padding row
+  if (padding_idx_) {  // torch's reset_parameters zeroes the padding row
     xt::view(weight.value, *padding_idx_, xt::all()) = T(0);
+    weight.mark_changed();
+  }
 }
 
 template <class T>

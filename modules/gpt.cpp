@@ -185,6 +185,7 @@ void GPT<T>::initialize(Generator& generator) {
     const std::string last = name.substr(name.rfind('.') + 1);
     if (last == "bias" || last.rfind("b_", 0) == 0) {
       p->value.fill(T(0));
+      p->mark_changed();
       continue;
     }
     const bool residual =
@@ -193,7 +194,7 @@ void GPT<T>::initialize(Generator& generator) {
         ends_with(name, "mlp.down_proj.weight") ||
         (name.find(".experts.") != std::string::npos && ends_with(name, ".w2.weight"));
     const std::vector<std::size_t> shape(p->value.shape().begin(), p->value.shape().end());
-    p->value = detail::normal<T>(shape, residual ? residual_std : k_init_std, generator);
+    p->set_value(detail::normal<T>(shape, residual ? residual_std : k_init_std, generator));
   }
 }
 

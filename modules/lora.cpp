@@ -34,7 +34,7 @@ template <class T>
 struct Layer {
   std::string name;  // dotted, "" for the model itself
   std::optional<LoRALayer<T>>* lora;
-  xt::xarray<T>* weight;
+  Parameter<T>* weight;
   WeightLayout layout;
   std::size_t in, out;
 };
@@ -44,13 +44,12 @@ std::optional<Layer<T>> as_layer(const std::string& name, Module<T>* module) {
   if (auto* linear = dynamic_cast<Linear<T>*>(module))
     return Layer<T>{name,
                     &linear->lora,
-                    &linear->weight.value,
+                    &linear->weight,
                     WeightLayout::out_in,
                     linear->in_features(),
                     linear->out_features()};
   if (auto* conv = dynamic_cast<Conv1D<T>*>(module))
-    return Layer<T>{name,       &conv->lora, &conv->weight.value, WeightLayout::in_out,
-                    conv->nx(), conv->nf()};
+    return Layer<T>{name, &conv->lora, &conv->weight, WeightLayout::in_out, conv->nx(), conv->nf()};
   return std::nullopt;
 }
 
@@ -199,7 +198,8 @@ std::vector<std::string> merge_lora(Module<T>& model) {
   std::vector<std::string> names;
   for (Layer<T>& layer : adapted_layers(model))
     if (!(*layer.lora)->merged()) {
-      (*layer.lora)->merge_into(*layer.weight, layer.layout);
+      (*layer.lora)->merge_into(layer.weight->value, layer.layout);
+      layer.weight->mark_changed();
       names.push_back(layer.name);
     }
   return names;
@@ -210,7 +210,8 @@ std::vector<std::string> unmerge_lora(Module<T>& model) {
   std::vector<std::string> names;
   for (Layer<T>& layer : adapted_layers(model))
     if ((*layer.lora)->merged()) {
-      (*layer.lora)->unmerge_from(*layer.weight, layer.layout);
+      (*layer.lora)->unmerge_from(layer.weight->value, layer.layout);
+      layer.weight->mark_changed();
       names.push_back(layer.name);
     }
   return names;
@@ -386,10 +387,10 @@ void load_lora_adapter(Module<T>& model, const fs::path& dir) {
   }
   for (const Layer<T>& layer : layers) {
     LoRALayer<T>& lora = **layer.lora;
-    lora.lora_A.value =
-        detail::stored_as<T>(file.tensors.at(peft_key(layer.name, "lora_A.weight")));
-    lora.lora_B.value =
-        detail::stored_as<T>(file.tensors.at(peft_key(layer.name, "lora_B.weight")));
+    lora.lora_A.set_value(
+        detail::stored_as<T>(file.tensors.at(peft_key(layer.name, "lora_A.weight"))));
+    lora.lora_B.set_value(
+        detail::stored_as<T>(file.tensors.at(peft_key(layer.name, "lora_B.weight"))));
   }
 }
 

@@ -165,6 +165,7 @@ MultiheadAttention<T>::MultiheadAttention(std::size_t embed_dim, std::size_t num
     in_proj_bias =
         Parameter<T>("in_proj_bias", xt::zeros<T>(std::vector<std::size_t>{3 * embed_dim}));
     out_proj.bias.value.fill(T(0));
+    out_proj.bias.mark_changed();
   }
 } catch (const std::bad_alloc& e) {
   detail::rethrow_out_of_memory(k_owner, "parameters", mha_parameters(embed_dim, options.bias),

@@ -160,7 +160,7 @@ IncompatibleKeys load_sources(const std::string& function, const std::string& ty
   for (std::size_t i = 0; i < params.size(); ++i)
     if (matched[i]) values[i] = value_of(*matched[i]);
   for (std::size_t i = 0; i < params.size(); ++i)
-    if (matched[i]) params[i].second->value = std::move(values[i]);
+    if (matched[i]) params[i].second->set_value(std::move(values[i]));
   return keys;
 }
 

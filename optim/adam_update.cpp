@@ -119,6 +119,7 @@ void adam_step(const std::vector<Parameter<T>*>& params,
   for (std::size_t i = begin; i < end; ++i) {
     Parameter<T>& p = *params[i];
     if (!p.has_grad) continue;
+    p.mark_changed();  // the value is written below
     std::optional<AdamParamState<T>>& slot = state[i];
     if (!slot) {
       slot.emplace();

@@ -99,6 +99,7 @@ void SGD<T>::step() {
     for (std::size_t i = this->group_begin(g); i < this->group_end(g); ++i) {
       Parameter<T>& p = *params[i];
       if (!p.has_grad) continue;
+      p.mark_changed();  // the value is written below
       const std::size_t n = p.value.size();
       if (o.momentum() == 0.0) {
         // each update split over the threads in use: elements are independent

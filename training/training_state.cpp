@@ -163,7 +163,7 @@ TrainingExtras load_training_state(const fs::path& dir, Module<T>& model,
     detail::fail_value(k_load, where + " has extra entries that are not int64 or float64 scalars");
 
   for (const auto& [name, p] : model.named_parameters())
-    p->value = std::move(parts.model.arrays.at(name));
+    p->set_value(std::move(parts.model.arrays.at(name)));
   optimizer.load_state_dict(parts.optimizer);
   if (scheduler != nullptr) scheduler->load_state_dict(parts.scheduler);
   return {std::move(parts.extra.integers), std::move(parts.extra.reals)};
@@ -179,7 +179,7 @@ void load_model_from_training_state(const fs::path& dir, Module<T>& model) {
       load_state_directory<T>(dir, k_arrays_per_parameter * elements * sizeof(T), k_fn), dir, k_fn);
   check_model_part(k_fn, parts.model, model, dir);
   for (const auto& [name, p] : model.named_parameters())
-    p->value = std::move(parts.model.arrays.at(name));
+    p->set_value(std::move(parts.model.arrays.at(name)));
 }
 
 template void save_training_state(const fs::path&, const Module<float>&,

@@ -248,7 +248,8 @@ void small_gemm(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c
 // float matmul, else written into c before a product that accumulates.
 template <class T>
 void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
-                  bool transpose_b, MatrixRef<T> c, bool accumulate, const T* bias) {
+                  bool transpose_b, MatrixRef<T> c, bool accumulate, const T* bias,
+                  [[maybe_unused]] WeightTag weight) {
   const std::size_t m = transpose_a ? a.cols : a.rows;
   const std::size_t k = transpose_a ? a.rows : a.cols;
   const std::size_t k_b = transpose_b ? b.cols : b.rows;
@@ -286,7 +287,7 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
   if constexpr (std::is_same_v<T, float>) {
     if (onednn) {
       onednn_gemm(a.data, a.cols, transpose_a, b.data, b.cols, transpose_b, c.data, c.cols, m, n, k,
-                  accumulate, precision, bias);
+                  accumulate, precision, bias, weight);
       return;
     }
     warn_if_stale_openblas();
@@ -298,14 +299,14 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
 
 template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
-          bool transpose_b, MatrixRef<T> c, bool accumulate) {
-  gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, accumulate, nullptr);
+          bool transpose_b, MatrixRef<T> c, bool accumulate, WeightTag weight) {
+  gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, accumulate, nullptr, weight);
 }
 
 template <class T>
 void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
-               bool transpose_b, MatrixRef<T> c, const T* bias) {
-  gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, false, bias);
+               bool transpose_b, MatrixRef<T> c, const T* bias, WeightTag weight) {
+  gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, false, bias, weight);
 }
 
 template <class T>
@@ -385,9 +386,9 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
 
 #define XTGRAD_INSTANTIATE_GEMM(T)                                                             \
   template void gemm<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,       \
-                        MatrixRef<T>, bool);                                                   \
+                        MatrixRef<T>, bool, WeightTag);                                        \
   template void gemm_bias<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,  \
-                             MatrixRef<T>, const T*);                                          \
+                             MatrixRef<T>, const T*, WeightTag);                               \
   template void blas_gemm<T>(MatrixRef<const T>, bool, MatrixRef<const T>, bool, MatrixRef<T>, \
                              bool);                                                            \
   template void broadcast_rows<T>(const T*, T*, std::size_t, std::size_t);                     \

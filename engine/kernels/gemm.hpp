@@ -7,6 +7,7 @@
 // (the bias broadcast before, the bias gradient after).
 
 #include <cstddef>
+#include <cstdint>
 
 namespace xtgrad::detail {
 
@@ -17,6 +18,22 @@ struct MatrixRef {
   std::size_t rows;
   std::size_t cols;
 };
+
+// Which value b is when it is a Parameter's (Parameter::id and ::version,
+// parameter.hpp; id 0: none): on oneDNN's float matmul such a b is read from
+// a packed copy kept per weight version (onednn_packed_weights.hpp), with
+// the bits of reading it unpacked. The ops that multiply by a weight pass it
+// (weight_tag(tape.node_param(index))); kernels never see the tape.
+struct WeightTag {
+  std::uint64_t id = 0;
+  std::uint64_t version = 0;
+};
+
+// The tag of a Parameter p, none for null.
+template <class P>
+WeightTag weight_tag(const P* p) {
+  return p ? WeightTag{p->id(), p->version()} : WeightTag{};
+}
 
 // c = op(a) . op(b) when !accumulate (BLAS beta = 0, c's old contents are
 // ignored), c += op(a) . op(b) when accumulate (beta = 1). op(m) is m or m^T.
@@ -43,7 +60,7 @@ struct MatrixRef {
 // 3.6x oneDNN's time (the loop's column and dot forms).
 template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
-          bool transpose_b, MatrixRef<T> c, bool accumulate);
+          bool transpose_b, MatrixRef<T> c, bool accumulate, WeightTag weight = {});
 
 // c = op(a) . op(b) + bias on every row of c (bias [n]), for a linear layer's
 // forward. On oneDNN's float (or bf16) matmul the bias is the primitive's
@@ -53,7 +70,7 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
 // accumulates onto it (beta = 1).
 template <class T>
 void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
-               bool transpose_b, MatrixRef<T> c, const T* bias);
+               bool transpose_b, MatrixRef<T> c, const T* bias, WeightTag weight = {});
 
 // The OpenBLAS product of gemm, for any shape gemm accepts with m, n, k > 0
 // (unchecked), whatever the backend: the reference the oneDNN path is tested

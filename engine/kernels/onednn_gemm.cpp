@@ -2,9 +2,27 @@
 
 #include "parallel.hpp"
 
+#include <atomic>
 #include <stdexcept>
 
 namespace xtgrad::detail {
+
+namespace {
+
+std::atomic<bool>& packing_switch() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+}  // namespace
+
+void set_weight_packing(bool on) {
+  packing_switch().store(on, std::memory_order_relaxed);
+}
+
+bool weight_packing() {
+  return packing_switch().load(std::memory_order_relaxed);
+}
 
 bool native_bf16_kernel(const std::string& kernel) {
   return kernel.find("avx512_core_bf16") != std::string::npos ||
@@ -16,6 +34,7 @@ bool native_bf16_kernel(const std::string& kernel) {
 #if XTGRAD_HAVE_ONEDNN
 
 #include "bf16.hpp"
+#include "onednn_packed_weights.hpp"
 #include "scratch.hpp"
 
 #include <algorithm>
@@ -40,26 +59,31 @@ struct Key {
   bool transpose_a, transpose_b, accumulate;
   MatmulPrecision precision;
   int threads;
-  bool bias;  // a float bias [1, n] added to every row of c
+  bool bias;      // a float bias [1, n] added to every row of c
+  bool packed_b;  // b in oneDNN's preferred layout (format_tag::any), packed once
 
   bool operator==(const Key& o) const {
     return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
            transpose_a == o.transpose_a && transpose_b == o.transpose_b &&
            accumulate == o.accumulate && precision == o.precision && threads == o.threads &&
-           bias == o.bias;
+           bias == o.bias && packed_b == o.packed_b;
   }
 };
 
 // A primitive with its argument memories, whose data handles are set per call.
+// same_bits (a packed_b entry): oneDNN runs the same implementation as for
+// the unpacked key, so reading b packed gives the same bits.
 struct Entry {
   Key key;
   dnnl::matmul primitive;
   memory a, b, c, bias, scratchpad;
   std::size_t scratchpad_bytes;
+  bool same_bits;
 };
 
 // Enough for every distinct product of a model's step (a transformer's
-// forward and backward use a few dozen shapes).
+// forward and backward use a few dozen shapes; a product whose b is a
+// weight adds a packed entry, used instead of its unpacked one).
 constexpr std::size_t k_cache_entries = 64;
 
 // The CPU engine, with oneDNN's process-wide state already built: oneDNN
@@ -112,7 +136,9 @@ dnnl::matmul::primitive_desc describe(const Key& key) {
     attr.set_post_ops(sum);
   }
   const memory::desc a = matrix(key.m, key.k, key.lda, key.transpose_a, type);
-  const memory::desc b = matrix(key.k, key.n, key.ldb, key.transpose_b, type);
+  const memory::desc b = key.packed_b
+                             ? memory::desc({dim(key.k), dim(key.n)}, type, memory::format_tag::any)
+                             : matrix(key.k, key.n, key.ldb, key.transpose_b, type);
   const memory::desc c = matrix(key.m, key.n, key.ldc, false, memory::data_type::f32);
   if (!key.bias)
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
@@ -142,6 +168,12 @@ Entry& lookup(ThreadState& state, const Key& key) {
     return entries.front();
   }
   const auto pd = describe(key);
+  bool same_bits = !key.packed_b;
+  if (key.packed_b) {
+    Key unpacked = key;
+    unpacked.packed_b = false;
+    same_bits = describe(unpacked).impl_info_str() == std::string(pd.impl_info_str());
+  }
   const dnnl::engine& engine = cpu_engine();
   Entry entry{key,
               dnnl::matmul(pd),
@@ -150,7 +182,8 @@ Entry& lookup(ThreadState& state, const Key& key) {
               memory(pd.dst_desc(), engine, nullptr),
               key.bias ? memory(pd.bias_desc(), engine, nullptr) : memory(),
               memory(pd.scratchpad_desc(), engine, nullptr),
-              pd.scratchpad_desc().get_size()};
+              pd.scratchpad_desc().get_size(),
+              same_bits};
   if (entries.size() == k_cache_entries) entries.pop_back();
   entries.insert(entries.begin(), std::move(entry));
   return entries.front();
@@ -164,15 +197,19 @@ bool onednn_compiled() {
 
 namespace {
 
-// One single-threaded primitive call on the calling thread; a and b are
-// float at MatmulPrecision::highest, bfloat16 at bf16; bias (float [n]) or null.
-void run_primitive(const void* a, std::size_t lda, bool transpose_a, const void* b, std::size_t ldb,
-                   bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                   std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias) {
-  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  ThreadState& state = thread_state();
-  Entry& entry = lookup(state, Key{m, n, k, lda, ldb, ldc, transpose_a, transpose_b, accumulate,
-                                   precision, 1, bias != nullptr});
+// Where a part's b comes from when it is a Parameter's value: the tag, the
+// user's float array (b itself may be a bfloat16 copy) and the part's offset
+// in b, and whether a first use already packs (k_pack_first_use_rows).
+struct WeightPiece {
+  WeightTag tag;
+  const float* origin;
+  std::size_t offset;
+  bool first_use;
+};
+
+// Executes entry's primitive on the thread's stream; bias (float [n]) or null.
+void execute(ThreadState& state, Entry& entry, const void* a, const void* b, float* c,
+             const float* bias) {
   if (state.scratchpad.size() < entry.scratchpad_bytes)
     state.scratchpad.resize(entry.scratchpad_bytes);
   entry.a.set_data_handle(const_cast<void*>(a));
@@ -190,6 +227,52 @@ void run_primitive(const void* a, std::size_t lda, bool transpose_a, const void*
   dnnl::error::wrap_c_api(
       dnnl_primitive_execute(entry.primitive.get(), state.stream.get(), count, args),
       "xtgrad: oneDNN matmul failed");
+}
+
+// The packed copy of b [k, n] (stored at ldb, transposed or not, in the
+// precision's data type) for `piece` in `layout`, packed now if this call
+// is to; null when this call reads b unpacked.
+std::shared_ptr<PackedWeight> packed_b(ThreadState& state, const WeightPiece& piece, const void* b,
+                                       const Key& key, const memory::desc& layout) {
+  const PackedWeightKey id{piece.tag.id, piece.tag.version, piece.origin,    piece.offset,  key.k,
+                           key.n,        key.ldb,           key.transpose_b, key.precision, layout};
+  bool pack = false;
+  std::shared_ptr<PackedWeight> w = find_packed_weight(id, piece.first_use, pack);
+  if (!pack) return w;
+  const dnnl::engine& engine = cpu_engine();
+  memory stored(matrix(key.k, key.n, key.ldb, key.transpose_b, data_type(key.precision)), engine,
+                const_cast<void*>(b));
+  w->memory = memory(layout, engine);
+  dnnl::reorder(stored, w->memory).execute(state.stream, stored, w->memory);
+  w->ready.store(true, std::memory_order_release);
+  return w;
+}
+
+// One single-threaded primitive call on the calling thread; a and b are
+// float at MatmulPrecision::highest, bfloat16 at bf16; bias (float [n]) or
+// null; piece: b is (a part of) a Parameter's value, or null.
+void run_primitive(const void* a, std::size_t lda, bool transpose_a, const void* b, std::size_t ldb,
+                   bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                   std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias,
+                   const WeightPiece* piece) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  ThreadState& state = thread_state();
+  Key key{m,           n,           k,          lda,       ldb, ldc,
+          transpose_a, transpose_b, accumulate, precision, 1,   bias != nullptr,
+          false};
+  if (piece != nullptr) {
+    key.packed_b = true;
+    Entry& entry = lookup(state, key);
+    if (entry.same_bits) {
+      const std::shared_ptr<PackedWeight> w = packed_b(state, *piece, b, key, entry.b.get_desc());
+      if (w) {
+        execute(state, entry, a, w->memory.get_data_handle(), c, bias);
+        return;
+      }
+    }
+    key.packed_b = false;
+  }
+  execute(state, lookup(state, key), a, b, c, bias);
 }
 
 // Runs part(begin, end) over the parts of [0, lines) lines (rows or columns
@@ -212,23 +295,31 @@ void run_parts(std::size_t lines, std::size_t macs, Part& part) {
 }
 
 // onednn_gemm on operands of element type E (float, or bfloat16 as
-// std::uint16_t): the split described there.
+// std::uint16_t): the split described there. weight_origin: the user's
+// float b when b is a Parameter's value (weight names it), else null. A
+// split over C's columns reads a piece of b per part, each packed apart.
 template <class E>
 void split_gemm(const E* a, std::size_t lda, bool transpose_a, const E* b, std::size_t ldb,
                 bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias) {
+                std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias,
+                WeightTag weight, const float* weight_origin) {
+  const bool first_use = m >= k_pack_first_use_rows;
   if (m >= n) {
+    const WeightPiece whole{weight, weight_origin, 0, first_use};
+    const WeightPiece* piece = weight_origin != nullptr ? &whole : nullptr;
     auto rows = [&](std::size_t begin, std::size_t end) {
       const E* a_part = transpose_a ? a + begin : a + begin * lda;
       run_primitive(a_part, lda, transpose_a, b, ldb, transpose_b, c + begin * ldc, ldc,
-                    end - begin, n, k, accumulate, precision, bias);
+                    end - begin, n, k, accumulate, precision, bias, piece);
     };
     run_parts(m, m * n * k, rows);
   } else {
     auto columns = [&](std::size_t begin, std::size_t end) {
-      const E* b_part = transpose_b ? b + begin * ldb : b + begin;
-      run_primitive(a, lda, transpose_a, b_part, ldb, transpose_b, c + begin, ldc, m, end - begin,
-                    k, accumulate, precision, bias == nullptr ? nullptr : bias + begin);
+      const std::size_t offset = transpose_b ? begin * ldb : begin;
+      const WeightPiece part{weight, weight_origin, offset, first_use};
+      run_primitive(a, lda, transpose_a, b + offset, ldb, transpose_b, c + begin, ldc, m,
+                    end - begin, k, accumulate, precision, bias == nullptr ? nullptr : bias + begin,
+                    weight_origin != nullptr ? &part : nullptr);
     };
     run_parts(n, m * n * k, columns);
   }
@@ -238,7 +329,8 @@ void split_gemm(const E* a, std::size_t lda, bool transpose_a, const E* b, std::
 
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                 std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias) {
+                 std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias,
+                 WeightTag weight) {
   // oneDNN always runs on one OpenMP thread: an OpenMP team's workers keep
   // spinning after each call (OMP_WAIT_POLICY is active by default and read
   // only at load), taking the core xtgrad's pool needs next. A large product
@@ -250,9 +342,10 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   // test_parallel.cpp); a split that followed the thread count would not:
   // oneDNN's blocking over K depends on a part's M and N, and an FFN's dW
   // differed in its first element between 1 and 2 threads.
+  if (!weight_packing()) weight = WeightTag{};
   if (precision != MatmulPrecision::bf16) {
     split_gemm(a, lda, transpose_a, b, ldb, transpose_b, c, ldc, m, n, k, accumulate, precision,
-               bias);
+               bias, weight, weight.id != 0 ? b : nullptr);
     return;
   }
   // bf16: each operand's stored block ([k, m] when a is transposed, else
@@ -265,7 +358,7 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
   to_bf16_matrix(a, lda, a_rows, a_cols, a16);
   to_bf16_matrix(b, ldb, b_rows, b_cols, b16);
   split_gemm<std::uint16_t>(a16, a_cols, transpose_a, b16, b_cols, transpose_b, c, ldc, m, n, k,
-                            accumulate, precision, bias);
+                            accumulate, precision, bias, weight, weight.id != 0 ? b : nullptr);
 }
 
 namespace {
@@ -273,7 +366,7 @@ namespace {
 // The implementation oneDNN picks for a [256, 256] . [256, 256] product at
 // `precision`, "" when it has none.
 std::string probe_kernel(MatmulPrecision precision) {
-  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, precision, 1, false};
+  const Key probe{256, 256, 256, 256, 256, 256, false, false, false, precision, 1, false, false};
   try {
     return describe(probe).impl_info_str();
   } catch (const dnnl::error&) {
@@ -312,7 +405,7 @@ bool onednn_compiled() {
 
 void onednn_gemm(const float*, std::size_t, bool, const float*, std::size_t, bool, float*,
                  std::size_t, std::size_t, std::size_t, std::size_t, bool, MatmulPrecision,
-                 const float*) {
+                 const float*, WeightTag) {
   throw std::logic_error("xtgrad: onednn_gemm called in a build without oneDNN");
 }
 
@@ -328,6 +421,12 @@ const std::string& onednn_bf16_kernel() {
 std::size_t onednn_cached_primitives() {
   return 0;
 }
+
+PackedWeightStats packed_weight_stats() {
+  return {0, 0, 0};
+}
+
+void clear_packed_weights() {}
 
 }  // namespace xtgrad::detail
 

@@ -21,10 +21,12 @@
 // count (so every count gives the same bits), run serially on one thread
 // and inside a job of the pool.
 //
-// Weights are read in the user's layout on every call, not packed once per
-// Parameter in oneDNN's preferred layout: a Parameter's value is a public
-// array that users may write at any time, so no cache keyed on it could tell
-// a packed copy from a stale one.
+// A b operand that is a Parameter's value (a WeightTag, gemm.hpp) is read
+// from a copy packed in oneDNN's preferred layout, kept per weight version
+// (onednn_packed_weights.hpp), wherever that gives the bits of the unpacked
+// primitive; every other operand is read in the user's layout as strides.
+// The packed primitive is another entry of the thread's LRU (the packed flag
+// of its key).
 //
 // At MatmulPrecision::bf16 (matmul_precision.hpp) the stored blocks of a and
 // b are first rounded to bfloat16 by xtgrad's own pass (bf16.hpp) into the
@@ -38,6 +40,7 @@
 // over a and b, (m * k + k * n) elements, against m * n * k multiply-adds.
 
 #include "../matmul_precision.hpp"
+#include "gemm.hpp"  // WeightTag
 
 #include <cstddef>
 #include <string>
@@ -60,10 +63,12 @@ bool onednn_compiled();
 // c = op(a) . op(b) + bias on every row, with the bits of writing the bias
 // into c and accumulating through the sum post-op (test_gemm_backend checks
 // both precisions, split and unsplit products).
+// weight: which Parameter value b is (packed once per version), none by default.
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
                  std::size_t k, bool accumulate,
-                 MatmulPrecision precision = MatmulPrecision::highest, const float* bias = nullptr);
+                 MatmulPrecision precision = MatmulPrecision::highest, const float* bias = nullptr,
+                 WeightTag weight = {});
 
 // "oneDNN 2.6.3 (brg:avx512_core)": the version and the implementation
 // oneDNN picks for a representative product at `precision` on this CPU
@@ -83,5 +88,21 @@ bool native_bf16_kernel(const std::string& kernel);
 
 // Primitives in the calling thread's cache (for tests).
 std::size_t onednn_cached_primitives();
+
+// The packed-weight cache (onednn_packed_weights.hpp), process-wide: pieces
+// noted or packed, how many are packed, and their bytes (for tests and benches).
+struct PackedWeightStats {
+  std::size_t entries, packed, bytes;
+};
+PackedWeightStats packed_weight_stats();
+
+// Drops every packed copy (for tests and benches; not while a GEMM runs).
+void clear_packed_weights();
+
+// Whether tagged weights are read packed (default true); false reads every b
+// unpacked, as before packing existed: the reference tests and benches
+// compare against. Process-wide; set it between GEMMs.
+void set_weight_packing(bool on);
+bool weight_packing();
 
 }  // namespace xtgrad::detail

@@ -131,6 +131,7 @@ void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, 
   const T* wv = tape.value(nd.wi).data();
   const T* bv = nd.bi ? tape.value(*nd.bi).data() : nullptr;
   const std::size_t block = block_rows<T>(n, in);
+  const detail::WeightTag tag = detail::weight_tag(tape.node_param(nd.wi));  // read packed
   T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
   for (std::size_t r0 = 0; r0 < n; r0 += block) {
     const std::size_t rows = std::min(block, n - r0);
@@ -146,9 +147,9 @@ void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, 
     const auto a_rows = matrix(static_cast<const T*>(a), rows, in);
     const auto w = matrix(wv, nd.w_rows(), nd.w_cols());
     if (bv)
-      detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), bv);
+      detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), bv, tag);
     else
-      detail::gemm<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), false);
+      detail::gemm<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), false, tag);
   }
 }
 
@@ -169,6 +170,7 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   const T* uv = nd.ui ? t.value(*nd.ui).data() : nullptr;
   const T* gv = t.value(nd.gi).data();
   const T* wv = t.value(nd.wi).data();
+  const detail::WeightTag tag = detail::weight_tag(t.node_param(nd.wi));  // read packed
   const bool want_input = du || dg;
   const std::size_t block = nd.one_block ? std::max<std::size_t>(n, 1) : block_rows<T>(n, in);
   T* const da = want_input
@@ -182,7 +184,7 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
     // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
     if (want_input)
       detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, nd.w_rows(), nd.w_cols()),
-                      !nd.out_in, matrix(da, rows, in), false);
+                      !nd.out_in, matrix(da, rows, in), false, tag);
     // da[rows,in] = m * da / (1 - p)   (hidden dropout: the gradient of a before the mask)
     if (want_input && nd.drop) nd.drop->apply(da, offset, count);
     // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and

@@ -89,13 +89,15 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
   y.resize(dims.y_shape);
   const xt::xarray<T>& w = tape.value(wi);
   const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
+  // A Parameter's weight is read packed (kernels/onednn_packed_weights.hpp).
+  const detail::WeightTag tag = detail::weight_tag(tape.node_param(wi));
   // y[N,out] = x[N,in] . op(W) + b broadcast over rows   (the bias fused into the GEMM)
   if (bi)
     detail::gemm_bias<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols),
-                         out_in, matrix(y, n, out), tape.value(*bi).data());
+                         out_in, matrix(y, n, out), tape.value(*bi).data(), tag);
   else
     detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols),
-                    out_in, matrix(y, n, out), false);
+                    out_in, matrix(y, n, out), false, tag);
 
   tape.set_backward(
       yi, [xi, wi, bi, n, in, out, out_in, w_rows, w_cols](Tape<T>& t, const xt::xarray<T>& dy) {
@@ -105,7 +107,8 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
           // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] .
           // W^T[out,in]
           detail::gemm<T>(op_name, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
-                          matrix(dx.buffer, n, in), dx.accumulate);
+                          matrix(dx.buffer, n, in), dx.accumulate,
+                          detail::weight_tag(t.node_param(wi)));
         }
         if (t.requires_grad(wi)) {
           GradSlot<T> dw = t.grad_slot(wi);

@@ -112,7 +112,7 @@ void load_slots(const char* function, const TensorMap& tensors, const std::vecto
     check_slot_shape(function, slot, a.shape(), layout);
     values.push_back(slot.transposed ? xt::xarray<T>(xt::transpose(a)) : a);
   }
-  for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->value = std::move(values[i]);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->set_value(std::move(values[i]));
 }
 
 // The tensor `name` of a header as get_tensor<T> would return it: refused

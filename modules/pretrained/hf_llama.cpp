@@ -340,7 +340,7 @@ LlamaForCausalLM<T> load_llama(const fs::path& dir, const LlamaLoadOptions& opti
         tied_head.emplace(path, std::vector<std::size_t>{config.vocab_size, config.hidden_size});
         continue;
       }
-      slot->second.target->value = read_one<T>(path, name, slot->second.shape);
+      slot->second.target->set_value(read_one<T>(path, name, slot->second.shape));
     }
   }
   if (tied_head) {

@@ -155,7 +155,7 @@ void load_slots(const std::string& function, const Source& source,
     xt::xarray<T> value = detail::stored_as<T>(*found[i]);
     values.push_back(slots[i].transposed ? xt::xarray<T>(xt::transpose(value)) : std::move(value));
   }
-  for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->value = std::move(values[i]);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->set_value(std::move(values[i]));
 }
 
 template <class T>
