@@ -79,6 +79,18 @@ std::vector<detail::MoeExpertWeights<T>> expert_weights(const Tape<T>& t, const 
   return out;
 }
 
+// The offsets of the experts' rows (the routing's) and their weights.
+template <class T>
+struct ExpertSet {
+  std::vector<detail::MoeExpertWeights<T>> weights;
+  detail::MoeExpertSet<T> set;
+
+  ExpertSet(const Tape<T>& t, const MoeNode& nd)
+      : weights(expert_weights(t, nd)), set{nd.f,    nd.c,
+                                            nd.h,    nd.routing.offsets,
+                                            weights, detail::k_moe_tile_macs} {}
+};
+
 }  // namespace
 
 void detail::check_moe_route(const char* op, std::size_t k, std::size_t experts,
@@ -161,11 +173,10 @@ MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
 }
 
 template <class T>
-Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& routing,
-                   const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
-                   const std::vector<Var<T>>& w2, Activation f) {
-  // 1. checks
-  const detail::Check check(k_moe_experts);
+detail::MoeDims detail::check_moe_experts(const Var<T>& x, const Var<T>& weights,
+                                          const std::vector<Var<T>>& w1,
+                                          const std::vector<Var<T>>& w3,
+                                          const std::vector<Var<T>>& w2, Activation f) {
   detail::common_tape<T>(k_moe_experts, {{"x", &x}, {"weights", &weights}});
   std::vector<const Shape*> s1, s3, s2;
   for (auto [list, shapes, role] :
@@ -176,9 +187,17 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
       shapes->push_back(&(*list)[e].shape());
     }
   detail::activation_name(f, k_moe_experts, "f");  // validates f
-  const detail::MoeDims dims = detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(),
-                                                        s1, s3, s2, indexed_name);
-  detail::check_moe_routing(check, routing, dims);
+  return detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(), s1, s3, s2,
+                                  indexed_name);
+}
+
+template <class T>
+Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& routing,
+                   const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
+                   const std::vector<Var<T>>& w2, Activation f) {
+  // 1. checks
+  const detail::MoeDims dims = detail::check_moe_experts(x, weights, w1, w3, w2, f);
+  detail::check_moe_routing(detail::Check(k_moe_experts), routing, dims);
   return detail::record_moe_experts(dims, x, weights, routing, w1, w3, w2, f);
 }
 
@@ -205,8 +224,9 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   y.resize(dims.y_shape);
   const std::size_t rows = routing.rows();
   T* const buffer = tape.template save<T>(nd->yi, detail::MoeSaved<T>::size(rows, dims.c, dims.h));
-  detail::moe_experts_forward(k_moe_experts, routing, f, dims.c, dims.h, tape.value(nd->xi).data(),
-                              tape.value(nd->wi).data(), expert_weights(tape, *nd),
+  const ExpertSet<T> experts(tape, *nd);
+  detail::moe_experts_forward(k_moe_experts, routing, experts.set, tape.value(nd->xi).data(),
+                              tape.value(nd->wi).data(),
                               detail::MoeSaved<T>::in(buffer, rows, dims.c, dims.h), y.data());
 
   // 3. set_backward: each input's gradient from the kernel (every line there)
@@ -227,12 +247,13 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
     detail::MoeGrads<T> grads;
     grads.dx = target(nd->xi);
     grads.dweights = target(nd->wi);
-    for (auto [indices, roles] : {std::pair{&nd->w1, &grads.dw1}, std::pair{&nd->w3, &grads.dw3},
-                                  std::pair{&nd->w2, &grads.dw2}})
+    detail::MoeWeightGrads<T>& dw = grads.experts;
+    for (auto [indices, roles] :
+         {std::pair{&nd->w1, &dw.dw1}, std::pair{&nd->w3, &dw.dw3}, std::pair{&nd->w2, &dw.dw2}})
       for (std::size_t index : *indices) roles->push_back(target(index));
+    const ExpertSet<T> experts(t, *nd);
     detail::moe_experts_backward(
-        k_moe_experts, nd->routing, nd->f, nd->c, nd->h, t.value(nd->wi).data(),
-        expert_weights(t, *nd),
+        k_moe_experts, nd->routing, experts.set, t.value(nd->wi).data(),
         detail::MoeSaved<const T>::in(t.template saved<T>(nd->yi), rows, nd->c, nd->h), dy.data(),
         grads);
   });
@@ -247,6 +268,9 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   template Var<T> moe_experts(const Var<T>&, const Var<T>&, const MoeRouting&,                     \
                               const std::vector<Var<T>>&, const std::vector<Var<T>>&,              \
                               const std::vector<Var<T>>&, Activation);                             \
+  template detail::MoeDims detail::check_moe_experts(                                              \
+      const Var<T>&, const Var<T>&, const std::vector<Var<T>>&, const std::vector<Var<T>>&,        \
+      const std::vector<Var<T>>&, Activation);                                                     \
   template Var<T> detail::record_moe_experts(                                                      \
       const MoeDims&, const Var<T>&, const Var<T>&, const MoeRouting&, const std::vector<Var<T>>&, \
       const std::vector<Var<T>>&, const std::vector<Var<T>>&, Activation);

@@ -4,7 +4,6 @@
 // kernels (kernels/moe_kernels.hpp).
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <utility>
 
 #include "../check.hpp"
@@ -17,10 +16,6 @@ namespace {
 
 constexpr const char* k_moe_route = "moe_route";
 constexpr const char* k_moe_experts = "moe_experts";
-
-std::string indexed_name(const char* role, std::size_t e) {
-  return std::string(role) + "[" + std::to_string(e) + "]";
-}
 
 // How this rank's rows travel. Rank r's permuted layout (moe_route's) lists
 // the rows of experts 0..E-1 in order, so the rows for rank q, experts
@@ -180,18 +175,7 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
   // 1. checks
   const detail::Check check(k_moe_experts);
   check.argument(exchange != nullptr, "exchange", "is null, expected the ranks' MoeExchange");
-  detail::common_tape<T>(k_moe_experts, {{"x", &x}, {"weights", &weights}});
-  std::vector<const Shape*> s1, s3, s2;
-  for (auto [list, shapes, role] :
-       {std::tuple{&w1, &s1, "w1"}, std::tuple{&w3, &s3, "w3"}, std::tuple{&w2, &s2, "w2"}})
-    for (std::size_t e = 0; e < list->size(); ++e) {
-      detail::common_tape<T>(k_moe_experts,
-                             {{"x", &x}, {indexed_name(role, e).c_str(), &(*list)[e]}});
-      shapes->push_back(&(*list)[e].shape());
-    }
-  detail::activation_name(f, k_moe_experts, "f");  // validates f
-  const detail::MoeDims dims = detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(),
-                                                        s1, s3, s2, indexed_name);
+  const detail::MoeDims dims = detail::check_moe_experts(x, weights, w1, w3, w2, f);
   return detail::record_moe_experts_parallel(dims, x, weights, routing, w1, w3, w2, f,
                                              std::move(exchange));
 }
@@ -250,9 +234,10 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
   plan.reorder(in.data(), saved.x_rows, c, true);
   // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
   std::vector<T> o_e(received * c);
-  detail::moe_expert_rows_forward(k_moe_experts, f, c, h, plan.offsets, expert_weights(tape, *nd),
-                                  static_cast<const T*>(saved.x_rows), saved.g, saved.u,
-                                  o_e.data());
+  const std::vector<detail::MoeExpertWeights<T>> weights_e = expert_weights(tape, *nd);
+  detail::moe_expert_rows_forward(k_moe_experts,
+                                  {f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
+                                  detail::MoeSaved<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
   plan.reorder(o_e.data(), in.data(), c, false);
   exchange->all_to_all_v(in.data(), plan.recv_elements(c), saved.o, plan.send_elements(c));
   // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]
@@ -292,15 +277,17 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
       targets.push_back({node, {slot.data, t.value(node).size(), slot.accumulate}});
       return &targets.back().second;
     };
-    std::vector<detail::MoeGradTarget<T>*> dw1, dw3, dw2;
+    detail::MoeWeightGrads<T> dw;
     for (auto [indices, roles] :
-         {std::pair{&nd->w1, &dw1}, std::pair{&nd->w3, &dw3}, std::pair{&nd->w2, &dw2}})
+         {std::pair{&nd->w1, &dw.dw1}, std::pair{&nd->w3, &dw.dw3}, std::pair{&nd->w2, &dw.dw2}})
       for (std::size_t index : *indices) roles->push_back(target(index));
     // dW += (the experts' backward over their rows); dx_e [R, C] (the x rows' gradients)
     std::vector<T> dx_e(received * c);
-    detail::moe_expert_rows_backward(k_moe_experts, nd->f, c, h, plan.offsets,
-                                     expert_weights(t, *nd), saved.x_rows, saved.g, saved.u,
-                                     static_cast<const T*>(d_e.data()), dw1, dw3, dw2, dx_e.data());
+    const std::vector<detail::MoeExpertWeights<T>> weights_e = expert_weights(t, *nd);
+    detail::moe_expert_rows_backward<T>(
+        k_moe_experts, {nd->f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
+        detail::MoeSaved<const T>{saved.x_rows, saved.g, saved.u, nullptr},
+        static_cast<const T*>(d_e.data()), dw, dx_e.data());
     for (T& v : dx_e) v *= ranks;
     // in the forward pass: the x rows went to the experts' ranks, so now
     // their gradients come back, and dx[t] += dx_rows[r]
