@@ -8,6 +8,7 @@
 
 #include "../check.hpp"
 #include "../kernels/moe_kernels.hpp"
+#include "support/moe_targets.hpp"
 
 namespace xtgrad {
 
@@ -71,14 +72,6 @@ struct MoeNode {
   Activation f;
 };
 
-template <class T>
-std::vector<detail::MoeExpertWeights<T>> expert_weights(const Tape<T>& t, const MoeNode& nd) {
-  std::vector<detail::MoeExpertWeights<T>> out(nd.w1.size());
-  for (std::size_t e = 0; e < out.size(); ++e)
-    out[e] = {t.value(nd.w1[e]).data(), t.value(nd.w3[e]).data(), t.value(nd.w2[e]).data()};
-  return out;
-}
-
 // The offsets of the experts' rows (the routing's) and their weights.
 template <class T>
 struct ExpertSet {
@@ -86,9 +79,8 @@ struct ExpertSet {
   detail::MoeExpertSet<T> set;
 
   ExpertSet(const Tape<T>& t, const MoeNode& nd)
-      : weights(expert_weights(t, nd)), set{nd.f,    nd.c,
-                                            nd.h,    nd.routing.offsets,
-                                            weights, detail::k_moe_tile_macs} {}
+      : weights(detail::moe_expert_weights(t, nd.w1, nd.w3, nd.w2)),
+        set{nd.f, nd.c, nd.h, nd.routing.offsets, weights, detail::k_moe_tile_macs} {}
 };
 
 }  // namespace
@@ -232,25 +224,12 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   // 3. set_backward: each input's gradient from the kernel (every line there)
   tape.set_backward(nd->yi, [nd](Tape<T>& t, const xt::xarray<T>& dy) {
     const std::size_t rows = nd->routing.rows();
-    // One target per distinct node, claimed in parent order (grad_slot's
-    // rule); a node passed in several roles shares its target.
-    std::vector<std::pair<std::size_t, detail::MoeGradTarget<T>>> targets;
-    targets.reserve(2 + 3 * nd->w1.size());
-    const auto target = [&](std::size_t node) -> detail::MoeGradTarget<T>* {
-      if (!t.requires_grad(node)) return nullptr;
-      for (auto& [index, tg] : targets)
-        if (index == node) return &tg;
-      const GradPointer<T> slot = t.grad_pointer(node);
-      targets.push_back({node, {slot.data, t.value(node).size(), slot.accumulate}});
-      return &targets.back().second;
-    };
+    // The targets in parent order: x, weights, then the experts' weights.
+    detail::MoeTargets<T> target(t, 2 + 3 * nd->w1.size());
     detail::MoeGrads<T> grads;
     grads.dx = target(nd->xi);
     grads.dweights = target(nd->wi);
-    detail::MoeWeightGrads<T>& dw = grads.experts;
-    for (auto [indices, roles] :
-         {std::pair{&nd->w1, &dw.dw1}, std::pair{&nd->w3, &dw.dw3}, std::pair{&nd->w2, &dw.dw2}})
-      for (std::size_t index : *indices) roles->push_back(target(index));
+    grads.experts = target.experts(nd->w1, nd->w3, nd->w2);
     const ExpertSet<T> experts(t, *nd);
     detail::moe_experts_backward(
         k_moe_experts, nd->routing, experts.set, t.value(nd->wi).data(),

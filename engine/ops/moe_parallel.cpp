@@ -9,6 +9,7 @@
 #include "../check.hpp"
 #include "../kernels/moe_kernels.hpp"
 #include "moe.hpp"
+#include "support/moe_targets.hpp"
 
 namespace xtgrad {
 
@@ -103,14 +104,6 @@ struct ParallelSaved {
     return {b, b + received * c, b + received * (c + h), b + received * (c + 2 * h)};
   }
 };
-
-template <class T>
-std::vector<detail::MoeExpertWeights<T>> expert_weights(const Tape<T>& t, const ParallelNode& nd) {
-  std::vector<detail::MoeExpertWeights<T>> out(nd.w1.size());
-  for (std::size_t e = 0; e < out.size(); ++e)
-    out[e] = {t.value(nd.w1[e]).data(), t.value(nd.w3[e]).data(), t.value(nd.w2[e]).data()};
-  return out;
-}
 
 }  // namespace
 
@@ -234,7 +227,8 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
   plan.reorder(in.data(), saved.x_rows, c, true);
   // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
   std::vector<T> o_e(received * c);
-  const std::vector<detail::MoeExpertWeights<T>> weights_e = expert_weights(tape, *nd);
+  const std::vector<detail::MoeExpertWeights<T>> weights_e =
+      detail::moe_expert_weights(tape, nd->w1, nd->w3, nd->w2);
   detail::moe_expert_rows_forward(k_moe_experts,
                                   {f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
                                   detail::MoeSaved<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
@@ -266,24 +260,13 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
                               out.data());
     nd->exchange->all_to_all_v(out.data(), plan.send_elements(c), in.data(), plan.recv_elements(c));
     plan.reorder(in.data(), d_e.data(), c, true);
-    // The expert weights' targets, one per distinct node (grad_slot's rule).
-    std::vector<std::pair<std::size_t, detail::MoeGradTarget<T>>> targets;
-    targets.reserve(3 * nd->w1.size());
-    const auto target = [&](std::size_t node) -> detail::MoeGradTarget<T>* {
-      if (!t.requires_grad(node)) return nullptr;
-      for (auto& [index, tg] : targets)
-        if (index == node) return &tg;
-      const GradPointer<T> slot = t.grad_pointer(node);
-      targets.push_back({node, {slot.data, t.value(node).size(), slot.accumulate}});
-      return &targets.back().second;
-    };
-    detail::MoeWeightGrads<T> dw;
-    for (auto [indices, roles] :
-         {std::pair{&nd->w1, &dw.dw1}, std::pair{&nd->w3, &dw.dw3}, std::pair{&nd->w2, &dw.dw2}})
-      for (std::size_t index : *indices) roles->push_back(target(index));
+    // The expert weights' targets (one per distinct node, grad_slot's rule).
+    detail::MoeTargets<T> targets(t, 3 * nd->w1.size());
+    const detail::MoeWeightGrads<T> dw = targets.experts(nd->w1, nd->w3, nd->w2);
     // dW += (the experts' backward over their rows); dx_e [R, C] (the x rows' gradients)
     std::vector<T> dx_e(received * c);
-    const std::vector<detail::MoeExpertWeights<T>> weights_e = expert_weights(t, *nd);
+    const std::vector<detail::MoeExpertWeights<T>> weights_e =
+        detail::moe_expert_weights(t, nd->w1, nd->w3, nd->w2);
     detail::moe_expert_rows_backward<T>(
         k_moe_experts, {nd->f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
         detail::MoeSaved<const T>{saved.x_rows, saved.g, saved.u, nullptr},
