@@ -2,15 +2,25 @@
 // SwiGLU experts), forward and backward, against its floor:
 //
 //   build/release/bench/bench_moe [--tokens 4096 --c 512 --experts 8 --k 2
-//                                  --hidden 1024 --threads 1]
+//                                  --hidden 1024 --threads 1 --inputs 1]
+//   build/release/bench/bench_moe --demo     (train_gpt's MoE layer: 1024
+//       tokens, C 64, 4 experts, k 1, hidden 170, tanh GELU, 4 inputs)
 //
 // xtgrad: SparseMoe::forward on a warm tape (cleared, not released, between
 // calls), then tape.backward(y, dy): the router, softmax, top-k, the fused
 // experts op and every gradient. The floor: the same per-expert GEMMs (three
 // forward, six backward, over the same expert row counts as xtgrad's routing)
 // through the GEMM entry point (engine/kernels/gemm.hpp) on buffers
-// allocated once, and nothing else. Times are medians over interleaved
-// rounds (bench/harness.hpp); xt/floor is the median of the per-round ratios.
+// allocated once, and nothing else. With -DXTGRAD_BENCH_LIBTORCH=ON, also
+// LibTorch 1.13 running Hugging Face's MixtralSparseMoeBlock as transformers
+// writes it (bench/moe_libtorch.hpp). Times are medians over interleaved
+// rounds (bench/harness.hpp); the ratios are medians of the per-round ratios.
+// --inputs R cycles xtgrad and LibTorch through R inputs, so that the
+// routing (each expert's row count) changes from call to call as in
+// training; the floor keeps the first input's row counts (a product's shape
+// that changes costs oneDNN a new primitive: a floor's shapes stay cached). Peak memory: each contestant built in a child process,
+// then three steps; the peak resident memory above what it held once built
+// (its parameters and inputs).
 //
 // Expert parallelism (built with distributed/), under mpirun:
 //
@@ -22,8 +32,13 @@
 // (distributed::shard_experts: the router's softmax and top-k on its own
 // tokens, the all-to-alls, the router's gradient averaged); prints tokens/s
 // of both and their ratio.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -46,6 +61,7 @@
 #include "cases.hpp"
 #include "harness.hpp"
 #include "machine.hpp"
+#include "moe_libtorch.hpp"
 
 using namespace xtgrad;
 using namespace xtgrad::bench;
@@ -53,7 +69,8 @@ using namespace xtgrad::bench;
 namespace {
 
 struct Config {
-  std::size_t tokens = 4096, c = 512, experts = 8, k = 2, hidden = 1024;
+  std::size_t tokens = 4096, c = 512, experts = 8, k = 2, hidden = 1024, inputs = 1;
+  Activation activation = Activation::silu;
   int threads = 1;
   bool quick = false;
   bool expert_parallel = false;
@@ -67,30 +84,81 @@ xt::xarray<float> uniform(const Shape& shape, std::mt19937& generator, float sca
   return out;
 }
 
-// xtgrad's contestant: the layer, a warm tape, x and dy.
+// xtgrad's contestant: the layer, a warm tape, the inputs x and dy.
 struct XtgradMoe {
   SparseMoe<float> layer;
-  xt::xarray<float> x, dy;
+  std::vector<xt::xarray<float>> x;
+  xt::xarray<float> dy;
   Tape<float> tape;
+  std::size_t call = 0;
 
-  XtgradMoe(const Config& c, std::mt19937& generator)
-      : layer(c.c, c.hidden, options(c)),
-        x(uniform({c.tokens, c.c}, generator, 1.0f)),
-        dy(uniform({c.tokens, c.c}, generator, 1.0f)) {}
+  XtgradMoe(const Config& c, std::mt19937& generator) : layer(c.c, c.hidden, options(c)) {
+    x.push_back(uniform({c.tokens, c.c}, generator, 1.0f));
+    dy = uniform({c.tokens, c.c}, generator, 1.0f);
+    for (std::size_t i = 1; i < c.inputs; ++i)
+      x.push_back(uniform({c.tokens, c.c}, generator, 1.0f));
+  }
 
   static SparseMoeOptions options(const Config& c) {
     SparseMoeOptions o;
     o.num_experts = c.experts;
     o.top_k = c.k;
+    o.activation = c.activation;
     return o;
   }
 
   void run() {
     tape.clear();
-    const Var<float> y = layer(tape.leaf(x));
+    const Var<float> y = layer(tape.leaf(x[call++ % x.size()]));
     tape.backward(y, dy);
   }
 };
+
+#ifdef XTGRAD_BENCH_LIBTORCH
+std::function<void()> libtorch_contestant(const Config& c) {
+  std::mt19937 generator(20261205);
+  const XtgradMoe data(c, generator);  // the same inputs
+  std::vector<std::vector<float>> inputs;
+  for (const xt::xarray<float>& x : data.x) inputs.emplace_back(x.begin(), x.end());
+  return libtorch_moe_step(
+      {c.tokens, c.c, c.experts, c.k, c.hidden, c.activation == Activation::gelu_tanh}, inputs,
+      std::vector<float>(data.dy.begin(), data.dy.end()));
+}
+#endif
+
+// The peak resident memory of three calls of the contestant build() returns,
+// built in a child process, above the resident memory once it is built, in
+// MiB (-1 when the child failed).
+double peak_mib_in_child(const Config& c, bool libtorch,
+                         const std::function<std::function<void()>()>& build) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    init_openblas(c.threads);
+    set_num_threads(c.threads);
+#ifdef XTGRAD_BENCH_LIBTORCH
+    if (libtorch) init_libtorch(c.threads);
+#endif
+    (void)libtorch;
+    const std::function<void()> step = build();
+    std::ofstream("/proc/self/clear_refs") << "5";  // the peak from here on
+    const long base = resident_kib();
+    for (int i = 0; i < 3; ++i) step();
+    const double mib = static_cast<double>(peak_resident_kib() - base) / 1024.0;
+    const ssize_t n = write(fds[1], &mib, sizeof mib);
+    _exit(n == static_cast<ssize_t>(sizeof mib) ? 0 : 1);
+  }
+  close(fds[1]);
+  double mib = -1;
+  if (read(fds[0], &mib, sizeof mib) != static_cast<ssize_t>(sizeof mib)) mib = -1;
+  close(fds[0]);
+  int status = 0;
+  if (pid > 0) waitpid(pid, &status, 0);
+  return pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? mib : -1;
+}
 
 // The floor: per expert e with n_e rows, [n_e, C] x_e, weights W1, W3 [H, C], W2 [C, H]:
 //   g = x_e W1^T, u = x_e W3^T, o = a W2^T                          (forward)
@@ -146,25 +214,41 @@ struct FloorMoe {
 };
 
 int run(const Config& c) {
+  // Peak memory first, each contestant in a child process of its own (the
+  // parent has started no thread yet).
+  const auto xtgrad_contestant = [&c]() -> std::function<void()> {
+    std::mt19937 generator(20261205);
+    auto moe = std::make_shared<XtgradMoe>(c, generator);
+    return [moe] { moe->run(); };
+  };
+  const double xt_mib = peak_mib_in_child(c, false, xtgrad_contestant);
+  double lt_mib = -1;
+#ifdef XTGRAD_BENCH_LIBTORCH
+  lt_mib = peak_mib_in_child(c, true, [&c] { return libtorch_contestant(c); });
+  const std::string libtorch = init_libtorch(c.threads);
+#endif
   const std::string openblas = init_openblas(c.threads);
   set_num_threads(c.threads);
   const std::string note = openblas_core_note();
-  std::cout << "bench_moe: one mixture-of-experts layer (SwiGLU experts), float32, forward + "
-               "backward, "
-            << c.threads << " thread(s)\n  CPU: " << cpu_model() << " (" << vector_extensions()
+  std::cout << "bench_moe: one mixture-of-experts layer (" << to_string(c.activation)
+            << "-gated experts), float32, forward + backward, " << c.threads
+            << " thread(s)\n  CPU: " << cpu_model() << " (" << vector_extensions()
             << ")\n  OpenBLAS: " << openblas << (note.empty() ? "" : "\n  note: " + note)
             << "\n  float GEMMs: " << gemm_backend_info() << "\n  load average: " << load_average()
             << "\n  layer: tokens " << c.tokens << ", C " << c.c << ", experts " << c.experts
-            << ", k " << c.k << ", expert hidden " << c.hidden << ", dropless"
-            << (c.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
+            << ", k " << c.k << ", expert hidden " << c.hidden << ", dropless, " << c.inputs
+            << " input(s)" << (c.quick ? "\n  --quick: smoke run, not a measurement" : "") << "\n";
 
   std::mt19937 generator(20261205);
   XtgradMoe moe(c, generator);
-  moe.run();  // the routing the floor copies
-  const MoeStats stats = moe.layer.router_stats();
-  FloorMoe floor(c, stats.kept);
-  std::cout << "  tokens per expert:";
-  for (std::size_t n : stats.kept) std::cout << " " << n;
+  std::vector<std::vector<std::size_t>> kept;
+  for (std::size_t i = 0; i < c.inputs; ++i) {
+    moe.run();  // the routings the floor copies
+    kept.push_back(moe.layer.router_stats().kept);
+  }
+  FloorMoe floor(c, kept[0]);
+  std::cout << "  tokens per expert (first input):";
+  for (std::size_t n : kept[0]) std::cout << " " << n;
   std::cout << "\n";
 
   TimingOptions timing;
@@ -176,15 +260,34 @@ int run(const Config& c) {
     timing.min_seconds = 0;
     timing.min_sample_seconds = 0;
   }
-  const std::vector<Timing> t = measure_interleaved(
-      {{"xtgrad", [&] { moe.run(); }}, {"floor", [&] { floor.run(); }}}, timing);
+  std::vector<Contestant> contestants{{"xtgrad", [&] { moe.run(); }},
+                                      {"floor", [&] { floor.run(); }}};
+#ifdef XTGRAD_BENCH_LIBTORCH
+  const std::function<void()> torch_step = libtorch_contestant(c);
+  contestants.push_back({"libtorch", torch_step});
+#endif
+  const std::vector<Timing> t = measure_interleaved(contestants, timing);
   const double flops = 2.0 * 9.0 * double(c.tokens * c.k) * double(c.c) * double(c.hidden);
   std::printf("\n  xtgrad MoE step  %10.3f ms  (%.1f GFLOP/s of expert GEMMs)\n", t[0].median * 1e3,
               flops / t[0].median * 1e-9);
   std::printf("  GEMM floor       %10.3f ms  (%.1f GFLOP/s)\n", t[1].median * 1e3,
               flops / t[1].median * 1e-9);
+#ifdef XTGRAD_BENCH_LIBTORCH
+  std::printf("  LibTorch %-7s %10.3f ms  (Hugging Face's MixtralSparseMoeBlock)\n",
+              libtorch.c_str(), t[2].median * 1e3);
+#endif
   std::printf("  xt/floor         %10.3f   (median of per-round ratios; goal <= 1.15)\n",
               paired_ratio(t[0], t[1]));
+#ifdef XTGRAD_BENCH_LIBTORCH
+  std::printf("  LibTorch/xt      %10.3f   (median of per-round ratios; goal >= 3)\n",
+              paired_ratio(t[2], t[0]));
+#endif
+  std::printf(
+      "  peak memory above the layer and its inputs (3 steps, own process): xtgrad %.1f MiB",
+      xt_mib);
+  if (lt_mib > 0)
+    std::printf(", LibTorch %.1f MiB, xt/LibTorch %.3f (goal <= 0.5)", lt_mib, xt_mib / lt_mib);
+  std::printf("\n");
   return 0;
 }
 
@@ -208,7 +311,8 @@ int run_expert_parallel(const Config& c) {
   std::mt19937 generator(20261205), same(20261205);
   XtgradMoe one(c, generator), sharded(c, same);
   const std::size_t rows = c.tokens / p, first = rows * static_cast<std::size_t>(comm.rank());
-  sharded.x = xt::view(xt::xarray<float>(sharded.x), xt::range(first, first + rows));
+  for (xt::xarray<float>& x : sharded.x)
+    x = xt::view(xt::xarray<float>(x), xt::range(first, first + rows));
   sharded.dy = xt::view(xt::xarray<float>(sharded.dy), xt::range(first, first + rows));
   distributed::shard_experts(comm, sharded.layer);
   distributed::GradientSynchronizer<float> sync(comm, sharded.layer);  // the router
@@ -277,6 +381,17 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads, "threads (xtgrad's pool and OpenBLAS)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--inputs", c.inputs, "inputs cycled through (routings that change per call)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  std::string activation = "silu";
+  app.add_option("--activation", activation, "the experts' gate activation")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"silu", "gelu_tanh"}));
+  bool demo = false;
+  app.add_flag("--demo", demo,
+               "train_gpt's MoE layer (docs/demos.md): --tokens 1024 --c 64 --experts 4 --k 1 "
+               "--hidden 170 --activation gelu_tanh --inputs 4");
   app.add_flag("--quick", c.quick, "smoke run for CI: two rounds, no minimum time");
   app.add_flag("--expert-parallel", c.expert_parallel,
                "under mpirun: 1 rank against all ranks with the experts sharded");
@@ -284,6 +399,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
+  c.activation = activation == "gelu_tanh" ? Activation::gelu_tanh : Activation::silu;
+  if (demo) {
+    c.tokens = 1024, c.c = 64, c.experts = 4, c.k = 1, c.hidden = 170, c.inputs = 4;
+    c.activation = Activation::gelu_tanh;
+  }
   if (c.k > c.experts) {
     std::cerr << "bench_moe: --k " << c.k << " exceeds --experts " << c.experts << "\n";
     return 2;

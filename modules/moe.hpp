@@ -49,7 +49,10 @@
 // expert_parameters() lists the routed experts' parameters, the ones a
 // gradient synchronizer must leave alone. Forward then is collective: every
 // rank routes its own tokens, the rows go to their experts' ranks and back
-// (moe_experts with an exchange). The capacity is the global batch's, and
+// (moe_experts with an exchange). So is inference: infer (Module::infer)
+// runs the same exchanges, so every rank must call it as often and in the
+// same order as the others (each on its own tokens, zero tokens included),
+// and not from several threads at once; unsharded, infer is local. The capacity is the global batch's, and
 // router_stats() and the auxiliary losses use the global batch's counts
 // (one all-gather): each rank's losses are its share, scaled so that their
 // mean over the ranks (and the mean of their gradients, what a gradient

@@ -7,25 +7,14 @@
 
 #include "activation_kernels.hpp"
 #include "gemm.hpp"
+#include "gemm_streaming.hpp"
 #include "parallel.hpp"
+#include "row_blocks.hpp"
 #include "scratch.hpp"
 
 namespace xtgrad::detail {
 
 namespace {
-
-// A block of the hidden-wide buffers is about k_block_bytes, at least
-// k_min_block_rows rows: the sizes ops/fused_linear blocks its rows by, for
-// the same reason (the block is still in cache when the next GEMM reads it,
-// and the GEMMs stay as fast as one big call).
-constexpr std::size_t k_block_bytes = std::size_t(2) << 20;
-constexpr std::size_t k_min_block_rows = 64;
-
-template <class T>
-std::size_t block_rows(std::size_t n, std::size_t h) {
-  const std::size_t fit = k_block_bytes / (sizeof(T) * std::max<std::size_t>(h, 1));
-  return std::max<std::size_t>(std::min(std::max(fit, k_min_block_rows), n), 1);
-}
 
 template <class T>
 MatrixRef<const T> matrix(const T* data, std::size_t rows, std::size_t cols) {
@@ -36,72 +25,7 @@ MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
   return {data, rows, cols};
 }
 
-// c (+)= op(a) . op(b) into a gradient target, which then accumulates.
-template <class T>
-void gemm_into(const char* op, MatrixRef<const T> a, bool ta, MatrixRef<const T> b, bool tb,
-               MoeGradTarget<T>& target, std::size_t rows, std::size_t cols) {
-  gemm<T>(op, a, ta, b, tb, matrix(target.data, rows, cols), target.accumulate);
-  target.accumulate = true;
-}
-
 }  // namespace
-
-template <class T>
-void moe_top_k(const T* p, std::size_t n, std::size_t e, std::size_t k, std::size_t* expert) {
-  // torch's elem_t is (accscalar_t, int64_t); for float and double on the CPU
-  // accscalar_t is double, which orders float values exactly as float does.
-  using Elem = std::pair<double, std::int64_t>;
-  const auto larger = [](const Elem& a, const Elem& b) {
-    return (std::isnan(a.first) && !std::isnan(b.first)) || a.first > b.first;
-  };
-  const bool use_partial_sort = k * 64 <= e;
-  parallel_for_rows(
-      n, std::max<std::size_t>(1, k_parallel_heavy / std::max<std::size_t>(e, 1)),
-      [&](std::size_t begin, std::size_t end) {
-        std::vector<Elem> queue(e);
-        for (std::size_t i = begin; i < end; ++i) {
-          for (std::size_t j = 0; j < e; ++j)
-            queue[j] = {static_cast<double>(p[i * e + j]), static_cast<std::int64_t>(j)};
-          const auto first = queue.begin();
-          const auto kth = first + static_cast<std::ptrdiff_t>(k);
-          if (use_partial_sort) {
-            std::partial_sort(first, kth, queue.end(), larger);
-          } else {
-            std::nth_element(first, kth - 1, queue.end(), larger);
-            std::sort(first, kth - 1, larger);
-          }
-          for (std::size_t s = 0; s < k; ++s)
-            expert[i * k + s] = static_cast<std::size_t>(queue[s].second);
-        }
-      });
-}
-
-void moe_sort(MoeRouting& r, const std::vector<std::size_t>& capacities) {
-  const std::size_t choices = r.tokens * r.k, e_count = r.experts;
-  r.routed.assign(e_count, 0);
-  for (std::size_t c = 0; c < choices; ++c) ++r.routed[r.expert[c]];
-  r.counts.resize(e_count);
-  r.offsets.assign(e_count + 1, 0);
-  for (std::size_t e = 0; e < e_count; ++e) {
-    r.counts[e] = std::min(r.routed[e], capacities[e]);
-    r.offsets[e + 1] = r.offsets[e] + r.counts[e];
-  }
-  // Stable: choices in increasing c, so in token order within an expert (a
-  // token chooses an expert at most once); past counts[e] they are dropped.
-  std::vector<std::size_t> next(r.offsets.begin(), r.offsets.end() - 1);
-  r.source.resize(r.rows());
-  r.row_of.assign(choices, MoeRouting::k_dropped);
-  for (std::size_t c = 0; c < choices; ++c) {
-    const std::size_t e = r.expert[c];
-    if (next[e] == r.offsets[e + 1]) continue;
-    r.source[next[e]] = c;
-    r.row_of[c] = next[e]++;
-  }
-}
-
-void moe_sort(MoeRouting& r) {
-  moe_sort(r, std::vector<std::size_t>(r.experts, r.capacity));
-}
 
 template <class T>
 void moe_gather_rows(const MoeRouting& routing, std::size_t c, const T* x, T* x_rows) {
@@ -139,42 +63,109 @@ void moe_combine_rows(const MoeRouting& routing, std::size_t c, const T* weights
                     });
 }
 
+namespace {
+
+// How expert e's rows [r0, r0 + ne) are cut (see k_moe_tile_rows): tiles of
+// `tile` rows (all of them in one when untiled); a last tile of m rows
+// runs as `padded` rows, m or the whole tile.
+struct Cut {
+  std::size_t r0, ne, tile;
+  bool tiled;
+
+  template <class T>
+  Cut(const MoeExpertSet<T>& set, std::size_t e, std::size_t untiled_rows)
+      : r0(set.offsets[e]),
+        ne(set.offsets[e + 1] - set.offsets[e]),
+        tile(k_moe_tile_rows),
+        tiled(ne * set.c * set.h <= set.tile_macs) {
+    if (!tiled) tile = untiled_rows;
+  }
+  std::size_t rows(std::size_t t0) const { return std::min(tile, ne - t0); }
+  std::size_t padded(std::size_t m) const {
+    return tiled && m > k_streaming_rows ? std::max(m, tile) : m;
+  }
+};
+
+// A last tile's rows in thread scratch, each part [tile, width] with the
+// rows past m zero: x [C], g [H], u [H], o (or d_out) [C].
 template <class T>
-void moe_expert_rows_forward(const char* op, Activation f, std::size_t c, std::size_t h,
-                             const std::vector<std::size_t>& offsets,
-                             const std::vector<MoeExpertWeights<T>>& experts, const T* x_rows, T* g,
-                             T* u, T* o) {
-  const std::size_t block = block_rows<T>(offsets.back(), h);
-  for (std::size_t e = 0; e < experts.size(); ++e) {
-    const std::size_t r0 = offsets[e], ne = offsets[e + 1] - offsets[e];
-    if (ne == 0) continue;
-    const MoeExpertWeights<T>& w = experts[e];
-    // g[ne, H] = x_e[ne, C] . W1^T[C, H];  u[ne, H] = x_e . W3^T
-    gemm<T>(op, matrix(x_rows + r0 * c, ne, c), false, matrix(w.w1, h, c), true,
-            matrix(g + r0 * h, ne, h), false);
-    gemm<T>(op, matrix(x_rows + r0 * c, ne, c), false, matrix(w.w3, h, c), true,
-            matrix(u + r0 * h, ne, h), false);
+struct PaddedTile {
+  T *x, *g, *u, *o;
+
+  PaddedTile(std::size_t c, std::size_t h) {
+    T* b = thread_scratch<T>(ScratchSlot::moe_tile, k_moe_tile_rows * 2 * (c + h));
+    x = b;
+    g = x + k_moe_tile_rows * c;
+    u = g + k_moe_tile_rows * h;
+    o = u + k_moe_tile_rows * h;
+  }
+  // to[0, m) = from[0, m), to[m, padded) = 0; rows of `width` values
+  static T* fill(const T* from, T* to, std::size_t m, std::size_t padded, std::size_t width) {
+    std::copy(from, from + m * width, to);
+    std::fill(to + m * width, to + padded * width, T(0));
+    return to;
+  }
+};
+
+// c (+)= op(a) . op(b) into a gradient target, which then accumulates.
+template <class T>
+void gemm_into(const char* op, MatrixRef<const T> a, bool ta, MatrixRef<const T> b, bool tb,
+               MoeGradTarget<T>& target, std::size_t rows, std::size_t cols) {
+  gemm<T>(op, a, ta, b, tb, matrix(target.data, rows, cols), target.accumulate);
+  target.accumulate = true;
+}
+
+// Expert e's forward over its rows: g, u and o from x_rows.
+template <class T>
+void expert_forward(const char* op, const MoeExpertSet<T>& set, std::size_t e,
+                    const MoeSaved<T>& rows) {
+  const std::size_t c = set.c, h = set.h;
+  const Cut cut(set, e, set.offsets[e + 1] - set.offsets[e]);
+  const MoeExpertWeights<T>& w = set.weights[e];
+  const std::size_t block = block_rows<T>(cut.tile, h);
+  for (std::size_t t0 = 0; t0 < cut.ne; t0 += cut.tile) {
+    const std::size_t m = cut.rows(t0), mp = cut.padded(m), at = cut.r0 + t0;
+    const T* xs = rows.x_rows + at * c;
+    T *gs = rows.g + at * h, *us = rows.u + at * h, *os = rows.o + at * c;
+    if (mp > m) {
+      const PaddedTile<T> pad(c, h);
+      xs = PaddedTile<T>::fill(xs, pad.x, m, mp, c);
+      gs = pad.g, us = pad.u, os = pad.o;
+    }
+    // g[mp, H] = x_e[mp, C] . W1^T[C, H];  u[mp, H] = x_e . W3^T
+    gemm<T>(op, matrix(xs, mp, c), false, matrix(w.w1, h, c), true, matrix(gs, mp, h), false);
+    gemm<T>(op, matrix(xs, mp, c), false, matrix(w.w3, h, c), true, matrix(us, mp, h), false);
     T* const a = thread_scratch<T>(ScratchSlot::fused_activation, block * h);
-    for (std::size_t b0 = 0; b0 < ne; b0 += block) {
-      const std::size_t nb = std::min(block, ne - b0), at = r0 + b0;
+    for (std::size_t b0 = 0; b0 < mp; b0 += block) {
+      const std::size_t nb = std::min(block, mp - b0);
       // a[nb, H] = u * f(g)
-      gated_forward(f, u + at * h, g + at * h, a, nb * h);
+      gated_forward(set.f, us + b0 * h, gs + b0 * h, a, nb * h);
       // o[nb, C] = a[nb, H] . W2^T[H, C]
       gemm<T>(op, matrix(static_cast<const T*>(a), nb, h), false, matrix(w.w2, c, h), true,
-              matrix(o + at * c, nb, c), false);
+              matrix(os + b0 * c, nb, c), false);
+    }
+    if (mp > m) {  // the tile's own rows out of the padded ones
+      std::copy(gs, gs + m * h, rows.g + at * h);
+      std::copy(us, us + m * h, rows.u + at * h);
+      std::copy(os, os + m * c, rows.o + at * c);
     }
   }
 }
 
+}  // namespace
+
 template <class T>
-void moe_experts_forward(const char* op, const MoeRouting& routing, Activation f, std::size_t c,
-                         std::size_t h, const T* x, const T* weights,
-                         const std::vector<MoeExpertWeights<T>>& experts, const MoeSaved<T>& saved,
-                         T* y) {
-  moe_gather_rows(routing, c, x, saved.x_rows);
-  moe_expert_rows_forward(op, f, c, h, routing.offsets, experts,
-                          static_cast<const T*>(saved.x_rows), saved.g, saved.u, saved.o);
-  moe_combine_rows(routing, c, weights, static_cast<const T*>(saved.o), y);
+void moe_expert_rows_forward(const char* op, const MoeExpertSet<T>& experts,
+                             const MoeSaved<T>& rows) {
+  for (std::size_t e = 0; e < experts.weights.size(); ++e) expert_forward(op, experts, e, rows);
+}
+
+template <class T>
+void moe_experts_forward(const char* op, const MoeRouting& routing, const MoeExpertSet<T>& experts,
+                         const T* x, const T* weights, const MoeSaved<T>& saved, T* y) {
+  moe_gather_rows(routing, experts.c, x, saved.x_rows);
+  moe_expert_rows_forward(op, experts, saved);
+  moe_combine_rows(routing, experts.c, weights, static_cast<const T*>(saved.o), y);
 }
 
 namespace {
@@ -241,38 +232,69 @@ void settle(const std::vector<MoeGradTarget<T>*>& targets) {
     }
 }
 
+template <class T>
+void settle(const MoeWeightGrads<T>& dw) {
+  settle(dw.dw1);
+  settle(dw.dw3);
+  settle(dw.dw2);
+}
+
+// Expert e's backward over its rows, tile by tile (or a block of rows at a
+// time when untiled): the weight gradients and, when want_dx, the x rows'.
+// d_out_rows(at, m, padded) points at the gradient of the rows [at, at + m)
+// of o, padded rows of zeros after them; dx_rows(at, m, dxe) takes the x
+// rows' gradient (m rows of dxe, null unless want_dx).
+template <class T, class DOut, class DxRows>
+void expert_backward(const char* op, const MoeExpertSet<T>& set, std::size_t e,
+                     const MoeSaved<const T>& rows, const MoeWeightGrads<T>& dw, bool want_dx,
+                     DOut d_out_rows, DxRows dx_rows) {
+  const std::size_t c = set.c, h = set.h;
+  MoeGradTarget<T>*dw1 = dw.dw1[e], *dw3 = dw.dw3[e], *dw2 = dw.dw2[e];
+  const bool want_g = want_dx || dw1, want_u = want_dx || dw3;
+  const Cut cut(set, e, block_rows<T>(set.offsets.back(), h));
+  if (cut.ne == 0 || !(want_g || want_u || dw2)) return;
+  const BlockScratch<T> s = block_scratch<T>(cut.tile, h, want_g, want_u, dw2 != nullptr);
+  T* const dxe = want_dx ? thread_scratch<T>(ScratchSlot::moe_row_grad, cut.tile * c) : nullptr;
+  for (std::size_t t0 = 0; t0 < cut.ne; t0 += cut.tile) {
+    const std::size_t m = cut.rows(t0), mp = cut.padded(m), at = cut.r0 + t0;
+    const T *xs = rows.x_rows + at * c, *gs = rows.g + at * h, *us = rows.u + at * h;
+    if (mp > m) {  // zero rows: g = u = 0 and d_out = 0 give zero gradients
+      const PaddedTile<T> pad(c, h);
+      xs = PaddedTile<T>::fill(xs, pad.x, m, mp, c);
+      gs = PaddedTile<T>::fill(gs, pad.g, m, mp, h);
+      us = PaddedTile<T>::fill(us, pad.u, m, mp, h);
+    }
+    expert_block_backward(op, set.f, c, h, set.weights[e], xs, gs, us, d_out_rows(at, m, mp), mp, s,
+                          dw1, dw3, dw2, dxe);
+    if (want_dx) dx_rows(at, m, static_cast<const T*>(dxe));
+  }
+}
+
 }  // namespace
 
 template <class T>
-void moe_experts_backward(const char* op, const MoeRouting& routing, Activation f, std::size_t c,
-                          std::size_t h, const T* weights,
-                          const std::vector<MoeExpertWeights<T>>& experts,
-                          const MoeSaved<const T>& saved, const T* dy, MoeGrads<T>& grads) {
-  const T *xr = saved.x_rows, *g = saved.g, *u = saved.u;
+void moe_experts_backward(const char* op, const MoeRouting& routing, const MoeExpertSet<T>& experts,
+                          const T* weights, const MoeSaved<const T>& saved, const T* dy,
+                          MoeGrads<T>& grads) {
+  const std::size_t c = experts.c;
   MoeGradTarget<T>* const dx = grads.dx;
   if (dx && !dx->accumulate) std::fill(dx->data, dx->data + dx->size, T(0));
   if (dx) dx->accumulate = true;  // the experts' rows are added onto it below
   if (grads.dweights) moe_weights_backward(routing, c, saved.o, dy, *grads.dweights);
-  const std::size_t block = block_rows<T>(routing.rows(), h);
-  for (std::size_t e = 0; e < experts.size(); ++e) {
-    const std::size_t r0 = routing.offsets[e], ne = routing.counts[e];
-    MoeGradTarget<T>*dw1 = grads.dw1[e], *dw3 = grads.dw3[e], *dw2 = grads.dw2[e];
-    const bool want_g = dx || dw1, want_u = dx || dw3;
-    if (ne == 0 || !(want_g || want_u || dw2)) continue;
-    T* const d_out = thread_scratch<T>(ScratchSlot::moe_rows, block * c);
-    const BlockScratch<T> s = block_scratch<T>(block, h, want_g, want_u, dw2 != nullptr);
-    T* const dxe = dx ? thread_scratch<T>(ScratchSlot::moe_row_grad, block * c) : nullptr;
-    for (std::size_t b0 = 0; b0 < ne; b0 += block) {
-      const std::size_t nb = std::min(block, ne - b0), at = r0 + b0;
-      moe_out_grad_rows(routing, c, weights, dy, T(1), at, nb, d_out);
-      expert_block_backward(op, f, c, h, experts[e], xr + at * c, g + at * h, u + at * h,
-                            static_cast<const T*>(d_out), nb, s, dw1, dw3, dw2, dxe);
-      if (dx) moe_scatter_rows(routing, c, static_cast<const T*>(dxe), at, nb, dx->data);
-    }
-  }
-  settle(grads.dw1);
-  settle(grads.dw3);
-  settle(grads.dw2);
+  const std::size_t tile = std::max(k_moe_tile_rows, block_rows<T>(routing.rows(), experts.h));
+  // d_out[at, at + m) = weights[ch] * dy[t], computed a tile at a time
+  const auto d_out_rows = [&](std::size_t at, std::size_t m, std::size_t padded) {
+    T* const d_out = thread_scratch<T>(ScratchSlot::moe_rows, tile * c);
+    moe_out_grad_rows(routing, c, weights, dy, T(1), at, m, d_out);
+    std::fill(d_out + m * c, d_out + padded * c, T(0));
+    return static_cast<const T*>(d_out);
+  };
+  const auto scatter = [&](std::size_t at, std::size_t m, const T* dxe) {
+    moe_scatter_rows(routing, c, dxe, at, m, dx->data);
+  };
+  for (std::size_t e = 0; e < experts.weights.size(); ++e)
+    expert_backward(op, experts, e, saved, grads.experts, dx != nullptr, d_out_rows, scatter);
+  settle(grads.experts);
 }
 
 template <class T>
@@ -331,55 +353,41 @@ void moe_scatter_rows(const MoeRouting& routing, std::size_t c, const T* dx_rows
 }
 
 template <class T>
-void moe_expert_rows_backward(const char* op, Activation f, std::size_t c, std::size_t h,
-                              const std::vector<std::size_t>& offsets,
-                              const std::vector<MoeExpertWeights<T>>& experts, const T* x_rows,
-                              const T* g, const T* u, const T* d_out,
-                              const std::vector<MoeGradTarget<T>*>& dw1,
-                              const std::vector<MoeGradTarget<T>*>& dw3,
-                              const std::vector<MoeGradTarget<T>*>& dw2, T* dx_rows) {
-  const std::size_t block = block_rows<T>(offsets.back(), h);
-  for (std::size_t e = 0; e < experts.size(); ++e) {
-    const std::size_t r0 = offsets[e], ne = offsets[e + 1] - offsets[e];
-    const bool want_g = dx_rows || dw1[e], want_u = dx_rows || dw3[e];
-    if (ne == 0 || !(want_g || want_u || dw2[e])) continue;
-    const BlockScratch<T> s = block_scratch<T>(block, h, want_g, want_u, dw2[e] != nullptr);
-    for (std::size_t b0 = 0; b0 < ne; b0 += block) {
-      const std::size_t nb = std::min(block, ne - b0), at = r0 + b0;
-      expert_block_backward(op, f, c, h, experts[e], x_rows + at * c, g + at * h, u + at * h,
-                            d_out + at * c, nb, s, dw1[e], dw3[e], dw2[e],
-                            dx_rows ? dx_rows + at * c : nullptr);
-    }
-  }
-  settle(dw1);
-  settle(dw3);
-  settle(dw2);
+void moe_expert_rows_backward(const char* op, const MoeExpertSet<T>& experts,
+                              const MoeSaved<const T>& rows, const T* d_out,
+                              const MoeWeightGrads<T>& dw, T* dx_rows) {
+  const std::size_t c = experts.c;
+  const auto d_out_rows = [&](std::size_t at, std::size_t m, std::size_t padded) {
+    const T* const own = d_out + at * c;
+    return padded > m ? static_cast<const T*>(
+                            PaddedTile<T>::fill(own, PaddedTile<T>(c, experts.h).o, m, padded, c))
+                      : own;
+  };
+  const auto store = [&](std::size_t at, std::size_t m, const T* dxe) {
+    std::copy(dxe, dxe + m * c, dx_rows + at * c);
+  };
+  for (std::size_t e = 0; e < experts.weights.size(); ++e)
+    expert_backward(op, experts, e, rows, dw, dx_rows != nullptr, d_out_rows, store);
+  settle(dw);
 }
 
 #define XTGRAD_INSTANTIATE_MOE_KERNELS(T)                                                         \
-  template void moe_top_k(const T*, std::size_t, std::size_t, std::size_t, std::size_t*);         \
-  template void moe_experts_forward(                                                              \
-      const char*, const MoeRouting&, Activation, std::size_t, std::size_t, const T*, const T*,   \
-      const std::vector<MoeExpertWeights<T>>&, const MoeSaved<T>&, T*);                           \
-  template void moe_experts_backward(                                                             \
-      const char*, const MoeRouting&, Activation, std::size_t, std::size_t, const T*,             \
-      const std::vector<MoeExpertWeights<T>>&, const MoeSaved<const T>&, const T*, MoeGrads<T>&); \
+  template void moe_experts_forward(const char*, const MoeRouting&, const MoeExpertSet<T>&,       \
+                                    const T*, const T*, const MoeSaved<T>&, T*);                  \
+  template void moe_experts_backward(const char*, const MoeRouting&, const MoeExpertSet<T>&,      \
+                                     const T*, const MoeSaved<const T>&, const T*, MoeGrads<T>&); \
   template void moe_gather_rows(const MoeRouting&, std::size_t, const T*, T*);                    \
   template void moe_combine_rows(const MoeRouting&, std::size_t, const T*, const T*, T*);         \
-  template void moe_expert_rows_forward(                                                          \
-      const char*, Activation, std::size_t, std::size_t, const std::vector<std::size_t>&,         \
-      const std::vector<MoeExpertWeights<T>>&, const T*, T*, T*, T*);                             \
+  template void moe_expert_rows_forward(const char*, const MoeExpertSet<T>&, const MoeSaved<T>&); \
   template void moe_weights_backward(const MoeRouting&, std::size_t, const T*, const T*,          \
                                      MoeGradTarget<T>&);                                          \
   template void moe_out_grad_rows(const MoeRouting&, std::size_t, const T*, const T*, T,          \
                                   std::size_t, std::size_t, T*);                                  \
   template void moe_scatter_rows(const MoeRouting&, std::size_t, const T*, std::size_t,           \
                                  std::size_t, T*);                                                \
-  template void moe_expert_rows_backward(                                                         \
-      const char*, Activation, std::size_t, std::size_t, const std::vector<std::size_t>&,         \
-      const std::vector<MoeExpertWeights<T>>&, const T*, const T*, const T*, const T*,            \
-      const std::vector<MoeGradTarget<T>*>&, const std::vector<MoeGradTarget<T>*>&,               \
-      const std::vector<MoeGradTarget<T>*>&, T*);
+  template void moe_expert_rows_backward(const char*, const MoeExpertSet<T>&,                     \
+                                         const MoeSaved<const T>&, const T*,                      \
+                                         const MoeWeightGrads<T>&, T*);
 XTGRAD_INSTANTIATE_MOE_KERNELS(float)
 XTGRAD_INSTANTIATE_MOE_KERNELS(double)
 #undef XTGRAD_INSTANTIATE_MOE_KERNELS

@@ -81,28 +81,58 @@ struct MoeGradTarget {
   bool accumulate = false;
 };
 
+// The gradients of the experts' weights, one target (or null) per expert and role.
+template <class T>
+struct MoeWeightGrads {
+  std::vector<MoeGradTarget<T>*> dw1, dw3, dw2;  // [E] each
+};
+
 // The gradients backward writes, one target (or null) per role.
 template <class T>
 struct MoeGrads {
-  MoeGradTarget<T>* dx = nullptr;                // [N, C]
-  MoeGradTarget<T>* dweights = nullptr;          // [N, k]
-  std::vector<MoeGradTarget<T>*> dw1, dw3, dw2;  // [E] each
+  MoeGradTarget<T>* dx = nullptr;        // [N, C]
+  MoeGradTarget<T>* dweights = nullptr;  // [N, k]
+  MoeWeightGrads<T> experts;
+};
+
+// How the experts' GEMMs are cut. An expert's row count changes with the
+// routing at every step, and oneDNN's matmul is generated for one shape
+// (kernels/onednn_gemm.hpp: a new row count costs a primitive's creation,
+// about a millisecond, more than the product itself at a small model's
+// sizes). An expert with at most k_moe_tile_macs multiply-adds per product
+// therefore runs in tiles of exactly k_moe_tile_rows rows, its last tile
+// padded with zero rows (which add exact zeros to the weight gradients);
+// a last tile of at most k_streaming_rows rows goes as it is to the few-rows
+// GEMM, which generates nothing. Larger experts run as one product per GEMM
+// (a creation is then a small part of it). The cut depends on the shapes
+// only, so every thread count gives the same bits.
+inline constexpr std::size_t k_moe_tile_rows = 64;
+inline constexpr std::size_t k_moe_tile_macs = std::size_t(1) << 25;
+
+// The experts of this process and the layout of their rows: expert e
+// (weights[e]) computes the rows [offsets[e], offsets[e + 1]) of the
+// permuted layout (E + 1 offsets); tiled when its products have at most
+// tile_macs multiply-adds (tests choose it to reach both cuts).
+template <class T>
+struct MoeExpertSet {
+  Activation f;
+  std::size_t c, h;
+  const std::vector<std::size_t>& offsets;
+  const std::vector<MoeExpertWeights<T>>& weights;
+  std::size_t tile_macs = k_moe_tile_macs;
 };
 
 // y [N, C] from x [N, C] and the gate weights w [N, k]; fills `saved`.
 template <class T>
-void moe_experts_forward(const char* op, const MoeRouting& routing, Activation f, std::size_t c,
-                         std::size_t h, const T* x, const T* weights,
-                         const std::vector<MoeExpertWeights<T>>& experts, const MoeSaved<T>& saved,
-                         T* y);
+void moe_experts_forward(const char* op, const MoeRouting& routing, const MoeExpertSet<T>& experts,
+                         const T* x, const T* weights, const MoeSaved<T>& saved, T* y);
 
 // The gradients of `grads` from dy [N, C]; a target no row reaches (an
 // expert with no rows) is zeroed when nothing wrote it before.
 template <class T>
-void moe_experts_backward(const char* op, const MoeRouting& routing, Activation f, std::size_t c,
-                          std::size_t h, const T* weights,
-                          const std::vector<MoeExpertWeights<T>>& experts,
-                          const MoeSaved<const T>& saved, const T* dy, MoeGrads<T>& grads);
+void moe_experts_backward(const char* op, const MoeRouting& routing, const MoeExpertSet<T>& experts,
+                          const T* weights, const MoeSaved<const T>& saved, const T* dy,
+                          MoeGrads<T>& grads);
 
 // The steps of the two functions above, for expert parallelism
 // (ops/moe_parallel.cpp), where the expert rows are computed on another
@@ -114,13 +144,10 @@ void moe_gather_rows(const MoeRouting& routing, std::size_t c, const T* x, T* x_
 // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]   [N, C]
 template <class T>
 void moe_combine_rows(const MoeRouting& routing, std::size_t c, const T* weights, const T* o, T* y);
-// g, u [rows, H], o [rows, C] of the rows of the experts, expert e's rows
-// being [offsets[e], offsets[e + 1]) (E + 1 offsets, one per experts[e]).
+// rows.g, rows.u [rows, H] and rows.o [rows, C] of the experts' rows from rows.x_rows.
 template <class T>
-void moe_expert_rows_forward(const char* op, Activation f, std::size_t c, std::size_t h,
-                             const std::vector<std::size_t>& offsets,
-                             const std::vector<MoeExpertWeights<T>>& experts, const T* x_rows, T* g,
-                             T* u, T* o);
+void moe_expert_rows_forward(const char* op, const MoeExpertSet<T>& experts,
+                             const MoeSaved<T>& rows);
 // dweights[ch] (+)= dy[t] . o[row_of[ch]] (0 for a dropped choice), [N, k].
 template <class T>
 void moe_weights_backward(const MoeRouting& routing, std::size_t c, const T* o, const T* dy,
@@ -134,17 +161,13 @@ void moe_out_grad_rows(const MoeRouting& routing, std::size_t c, const T* weight
 template <class T>
 void moe_scatter_rows(const MoeRouting& routing, std::size_t c, const T* dx_rows, std::size_t first,
                       std::size_t rows, T* dx);
-// The experts' backward over their rows (laid out as in
-// moe_expert_rows_forward) from d_out [rows, C]: the weight gradients
-// (targets null where not wanted; zeroed when no row reaches them) and,
-// unless null, dx_rows [rows, C] (written, not added to).
+// The experts' backward over their rows (rows.x_rows, g, u as forward left
+// them; rows.o unused) from d_out [rows, C]: the weight gradients (targets
+// null where not wanted; zeroed when no row reaches them) and, unless null,
+// dx_rows [rows, C] (written, not added to).
 template <class T>
-void moe_expert_rows_backward(const char* op, Activation f, std::size_t c, std::size_t h,
-                              const std::vector<std::size_t>& offsets,
-                              const std::vector<MoeExpertWeights<T>>& experts, const T* x_rows,
-                              const T* g, const T* u, const T* d_out,
-                              const std::vector<MoeGradTarget<T>*>& dw1,
-                              const std::vector<MoeGradTarget<T>*>& dw3,
-                              const std::vector<MoeGradTarget<T>*>& dw2, T* dx_rows);
+void moe_expert_rows_backward(const char* op, const MoeExpertSet<T>& experts,
+                              const MoeSaved<const T>& rows, const T* d_out,
+                              const MoeWeightGrads<T>& dw, T* dx_rows);
 
 }  // namespace xtgrad::detail

@@ -26,6 +26,7 @@ enum class ScratchSlot : std::size_t {
   moe_row_grad,       // kernels/moe_kernels: the same block's input gradient, [rows, C]
   moe_gate_grad,      // kernels/moe_kernels: the block's gradient of g = x W1^T, [rows, H]
   moe_up_grad,        // kernels/moe_kernels: the block's gradient of u = x W3^T, [rows, H]
+  moe_tile,           // kernels/moe_kernels: a last tile's rows padded with zeros (x, g, u, o)
   count
 };
 

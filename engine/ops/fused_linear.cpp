@@ -8,6 +8,7 @@
 #include "../kernels/dropout_mask.hpp"
 #include "../kernels/gemm.hpp"
 #include "../kernels/parallel.hpp"
+#include "../kernels/row_blocks.hpp"
 #include "../kernels/scratch.hpp"
 #include "activation_derivatives.hpp"
 #include "activations.hpp"
@@ -21,18 +22,7 @@ namespace xtgrad {
 
 namespace {
 
-// A block of a (or da) is about k_block_bytes, so that it is still in cache
-// when the GEMM after it reads it, and at least k_min_block_rows rows, so that
-// the GEMMs stay as fast as one big call (OpenBLAS, [4096, 2048] . [2048, 512]
-// on a 2-core AVX2 machine: blocks of 128 to 4096 rows within noise).
-constexpr std::size_t k_block_bytes = std::size_t(2) << 20;
-constexpr std::size_t k_min_block_rows = 64;
-
-template <class T>
-std::size_t block_rows(std::size_t n, std::size_t in) {
-  const std::size_t fit = k_block_bytes / (sizeof(T) * std::max<std::size_t>(in, 1));
-  return std::max<std::size_t>(std::min(std::max(fit, k_min_block_rows), n), 1);
-}
+using detail::block_rows;  // a block of a (or da): kernels/row_blocks.hpp
 
 template <class T>
 detail::MatrixRef<const T> matrix(const T* data, std::size_t rows, std::size_t cols) {

@@ -8,6 +8,7 @@
 
 #include "../check.hpp"
 #include "../kernels/moe_kernels.hpp"
+#include "support/moe_targets.hpp"
 
 namespace xtgrad {
 
@@ -71,13 +72,16 @@ struct MoeNode {
   Activation f;
 };
 
+// The offsets of the experts' rows (the routing's) and their weights.
 template <class T>
-std::vector<detail::MoeExpertWeights<T>> expert_weights(const Tape<T>& t, const MoeNode& nd) {
-  std::vector<detail::MoeExpertWeights<T>> out(nd.w1.size());
-  for (std::size_t e = 0; e < out.size(); ++e)
-    out[e] = {t.value(nd.w1[e]).data(), t.value(nd.w3[e]).data(), t.value(nd.w2[e]).data()};
-  return out;
-}
+struct ExpertSet {
+  std::vector<detail::MoeExpertWeights<T>> weights;
+  detail::MoeExpertSet<T> set;
+
+  ExpertSet(const Tape<T>& t, const MoeNode& nd)
+      : weights(detail::moe_expert_weights(t, nd.w1, nd.w3, nd.w2)),
+        set{nd.f, nd.c, nd.h, nd.routing.offsets, weights, detail::k_moe_tile_macs} {}
+};
 
 }  // namespace
 
@@ -161,11 +165,10 @@ MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
 }
 
 template <class T>
-Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& routing,
-                   const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
-                   const std::vector<Var<T>>& w2, Activation f) {
-  // 1. checks
-  const detail::Check check(k_moe_experts);
+detail::MoeDims detail::check_moe_experts(const Var<T>& x, const Var<T>& weights,
+                                          const std::vector<Var<T>>& w1,
+                                          const std::vector<Var<T>>& w3,
+                                          const std::vector<Var<T>>& w2, Activation f) {
   detail::common_tape<T>(k_moe_experts, {{"x", &x}, {"weights", &weights}});
   std::vector<const Shape*> s1, s3, s2;
   for (auto [list, shapes, role] :
@@ -176,9 +179,17 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
       shapes->push_back(&(*list)[e].shape());
     }
   detail::activation_name(f, k_moe_experts, "f");  // validates f
-  const detail::MoeDims dims = detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(),
-                                                        s1, s3, s2, indexed_name);
-  detail::check_moe_routing(check, routing, dims);
+  return detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(), s1, s3, s2,
+                                  indexed_name);
+}
+
+template <class T>
+Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& routing,
+                   const std::vector<Var<T>>& w1, const std::vector<Var<T>>& w3,
+                   const std::vector<Var<T>>& w2, Activation f) {
+  // 1. checks
+  const detail::MoeDims dims = detail::check_moe_experts(x, weights, w1, w3, w2, f);
+  detail::check_moe_routing(detail::Check(k_moe_experts), routing, dims);
   return detail::record_moe_experts(dims, x, weights, routing, w1, w3, w2, f);
 }
 
@@ -205,34 +216,23 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   y.resize(dims.y_shape);
   const std::size_t rows = routing.rows();
   T* const buffer = tape.template save<T>(nd->yi, detail::MoeSaved<T>::size(rows, dims.c, dims.h));
-  detail::moe_experts_forward(k_moe_experts, routing, f, dims.c, dims.h, tape.value(nd->xi).data(),
-                              tape.value(nd->wi).data(), expert_weights(tape, *nd),
+  const ExpertSet<T> experts(tape, *nd);
+  detail::moe_experts_forward(k_moe_experts, routing, experts.set, tape.value(nd->xi).data(),
+                              tape.value(nd->wi).data(),
                               detail::MoeSaved<T>::in(buffer, rows, dims.c, dims.h), y.data());
 
   // 3. set_backward: each input's gradient from the kernel (every line there)
   tape.set_backward(nd->yi, [nd](Tape<T>& t, const xt::xarray<T>& dy) {
     const std::size_t rows = nd->routing.rows();
-    // One target per distinct node, claimed in parent order (grad_slot's
-    // rule); a node passed in several roles shares its target.
-    std::vector<std::pair<std::size_t, detail::MoeGradTarget<T>>> targets;
-    targets.reserve(2 + 3 * nd->w1.size());
-    const auto target = [&](std::size_t node) -> detail::MoeGradTarget<T>* {
-      if (!t.requires_grad(node)) return nullptr;
-      for (auto& [index, tg] : targets)
-        if (index == node) return &tg;
-      const GradPointer<T> slot = t.grad_pointer(node);
-      targets.push_back({node, {slot.data, t.value(node).size(), slot.accumulate}});
-      return &targets.back().second;
-    };
+    // The targets in parent order: x, weights, then the experts' weights.
+    detail::MoeTargets<T> target(t, 2 + 3 * nd->w1.size());
     detail::MoeGrads<T> grads;
     grads.dx = target(nd->xi);
     grads.dweights = target(nd->wi);
-    for (auto [indices, roles] : {std::pair{&nd->w1, &grads.dw1}, std::pair{&nd->w3, &grads.dw3},
-                                  std::pair{&nd->w2, &grads.dw2}})
-      for (std::size_t index : *indices) roles->push_back(target(index));
+    grads.experts = target.experts(nd->w1, nd->w3, nd->w2);
+    const ExpertSet<T> experts(t, *nd);
     detail::moe_experts_backward(
-        k_moe_experts, nd->routing, nd->f, nd->c, nd->h, t.value(nd->wi).data(),
-        expert_weights(t, *nd),
+        k_moe_experts, nd->routing, experts.set, t.value(nd->wi).data(),
         detail::MoeSaved<const T>::in(t.template saved<T>(nd->yi), rows, nd->c, nd->h), dy.data(),
         grads);
   });
@@ -247,6 +247,9 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   template Var<T> moe_experts(const Var<T>&, const Var<T>&, const MoeRouting&,                     \
                               const std::vector<Var<T>>&, const std::vector<Var<T>>&,              \
                               const std::vector<Var<T>>&, Activation);                             \
+  template detail::MoeDims detail::check_moe_experts(                                              \
+      const Var<T>&, const Var<T>&, const std::vector<Var<T>>&, const std::vector<Var<T>>&,        \
+      const std::vector<Var<T>>&, Activation);                                                     \
   template Var<T> detail::record_moe_experts(                                                      \
       const MoeDims&, const Var<T>&, const Var<T>&, const MoeRouting&, const std::vector<Var<T>>&, \
       const std::vector<Var<T>>&, const std::vector<Var<T>>&, Activation);

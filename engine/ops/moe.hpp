@@ -144,6 +144,14 @@ MoeDims check_moe_shapes(const char* op, const Shape& x, const Shape* weights,
                          const std::vector<const Shape*>& w2,
                          const std::function<std::string(const char* role, std::size_t e)>& name);
 
+// The checks of moe_experts (with or without an exchange) before the
+// routing's: one tape, a valid f, the shapes of x, weights and the experts'
+// weights; errors name moe_experts.
+template <class T>
+MoeDims check_moe_experts(const Var<T>& x, const Var<T>& weights, const std::vector<Var<T>>& w1,
+                          const std::vector<Var<T>>& w3, const std::vector<Var<T>>& w2,
+                          Activation f);
+
 // std::invalid_argument from `op` unless k and the number of experts are
 // positive, k <= experts, and a capacity factor is finite and > 0.
 void check_moe_route(const char* op, std::size_t k, std::size_t experts,

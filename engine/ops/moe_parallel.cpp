@@ -4,12 +4,12 @@
 // kernels (kernels/moe_kernels.hpp).
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <utility>
 
 #include "../check.hpp"
 #include "../kernels/moe_kernels.hpp"
 #include "moe.hpp"
+#include "support/moe_targets.hpp"
 
 namespace xtgrad {
 
@@ -17,10 +17,6 @@ namespace {
 
 constexpr const char* k_moe_route = "moe_route";
 constexpr const char* k_moe_experts = "moe_experts";
-
-std::string indexed_name(const char* role, std::size_t e) {
-  return std::string(role) + "[" + std::to_string(e) + "]";
-}
 
 // How this rank's rows travel. Rank r's permuted layout (moe_route's) lists
 // the rows of experts 0..E-1 in order, so the rows for rank q, experts
@@ -109,14 +105,6 @@ struct ParallelSaved {
   }
 };
 
-template <class T>
-std::vector<detail::MoeExpertWeights<T>> expert_weights(const Tape<T>& t, const ParallelNode& nd) {
-  std::vector<detail::MoeExpertWeights<T>> out(nd.w1.size());
-  for (std::size_t e = 0; e < out.size(); ++e)
-    out[e] = {t.value(nd.w1[e]).data(), t.value(nd.w3[e]).data(), t.value(nd.w2[e]).data()};
-  return out;
-}
-
 }  // namespace
 
 template <class T>
@@ -180,18 +168,7 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
   // 1. checks
   const detail::Check check(k_moe_experts);
   check.argument(exchange != nullptr, "exchange", "is null, expected the ranks' MoeExchange");
-  detail::common_tape<T>(k_moe_experts, {{"x", &x}, {"weights", &weights}});
-  std::vector<const Shape*> s1, s3, s2;
-  for (auto [list, shapes, role] :
-       {std::tuple{&w1, &s1, "w1"}, std::tuple{&w3, &s3, "w3"}, std::tuple{&w2, &s2, "w2"}})
-    for (std::size_t e = 0; e < list->size(); ++e) {
-      detail::common_tape<T>(k_moe_experts,
-                             {{"x", &x}, {indexed_name(role, e).c_str(), &(*list)[e]}});
-      shapes->push_back(&(*list)[e].shape());
-    }
-  detail::activation_name(f, k_moe_experts, "f");  // validates f
-  const detail::MoeDims dims = detail::check_moe_shapes(k_moe_experts, x.shape(), &weights.shape(),
-                                                        s1, s3, s2, indexed_name);
+  const detail::MoeDims dims = detail::check_moe_experts(x, weights, w1, w3, w2, f);
   return detail::record_moe_experts_parallel(dims, x, weights, routing, w1, w3, w2, f,
                                              std::move(exchange));
 }
@@ -250,9 +227,11 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
   plan.reorder(in.data(), saved.x_rows, c, true);
   // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
   std::vector<T> o_e(received * c);
-  detail::moe_expert_rows_forward(k_moe_experts, f, c, h, plan.offsets, expert_weights(tape, *nd),
-                                  static_cast<const T*>(saved.x_rows), saved.g, saved.u,
-                                  o_e.data());
+  const std::vector<detail::MoeExpertWeights<T>> weights_e =
+      detail::moe_expert_weights(tape, nd->w1, nd->w3, nd->w2);
+  detail::moe_expert_rows_forward(k_moe_experts,
+                                  {f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
+                                  detail::MoeSaved<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
   plan.reorder(o_e.data(), in.data(), c, false);
   exchange->all_to_all_v(in.data(), plan.recv_elements(c), saved.o, plan.send_elements(c));
   // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]
@@ -281,26 +260,17 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
                               out.data());
     nd->exchange->all_to_all_v(out.data(), plan.send_elements(c), in.data(), plan.recv_elements(c));
     plan.reorder(in.data(), d_e.data(), c, true);
-    // The expert weights' targets, one per distinct node (grad_slot's rule).
-    std::vector<std::pair<std::size_t, detail::MoeGradTarget<T>>> targets;
-    targets.reserve(3 * nd->w1.size());
-    const auto target = [&](std::size_t node) -> detail::MoeGradTarget<T>* {
-      if (!t.requires_grad(node)) return nullptr;
-      for (auto& [index, tg] : targets)
-        if (index == node) return &tg;
-      const GradPointer<T> slot = t.grad_pointer(node);
-      targets.push_back({node, {slot.data, t.value(node).size(), slot.accumulate}});
-      return &targets.back().second;
-    };
-    std::vector<detail::MoeGradTarget<T>*> dw1, dw3, dw2;
-    for (auto [indices, roles] :
-         {std::pair{&nd->w1, &dw1}, std::pair{&nd->w3, &dw3}, std::pair{&nd->w2, &dw2}})
-      for (std::size_t index : *indices) roles->push_back(target(index));
+    // The expert weights' targets (one per distinct node, grad_slot's rule).
+    detail::MoeTargets<T> targets(t, 3 * nd->w1.size());
+    const detail::MoeWeightGrads<T> dw = targets.experts(nd->w1, nd->w3, nd->w2);
     // dW += (the experts' backward over their rows); dx_e [R, C] (the x rows' gradients)
     std::vector<T> dx_e(received * c);
-    detail::moe_expert_rows_backward(k_moe_experts, nd->f, c, h, plan.offsets,
-                                     expert_weights(t, *nd), saved.x_rows, saved.g, saved.u,
-                                     static_cast<const T*>(d_e.data()), dw1, dw3, dw2, dx_e.data());
+    const std::vector<detail::MoeExpertWeights<T>> weights_e =
+        detail::moe_expert_weights(t, nd->w1, nd->w3, nd->w2);
+    detail::moe_expert_rows_backward<T>(
+        k_moe_experts, {nd->f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
+        detail::MoeSaved<const T>{saved.x_rows, saved.g, saved.u, nullptr},
+        static_cast<const T*>(d_e.data()), dw, dx_e.data());
     for (T& v : dx_e) v *= ranks;
     // in the forward pass: the x rows went to the experts' ranks, so now
     // their gradients come back, and dx[t] += dx_rows[r]
