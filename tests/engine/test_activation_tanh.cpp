@@ -83,6 +83,20 @@ TEST_CASE_TEMPLATE("activation tanh: bounded limits, never NaN; NaN in, NaN out"
   }
   const T nan = std::numeric_limits<T>::quiet_NaN();
   CHECK(std::isnan(activation(tape.leaf(xt::xarray<T>{nan}), Activation::tanh).value()(0)));
+
+  // gated: u * tanh(g) -> +-u, du -> +-1, dg -> 0
+  Tape<T> gated_tape;
+  const Var<T> g = gated_tape.leaf(x.value());
+  const Var<T> u = gated_tape.leaf(xt::xarray<T>(xt::full_like(x.value(), T(2))));
+  const Var<T> yg = gated(u, g, Activation::tanh);
+  gated_tape.backward(yg, xt::xarray<T>(xt::ones<T>(yg.shape())));
+  for (std::size_t i = 0; i < yg.size(); ++i) {
+    const T gi = g.value()(i);
+    CAPTURE(gi);
+    CHECK(yg.value()(i) == (gi > 0 ? T(2) : T(-2)));
+    CHECK(u.grad()(i) == (gi > 0 ? T(1) : T(-1)));
+    CHECK(std::abs(g.grad()(i)) <= T(1e-20));
+  }
 }
 
 TEST_CASE_TEMPLATE("activation tanh: the fused FFN ops and gated equal torch's", T, float, double) {

@@ -307,8 +307,9 @@ TEST_CASE("LoRA adapters: PEFT's files, saved and loaded alone") {
 
   const Safetensors file = read_safetensors(dir / "adapter_model.safetensors");
   CHECK(file.metadata.at("format") == "pt");
-  CHECK(file.tensors.size() == 8);
+  CHECK(file.tensors.size() == 12);  // "c_proj" matches attn.c_proj and mlp.c_proj, as in PEFT
   CHECK(file.tensors.count("base_model.model.h.1.attn.c_proj.lora_B.weight") == 1);
+  CHECK(file.tensors.count("base_model.model.h.1.mlp.c_proj.lora_B.weight") == 1);
   const nlohmann::json config = nlohmann::json::parse(read_file(dir / "adapter_config.json"));
   CHECK(config["peft_type"] == "LORA");
   CHECK(config["r"] == 2);
