@@ -17,18 +17,26 @@
 //   silu          SiLU / Swish-1 (Elfwing et al. 2017), torch silu:
 //                 f(x) = x sigmoid(x)
 //                 f'(x) = s (1 + x (1 - s)),  s = sigmoid(x)
+//   tanh          the hyperbolic tangent, torch tanh (the activation of the
+//                 original MLPs and of many PINNs; the same values as the
+//                 elementwise op tanh in ops/math.hpp):
+//                 f(x) = tanh(x)
+//                 f'(x) = 1 - tanh^2(x) = 4 s (1 - s),  s = sigmoid(2x)
 //
 // Limits: every f and f' is finite for finite x (no overflow for |x| up to
 // the largest float/double) and takes its limit at +-inf: f(+inf) = +inf,
-// f(-inf) = 0, f'(+inf) = 1, f'(-inf) = 0. f(NaN) is NaN.
+// f(-inf) = 0, f'(+inf) = 1, f'(-inf) = 0, except tanh, which is bounded:
+// tanh(+-inf) = +-1, tanh'(+-inf) = 0. f(NaN) is NaN.
 
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace xtgrad {
 
-enum class Activation { relu, gelu, gelu_tanh, gelu_sigmoid, silu };
+enum class Activation { relu, gelu, gelu_tanh, gelu_sigmoid, silu, tanh };
 
-// "relu", "gelu", "gelu_tanh", "gelu_sigmoid" or "silu" (exact, case-sensitive).
+// "relu", "gelu", "gelu_tanh", "gelu_sigmoid", "silu" or "tanh" (exact, case-sensitive).
 // Throws std::invalid_argument listing the valid names for any other string.
 Activation parse_activation(std::string_view name);
 
@@ -41,6 +49,12 @@ namespace detail {
 // to_string as a NUL-terminated literal (a tape op name); throws
 // std::invalid_argument naming `op` and `arg` for a value outside the enumeration.
 const char* activation_name(Activation activation, const char* op, const char* arg);
+
+// The activation called `name`, or nothing (parse_activation without its error).
+std::optional<Activation> find_activation(std::string_view name);
+
+// The names parse_activation accepts, in enumeration order: "relu, gelu, ...".
+std::string valid_activation_names();
 
 }  // namespace detail
 

@@ -296,6 +296,7 @@ void Tape<T>::backward(const Var<T>& y, const BackwardOptions& options) {
   ones_.resize(value.shape());
   ones_.fill(T(1));
   detail::GraphPass<T>::backward(*this, y, ones_);
+  reset_growth_watch();
 }
 
 template <class T>
@@ -306,6 +307,7 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy, const BackwardO
     return;
   }
   detail::GraphPass<T>::backward(*this, y, dy);
+  reset_growth_watch();
 }
 
 template <class T>

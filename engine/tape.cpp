@@ -1,6 +1,5 @@
 #include "tape.hpp"
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -8,43 +7,6 @@
 #include "profiler.hpp"
 
 namespace xtgrad {
-
-namespace {
-
-// Index of the first NaN or Inf of `a`, or a.size() when all are finite.
-template <class T>
-std::size_t first_non_finite(const xt::xarray<T>& a) {
-  const T* data = a.data();
-  const std::size_t n = a.size();
-  for (std::size_t i = 0; i < n; ++i)
-    if (!std::isfinite(data[i])) return i;
-  return n;
-}
-
-// Index of the first NaN of `a` at or after `from`, or a.size().
-template <class T>
-std::size_t first_nan(const xt::xarray<T>& a, std::size_t from) {
-  const T* data = a.data();
-  const std::size_t n = a.size();
-  for (std::size_t i = from; i < n; ++i)
-    if (std::isnan(data[i])) return i;
-  return n;
-}
-
-// "nan at [1, 2]" for element `flat` of `a`.
-template <class T>
-std::string element_str(const xt::xarray<T>& a, std::size_t flat) {
-  const T v = a.data()[flat];
-  std::vector<std::size_t> index(a.dimension());
-  for (std::size_t d = a.dimension(); d-- > 0;) {
-    index[d] = flat % a.shape()[d];
-    flat /= a.shape()[d];
-  }
-  const std::string what = std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-  return what + " at " + detail::shape_str(index);
-}
-
-}  // namespace
 
 // ---- Var ----
 
@@ -168,6 +130,7 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
   // it would allocate (a default xarray holds one element) every step.
   if (detect_anomaly_) check_forward(index);
   if (profiler_) profiler_->forward_end(*this, index);
+  watch_growth(p);
   return var(index);
 }
 
@@ -273,6 +236,7 @@ void Tape<T>::backward(const Var<T>& y, const xt::xarray<T>& dy) {
     for (BackwardObserver<T>* observer : observers_) observer->backward_end(*this);
   }
   free_on_record_ = true;  // the graph is done: the next new graph replaces it
+  reset_growth_watch();
 }
 
 template <class T>
@@ -316,135 +280,6 @@ void Tape<T>::zero_grad() {
   for (std::size_t i = 0; i < size_; ++i) {
     Node& node = node_at(i);
     if (node.is_leaf && !node.param) node.grad_ready = false;
-  }
-}
-
-template <class T>
-void Tape<T>::truncate(std::size_t count) {
-  for (std::size_t i = count; i < size_; ++i) {
-    node_at(i).backward = nullptr;  // drop captured buffers now, keep the node's own
-    node_at(i).grad_rule = nullptr;
-    node_at(i).param = nullptr;
-  }
-  graph_grads_.clear();
-  size_ = count;
-  free_on_record_ = false;
-}
-
-template <class T>
-void Tape<T>::clear() {
-  truncate(0);
-  kept_leaves_ = k_unset;
-  cleared_stamp_ = next_stamp_;
-}
-
-template <class T>
-void Tape<T>::free_graph() {
-  if (kept_leaves_ == k_unset) {
-    std::size_t leading = 0;
-    while (leading < size_ && node_at(leading).is_leaf && !node_at(leading).param) ++leading;
-    kept_leaves_ = leading;
-  }
-  truncate(kept_leaves_);
-}
-
-template <class T>
-void Tape<T>::release() {
-  clear();
-  nodes_.clear();
-  nodes_.shrink_to_fit();
-}
-
-// ---- Anomaly mode ----
-
-template <class T>
-std::string Tape<T>::describe(std::size_t index) const {
-  const Node& node = node_at(index);
-  std::string out = "node " + std::to_string(index) + " ('" + node.op + "'";
-  if (node.param) out += " '" + node.param->name + "'";
-  return out + ", shape " + detail::shape_str(value(index).shape()) + ")";
-}
-
-template <class T>
-const xt::xarray<T>* Tape<T>::accumulated_grad(std::size_t index) const {
-  const Node& node = node_at(index);
-  if (!node.requires_grad) return nullptr;
-  if (node.param) return node.param->has_grad ? &node.param->grad : nullptr;
-  return node.grad_ready ? &node.grad : nullptr;
-}
-
-template <class T>
-bool Tape<T>::infinity_expected(std::size_t index) const {
-  const Node& node = node_at(index);
-  if (node.infinity_allowed || (node.is_leaf && !node.param)) return true;
-  for (const std::size_t parent : node.parents) {
-    const xt::xarray<T>& input = value(parent);
-    if (first_non_finite(input) < input.size()) return true;  // the infinity was there before
-  }
-  return false;
-}
-
-template <class T>
-void Tape<T>::check_forward(std::size_t index) {
-  const xt::xarray<T>& v = value(index);
-  std::size_t bad = first_non_finite(v);
-  if (bad == v.size()) return;
-  if (!std::isnan(v.data()[bad]) && infinity_expected(index)) {
-    bad = first_nan(v, bad);
-    if (bad == v.size()) return;
-  }
-  const Node& node = node_at(index);
-  std::string what = "xtgrad::Tape (anomaly mode): the forward value of " + describe(index) +
-                     " is not finite: " + element_str(v, bad);
-  if (!node.parents.empty()) {
-    what += "; its inputs are";
-    for (std::size_t k = 0; k < node.parents.size(); ++k)
-      what += (k ? ", " : " ") + describe(node.parents[k]);
-  }
-  what += "; the node was not recorded";
-  const std::string op = node.op;
-  if (index + 1 == size_) {  // un-record it: the tape is as before the op was called
-    node_at(index).param = nullptr;
-    --size_;
-  }
-  throw AnomalyError(what, AnomalyError::Phase::forward, op, index, index);
-}
-
-template <class T>
-void Tape<T>::check_backward(std::size_t index) {
-  const Node& node = node_at(index);
-  for (const std::size_t parent : node.parents) {
-    const xt::xarray<T>* grad = accumulated_grad(parent);
-    if (grad == nullptr) continue;
-    const std::size_t bad = first_non_finite(*grad);
-    if (bad == grad->size()) continue;
-    // Every gradient was finite before this rule ran (checked after each
-    // earlier rule and at the start), so this rule made it non-finite.
-    throw AnomalyError("xtgrad::Tape (anomaly mode): the backward of " + describe(index) +
-                           " made the gradient of its input " + describe(parent) +
-                           " not finite: " + element_str(*grad, bad) +
-                           " (the upstream gradient of the node was finite)",
-                       AnomalyError::Phase::backward, node.op, index, parent);
-  }
-}
-
-template <class T>
-void Tape<T>::check_backward_start(std::size_t root, const xt::xarray<T>& dy) const {
-  const std::size_t bad = first_non_finite(dy);
-  if (bad < dy.size())
-    throw AnomalyError("xtgrad::Tape::backward (anomaly mode): the upstream gradient dy of " +
-                           describe(root) + " is not finite: " + element_str(dy, bad),
-                       AnomalyError::Phase::backward, node_at(root).op, root, root);
-  for (std::size_t i = 0; i <= root; ++i) {
-    if (!node_at(i).is_leaf) continue;
-    const xt::xarray<T>* grad = accumulated_grad(i);
-    if (grad == nullptr) continue;
-    const std::size_t at = first_non_finite(*grad);
-    if (at < grad->size())
-      throw AnomalyError("xtgrad::Tape::backward (anomaly mode): the gradient accumulated in " +
-                             describe(i) + " by an earlier backward is not finite: " +
-                             element_str(*grad, at) + "; zero_grad() before this backward",
-                         AnomalyError::Phase::backward, node_at(i).op, i, i);
   }
 }
 

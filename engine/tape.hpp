@@ -1,5 +1,8 @@
 #pragma once
 // Tape<T> and Var<T>: the reverse-mode core of xtgrad.
+// (Var and the types of the interface: var.hpp; NoGradGuard and
+// DetectAnomalyGuard: tape_guards.hpp; the graph's lifetime is in
+// tape_lifetime.cpp and anomaly mode in tape_anomaly.cpp.)
 //
 // A Tape is a Wengert list: a flat vector of nodes in creation order (which is
 // already a topological order, as in Stan Math). Each node holds its value,
@@ -46,6 +49,15 @@
 // backward); those nodes are freed with it. A Var of a freed node throws
 // std::logic_error saying so. backward(y, retain_graph), create_graph,
 // grad / hvp (grad.hpp) and keep_graph() keep the graph.
+// A loop that only runs forward (inference, evaluation) on one tape, with no
+// backward and no clear(), has no finished graph to free: every iteration's
+// nodes stay, and the tape grows without bound. Nothing tells such a loop
+// from several forwards that one backward will combine (both record the
+// same Parameters again), so the tape does not free them; it warns instead,
+// once per tape, on stderr, naming the fix: when one Parameter is recorded
+// for the growth_warning()-th time (16 by default) since the last backward
+// or clear(). The fix is tape.clear() at the start of each iteration, or
+// Module::infer, which records on a private tape and keeps nothing.
 // A Parameter recorded with param() must outlive the recording, and its value
 // must not change between the forward and the backward that reads it (a
 // change of shape is caught: using the recorded Var, or backward, throws
@@ -69,108 +81,14 @@
 #include "backward_observer.hpp"
 #include "grad_rule.hpp"
 #include "parameter.hpp"
+#include "tape_guards.hpp"
+#include "var.hpp"
 
 namespace xtgrad {
 
 template <class T>
 class Tape;
 class Profiler;  // engine/profiler.hpp
-
-// Options of Tape::backward. create_graph (PyTorch's create_graph=True):
-// backward records its own computation on the same tape through each node's
-// GradRule (grad_rule.hpp), so that gradients are Vars (Var::grad_var) that
-// can be differentiated again; .grad() and Parameter::grad get the values a
-// plain backward gives. Refused (std::logic_error, before anything changes)
-// when a node the gradients reach has no GradRule ("not twice
-// differentiable: <op>") or a BackwardObserver is added.
-//
-// retain_graph (PyTorch's retain_graph=True): keep the recording after this
-// backward instead of freeing it at the next recording that starts a new
-// graph (see "Lifetime" at the top of this file). create_graph implies it.
-struct BackwardOptions {
-  bool create_graph = false;
-  bool retain_graph = false;
-};
-// tape.backward(y, xtgrad::create_graph).
-inline constexpr BackwardOptions create_graph{true};
-// tape.backward(y, xtgrad::retain_graph).
-inline constexpr BackwardOptions retain_graph{false, true};
-
-// Blocks template argument deduction, so that an argument declared
-// `const std::optional<Var<NoDeduce<T>>>&` accepts a plain Var<T>.
-template <class T>
-struct TypeIdentity {
-  using type = T;
-};
-template <class T>
-using NoDeduce = typename TypeIdentity<T>::type;
-
-// Shape of a tensor, as xtensor stores it.
-using Shape = xt::xarray<float>::shape_type;
-
-// A cheap handle to one node of a tape: (tape, index, stamp). The stamp is
-// the node's when the Var was made; a node recorded again over a cleared or
-// freed one gets a new stamp, so a stale Var is always told apart.
-template <class T>
-class Var {
- public:
-  Var() = default;  // an empty handle; any use throws std::logic_error
-
-  // The references returned by value() and grad() stay valid until the tape
-  // is cleared (a later backward may change what grad() holds).
-  const xt::xarray<T>& value() const;
-  // d(output)/d(this) after backward; zeros if no gradient reached this node.
-  const xt::xarray<T>& grad() const;
-  // The value of a one-element Var (any shape of one element), as
-  // torch.Tensor.item(); std::invalid_argument naming the shape otherwise.
-  T item() const;
-  const Shape& shape() const { return tape_for("Var::shape", "this").value(index_).shape(); }
-  std::size_t size() const { return tape_for("Var::size", "this").value(index_).size(); }
-  std::size_t dimension() const {
-    return tape_for("Var::dimension", "this").value(index_).dimension();
-  }
-  bool requires_grad() const;
-  // The gradient as a differentiable Var, after a backward with create_graph
-  // that reached this node (a leaf's or Parameter's sums the earlier
-  // create_graph backwards since its gradient was last zeroed; a gradient
-  // accumulated otherwise enters as a constant). std::logic_error when there
-  // is none: no such backward, a plain backward or clear() since, a zeroed
-  // gradient, or no gradient reached this node.
-  Var<T> grad_var() const;
-
-  Tape<T>& tape() const { return tape_for("Var::tape", "this"); }
-  // The tape, or std::logic_error naming `op` and `arg` for an empty handle
-  // or one whose tape was cleared since it was recorded.
-  Tape<T>& tape_for(const char* op, const char* arg) const;
-  // The node's index; std::logic_error when the tape was cleared (or the
-  // graph freed) since it was recorded, so that an op never records a stale
-  // index as a parent. An empty handle gives 0.
-  std::size_t index() const;
-
- private:
-  friend class Tape<T>;
-  Var(Tape<T>* tape, std::size_t index, std::uint64_t stamp)
-      : tape_(tape), index_(index), stamp_(stamp) {}
-  Tape<T>* tape_ = nullptr;
-  std::size_t index_ = 0;
-  std::uint64_t stamp_ = 0;
-};
-
-// Where a backward rule writes a parent's gradient (Tape::grad_slot states
-// the rule): overwrite `buffer` when `accumulate` is false, add to it when true.
-template <class T>
-struct GradSlot {
-  xt::xarray<T>& buffer;
-  bool accumulate;
-};
-
-// GradSlot as a raw pointer, for kernels (Tape::grad_pointer): null when the
-// node needs no gradient.
-template <class T>
-struct GradPointer {
-  T* data = nullptr;
-  bool accumulate = false;
-};
 
 // The backward rule of one node (BackwardFn<T>, backward_fn.hpp): given
 // d(output)/d(node) it adds the parents' gradients through
@@ -232,6 +150,12 @@ class Tape {
   void release();
 
   std::size_t size() const { return size_; }
+
+  // The forward-only-loop warning (see "Lifetime" at the top of this file):
+  // printed once per tape when one Parameter is recorded for the n-th time
+  // since the last backward or clear(); 0 turns it off.
+  std::size_t growth_warning() const { return growth_warning_; }
+  void set_growth_warning(std::size_t n) { growth_warning_ = n; }
 
   // Inference: while recording is off, ops compute values only; nothing is
   // saved for backward and no result requires a gradient.
@@ -452,46 +376,24 @@ class Tape {
   std::size_t kept_leaves_ = k_unset;
   void free_graph();
   void truncate(std::size_t count);  // forget nodes [count, size_)
+  // The forward-only-loop warning: the first Parameter recorded since the
+  // last backward or clear(), how often it has been since, and whether the
+  // warning was printed (once per tape).
+  static constexpr std::size_t k_default_growth_warning = 16;
+  std::size_t growth_warning_ = k_default_growth_warning;
+  const Parameter<T>* watched_param_ = nullptr;
+  std::size_t watched_records_ = 0;
+  bool growth_warned_ = false;
+  void watch_growth(const Parameter<T>& p);  // called by param()
+  void reset_growth_watch() {
+    watched_param_ = nullptr;
+    watched_records_ = 0;
+  }
   Profiler* profiler_ = nullptr;
   std::vector<BackwardObserver<T>*> observers_;
   // Node -> the node holding its gradient Var after the last create_graph
   // backward (Var::grad_var); emptied by a plain backward and by clear().
   std::vector<std::size_t> graph_grads_;
-};
-
-// Turns recording off for a scope (like torch::NoGradGuard), restoring the
-// previous state at exit.
-template <class T>
-class NoGradGuard {
- public:
-  explicit NoGradGuard(Tape<T>& tape) : tape_(tape), previous_(tape.grad_enabled()) {
-    tape_.set_grad_enabled(false);
-  }
-  ~NoGradGuard() { tape_.set_grad_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  Tape<T>& tape_;
-  bool previous_;
-};
-
-// Turns anomaly mode on for a scope (like torch.autograd.detect_anomaly),
-// restoring the previous state at exit.
-template <class T>
-class DetectAnomalyGuard {
- public:
-  explicit DetectAnomalyGuard(Tape<T>& tape, bool enabled = true)
-      : tape_(tape), previous_(tape.detect_anomaly()) {
-    tape_.set_detect_anomaly(enabled);
-  }
-  ~DetectAnomalyGuard() { tape_.set_detect_anomaly(previous_); }
-  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
-  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
-
- private:
-  Tape<T>& tape_;
-  bool previous_;
 };
 
 template <class T>

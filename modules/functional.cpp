@@ -30,13 +30,10 @@ detail::LinearDims dims_of(const Shape& x, std::size_t in, std::size_t out) {
 
 // parse_activation, with an error that names `function` and its argument 'activation'.
 Activation parse_argument(const char* function, std::string_view name) {
-  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh,
-                       Activation::gelu_sigmoid, Activation::silu})
-    if (name == to_string(a)) return a;
+  if (const std::optional<Activation> a = detail::find_activation(name)) return *a;
   detail::fail_argument(function, "activation",
-                        "is '" + std::string(name) +
-                            "', not an activation; valid names are relu, gelu, gelu_tanh, "
-                            "gelu_sigmoid, silu");
+                        "is '" + std::string(name) + "', not an activation; valid names are " +
+                            detail::valid_activation_names());
 }
 
 constexpr detail::TwoLayerNames k_positionwise_names = {"x", "w1", "b1", "w2", "b2"};

@@ -128,10 +128,7 @@ TransformerBlockOptions block_options(const GPTConfig& c, bool sparse) {
   o.ffn_hidden = c.ffn_hidden;
   o.dropout = c.dropout;
   o.eps = c.eps;
-  o.rope_theta = c.rope_theta;
-  o.qkv_bias = c.qkv_bias;
-  o.o_bias = c.o_bias;
-  o.rope_scaling = c.rope_scaling;
+  detail::copy_attention_options(o, c);
   o.hf_mlp = c.hf_mlp;
   if (sparse) {
     if (c.moe_intermediate_size) o.ffn_hidden = c.moe_intermediate_size;
@@ -190,7 +187,7 @@ void GPT<T>::initialize(Generator& generator) {
     }
     const bool residual =
         ends_with(name, "attn.c_proj.weight") || ends_with(name, "attn.o_proj.weight") ||
-        ends_with(name, "mlp.w2.weight") || ends_with(name, "mlp.w_down") ||
+        ends_with(name, "mlp.c_proj.weight") || ends_with(name, "mlp.w_down") ||
         ends_with(name, "mlp.down_proj.weight") ||
         (name.find(".experts.") != std::string::npos && ends_with(name, ".w2.weight"));
     const std::vector<std::size_t> shape(p->value.shape().begin(), p->value.shape().end());
@@ -424,13 +421,8 @@ ModuleConfig GPT<T>::config() const {
                          .add("ffn_hidden", *config_.ffn_hidden)
                          .add("style", style_name(config_.style))
                          .add("dropout", config_.dropout)
-                         .add("tie_embeddings", config_.tie_embeddings)
-                         .add("eps", config_.eps)
-                         .add("rope_theta", config_.rope_theta);
-  if (config_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
-  if (config_.o_bias) out.add("o_bias", true);
-  detail::add_rope_scaling(out, config_.rope_scaling);
-  if (config_.hf_mlp) out.add("hf_mlp", true);
+                         .add("tie_embeddings", config_.tie_embeddings);
+  detail::add_block_options(out, config_);
   if (config_.num_experts > 0)  // a dense GPT's config stays that of a GPT without MoE
     out.add("num_experts", config_.num_experts)
         .add("num_experts_per_tok", config_.num_experts_per_tok)

@@ -17,7 +17,7 @@
 // Initialization (HF GPT2PreTrainedModel._init_weights, nanoGPT's
 // _init_weights): every weight matrix and embedding normal(0, 0.02), biases 0,
 // norms weight 1 (bias 0); the projections that write into the residual
-// stream (attn.c_proj / attn.o_proj, mlp.w2 / mlp.w_down / mlp.down_proj) normal(0, 0.02 /
+// stream (attn.c_proj / attn.o_proj, mlp.c_proj / mlp.w_down / mlp.down_proj) normal(0, 0.02 /
 // sqrt(2 n_layer)), GPT-2's scaling of residual layers (nanoGPT applies it to
 // the attention and MLP c_proj alike; HF only when loading no checkpoint).
 // Drawn in the order of named_parameters() after the blocks are built.

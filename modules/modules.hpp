@@ -14,6 +14,7 @@
 #include "functional.hpp"
 #include "gated_ffn.hpp"
 #include "gpt.hpp"
+#include "gpt2_mlp.hpp"
 #include "init.hpp"
 #include "kv_cache.hpp"
 #include "linear.hpp"

@@ -76,6 +76,28 @@ template xt::xarray<double> stored_as(const StoredTensor&);
 
 namespace {
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A line for a checkpoint whose gpt2-style MLP has the names GPT had before
+// they were GPT-2's (an unexpected "...mlp.w1.weight" where "...mlp.c_fc.weight"
+// is missing), saying how to load it; "" otherwise.
+std::string legacy_gpt2_mlp_hint(const IncompatibleKeys& keys) {
+  for (const std::string& name : keys.unexpected_keys) {
+    if (!ends_with(name, "mlp.w1.weight")) continue;
+    const std::string current = name.substr(0, name.size() - 9) + "c_fc.weight";
+    for (const std::string& missing : keys.missing_keys)
+      if (missing == current)
+        return "\n\t\"" + escaped(name, 200) +
+               "\" is the gpt2-style MLP's former name (nn.Linear [out, in]); it is now \"" +
+               escaped(current, 200) + "\"" +
+               " (GPT-2's Conv1D [in, out]): load rename_legacy_gpt2_mlp(state) instead "
+               "(modules/gpt2_mlp.hpp).";
+  }
+  return "";
+}
+
 // The checks: throws naming every mismatch, else the source matched to each
 // parameter (nullptr: missing) and the missing and unexpected names.
 template <class T>
@@ -129,6 +151,7 @@ std::vector<const SourceTensor<T>*> match_sources(
   if (!errors.empty()) {
     std::string what = "Error(s) in loading state_dict for " + escaped(type, 200) + ":";
     for (const std::string& e : errors) what += "\n\t" + e;
+    what += legacy_gpt2_mlp_hint(keys);
     fail_value(function, what);
   }
   return matched;

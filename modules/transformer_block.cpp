@@ -29,7 +29,7 @@ TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions opti
                  "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
                  ", but the gpt2 style has n_kv_heads = n_heads (", options.n_heads, ")");
   check.argument(options.style == GPTStyle::llama || !options.hf_mlp, "hf_mlp",
-                 "is set, but the gpt2 style's MLP is FeedForward; expected it in the llama "
+                 "is set, but the gpt2 style's MLP is GPT2MLP; expected it in the llama "
                  "style only");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   if (options.n_heads != 0 && n_embd % options.n_heads == 0)  // else the attention refuses them
@@ -60,11 +60,10 @@ CausalSelfAttentionOptions attention_options(const TransformerBlockOptions& o) {
 }
 
 template <class T>
-std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> make_mlp(
+std::variant<GPT2MLP<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> make_mlp(
     const TransformerBlockOptions& o, std::size_t n, Generator& generator) {
   if (o.moe) return SparseMoe<T>(n, *o.ffn_hidden, *o.moe, generator);
-  if (o.style == GPTStyle::gpt2)
-    return FeedForward<T>(n, *o.ffn_hidden, Activation::gelu_tanh, 0.0, generator);
+  if (o.style == GPTStyle::gpt2) return GPT2MLP<T>(n, *o.ffn_hidden, generator);
   if (o.hf_mlp)
     return GatedExpert<T>(n, *o.ffn_hidden, Activation::silu, ExpertNames::llama, generator);
   return GatedFFN<T>(n, *o.ffn_hidden, n, Activation::silu, GatedBias::none(), 0.0, generator);
@@ -104,8 +103,8 @@ detail::WideCount detail::transformer_block_parameters(std::size_t n_embd,
     if (options.moe->shared_expert_intermediate_size > 0) n += c * shared * 3 + c;
     return n;
   }
-  if (options.style ==
-      GPTStyle::gpt2)  // ln_1, ln_2 [C] + [C]; mlp w1 [H, C] + [H], w2 [C, H] + [C]
+  // ln_1, ln_2 [C] + [C]; mlp c_fc [C, H] + [H], c_proj [H, C] + [C]
+  if (options.style == GPTStyle::gpt2)
     return c * 4 + causal_self_attention_parameters(n_embd, attention) + c * hidden * 2 + hidden +
            c;
   // ln_1, ln_2 [C]; mlp w_up, w_gate [C, H], w_down [H, C]
@@ -197,13 +196,8 @@ ModuleConfig TransformerBlock<T>::config() const {
                          .add("n_heads", options_.n_heads)
                          .add("n_kv_heads", *options_.n_kv_heads)
                          .add("ffn_hidden", *options_.ffn_hidden)
-                         .add("dropout", options_.dropout)
-                         .add("eps", options_.eps)
-                         .add("rope_theta", options_.rope_theta);
-  if (options_.qkv_bias) out.add("qkv_bias", true);  // only when set: see add_rope_scaling
-  if (options_.o_bias) out.add("o_bias", true);
-  detail::add_rope_scaling(out, options_.rope_scaling);
-  if (options_.hf_mlp) out.add("hf_mlp", true);
+                         .add("dropout", options_.dropout);
+  detail::add_block_options(out, options_);
   if (const SparseMoe<T>* moe = sparse_moe()) out.children.emplace_back(mlp_name(), moe->config());
   return out;
 }

@@ -6,8 +6,8 @@
 // in one of two styles (GPTStyle):
 //   gpt2  (Radford et al. 2019; HF modeling_gpt2.py GPT2Block): LayerNorm(C, eps),
 //         CausalSelfAttention in the gpt2 layout (c_attn / c_proj Conv1D, biases,
-//         no rotary), mlp = FeedForward(C, ffn_hidden, gelu_tanh) (HF's
-//         "gelu_new"), ffn_hidden default 4 C.
+//         no rotary), mlp = GPT2MLP(C, ffn_hidden) (HF's GPT2MLP: c_fc / c_proj
+//         Conv1D, gelu_tanh = HF's "gelu_new"), ffn_hidden default 4 C.
 //   llama (Touvron et al. 2023; HF modeling_llama.py LlamaDecoderLayer):
 //         RMSNorm(C, eps), CausalSelfAttention in the llama layout (q/k/v/o_proj,
 //         no biases unless qkv_bias / o_bias) with rotary embeddings (rope_theta,
@@ -20,10 +20,11 @@
 //         256 * ceil(floor(2 * 4C / 3) / 256) (Meta's llama model.py, multiple_of 256).
 // Children: "ln_1", "attn", "ln_2", "mlp", "dropout" (p = dropout, on the mlp
 // output as HF GPT2MLP's dropout); the attention's attn_dropout and
-// resid_dropout are `dropout` too. Parameter names follow HF GPT-2 for the
-// norms and the attention ("ln_1.weight", "attn.c_attn.weight", ...), the
-// FFN modules' own names for the mlp ("mlp.w1.weight" = HF's mlp.c_fc.weight
-// transposed; pretrained/hf_gpt2.hpp converts).
+// resid_dropout are `dropout` too. In the gpt2 style every parameter has HF
+// GPT2Block's name and layout ("ln_1.weight", "attn.c_attn.weight" [C, 3C],
+// "mlp.c_fc.weight" [C, H], ...), so a GPT-2 block's state dict loads with
+// load_state_dict as it is; the llama style uses the FFN modules' own names
+// (docs/modules.md lists both).
 //
 // Sparse FFN (options.moe set): mlp is a SparseMoe(C, ffn_hidden, *options.moe)
 // (moe.hpp: router, top-k, gated experts of width ffn_hidden each) instead of
@@ -50,8 +51,8 @@
 #include <variant>
 
 #include "causal_self_attention.hpp"
-#include "feed_forward.hpp"
 #include "gated_ffn.hpp"
+#include "gpt2_mlp.hpp"
 #include "moe.hpp"
 #include "norm.hpp"
 
@@ -93,6 +94,29 @@ std::size_t default_ffn_hidden(const char* owner, GPTStyle style, std::size_t n_
 // without wrapping (checked_size.hpp); the options filled in (ffn_hidden,
 // n_kv_heads) as the constructor does.
 WideCount transformer_block_parameters(std::size_t n_embd, const TransformerBlockOptions& options);
+
+// The attention options that TransformerBlockOptions, GPTConfig and
+// LlamaConfig share by name, copied from one to another.
+template <class To, class From>
+void copy_attention_options(To& to, const From& from) {
+  to.rope_theta = from.rope_theta;
+  to.qkv_bias = from.qkv_bias;
+  to.o_bias = from.o_bias;
+  to.rope_scaling = from.rope_scaling;
+}
+
+// The tail of a block's and a GPT's config: "eps", "rope_theta", then
+// "qkv_bias", "o_bias" and "hf_mlp" only when set and the rope scaling only
+// when there is one (add_rope_scaling), so that the configs of models
+// without them stay as they were.
+template <class Options>
+void add_block_options(ModuleConfig& out, const Options& o) {
+  out.add("eps", o.eps).add("rope_theta", o.rope_theta);
+  if (o.qkv_bias) out.add("qkv_bias", true);
+  if (o.o_bias) out.add("o_bias", true);
+  add_rope_scaling(out, o.rope_scaling);
+  if (o.hf_mlp) out.add("hf_mlp", true);
+}
 }  // namespace detail
 // "gpt2" / "llama".
 const char* style_name(GPTStyle style);
@@ -123,7 +147,7 @@ class TransformerBlock : public Module<T> {
   std::variant<LayerNorm<T>, RMSNorm<T>> ln_1;
   CausalSelfAttention<T> attn;
   std::variant<LayerNorm<T>, RMSNorm<T>> ln_2;
-  std::variant<FeedForward<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> mlp;
+  std::variant<GPT2MLP<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> mlp;
   Dropout<T> dropout;
 
  protected:

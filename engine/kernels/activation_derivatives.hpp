@@ -17,6 +17,11 @@
 //                 (dq/dz = q w, dw/dz = -2 q):
 //                 f''  = q A,   A = 2 z1 + x z2 + x z1^2 w
 //                 f''' = q (z1 w A + 3 z2 + x z3 + w (z1^2 + 2 x z1 z2) - 2 x z1^3 q)
+//   tanh          f = tanh x = 2 s - 1 with s = sigmoid(2x), q = s (1 - s),
+//                 t = tanh x (ds/dx = 2q, dq/dx = -2 q t, dt/dx = 4q):
+//                 f'   = 4 q
+//                 f''  = -8 q t
+//                 f''' = 16 q (t^2 - 2 q)
 //   (Differentiating f' = s + x z1 q of activation_formulas.hpp by the chain
 //   rule; checked against finite differences of f' and f'' by gradcheck in
 //   tests/engine/test_activation_derivatives.cpp.)
@@ -104,6 +109,27 @@ struct Curvature<SigmoidGated<Gate>> {
                     t.w * (t.z1 * t.z1 + broadcast<B>(2) * t.x * t.z1 * t.z2) -
                     broadcast<B>(2) * t.x * t.z1 * t.z1 * t.z1 * t.q;
     return t.q * inner;
+  }
+};
+
+template <>
+struct Curvature<Tanh> {
+  // q = s (1 - s), s = sigmoid(2x); no clamp needed: q reaches 0 and t +-1.
+  template <class B>
+  static B q(const B& x) {
+    const auto sig = Silu::sigmoid(broadcast<B>(2) * x);
+    return sig.s * sig.one_minus_s;
+  }
+  // f'' = -8 q t
+  template <class B>
+  static B second(const B& x) {
+    return broadcast<B>(-8) * q(x) * Tanh::value(x);
+  }
+  // f''' = 16 q (t^2 - 2 q)
+  template <class B>
+  static B third(const B& x) {
+    const B qx = q(x), t = Tanh::value(x);
+    return broadcast<B>(16) * qx * fused_multiply_add(t, t, broadcast<B>(-2) * qx);
   }
 };
 

@@ -168,6 +168,36 @@ using GeluTanh = SigmoidGated<TanhGate>;
 using GeluSigmoid = SigmoidGated<ScaledGate>;
 using Silu = SigmoidGated<IdentityGate>;
 
+// tanh, torch tanh: f = tanh(x), f' = 1 - tanh^2(x) = 4 s (1 - s) with
+// s = sigmoid(2x). f is xsimd's tanh (Cephes' rational approximation below
+// |x| = 0.625, relative accuracy kept near 0; 1 - 2 / (1 + exp(2x)) above).
+// Its exp converts to an integer (undefined for NaN and huge |x|, see
+// exp_no_ub), so x is clamped to +-k_tanh_saturation, where tanh is +-1 in
+// float and double already, and NaN is passed around it. f' comes from s and
+// 1 - s of the sigmoid, not from 1 - tanh^2, which cancels to 0 for |x| > ~19
+// while the true f' is still a normal number.
+constexpr double k_tanh_saturation = 40;
+
+struct Tanh {
+  template <class B>
+  static B value(const B& x) {
+    const B limit = broadcast<B>(k_tanh_saturation);
+    const auto nan = xsimd::isnan(x);
+    const B clamped = xsimd::select(x > limit, limit, xsimd::select(x < -limit, -limit, x));
+    return xsimd::select(nan, x, xsimd::tanh(xsimd::select(nan, broadcast<B>(0), clamped)));
+  }
+  // 4 s (1 - s), s = sigmoid(2x)
+  template <class B>
+  static B slope(const B& x) {
+    const auto sig = Silu::sigmoid(broadcast<B>(2) * x);
+    return broadcast<B>(4) * sig.s * sig.one_minus_s;
+  }
+  template <class B>
+  static ValueSlope<B> value_and_slope(const B& x) {
+    return {value(x), slope(x)};
+  }
+};
+
 // Calls body(Act{}) with the functor of `activation`.
 template <class Body>
 void dispatch(Activation activation, const char* op, Body&& body) {
@@ -182,6 +212,8 @@ void dispatch(Activation activation, const char* op, Body&& body) {
       return body(GeluSigmoid{});
     case Activation::silu:
       return body(Silu{});
+    case Activation::tanh:
+      return body(Tanh{});
   }
   activation_name(activation, op, "activation");  // throws: not an enumerator
 }

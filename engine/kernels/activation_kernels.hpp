@@ -18,6 +18,8 @@
 //  * gelu_tanh, gelu_sigmoid, silu: 0.5 (1 + tanh u) = sigmoid(2u), and
 //    sigmoid(z) = 1 / (1 + exp(-z)) (exact limits, no inf / inf); 1 - sigmoid(z)
 //    is exp(-z) sigmoid(z) for z >= 0, where the subtraction would cancel.
+//  * tanh: xsimd's tanh on x clamped to +-40 (where tanh is +-1 already);
+//    tanh' = 4 sigmoid(2x) (1 - sigmoid(2x)), never the cancelling 1 - tanh^2.
 //  * inf * 0 products at x = +-inf are taken as their limit, 0.
 //
 // An invalid Activation value throws std::invalid_argument before any write.

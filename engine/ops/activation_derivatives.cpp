@@ -14,12 +14,12 @@ constexpr const char* op_name = "activation_derivative";
 
 // The tape name of the op of `order` for activation `a` (checked by the caller).
 const char* derivative_name(Activation a, int order) {
-  static constexpr const char* first[] = {"relu_derivative", "gelu_derivative",
+  static constexpr const char* first[] = {"relu_derivative",      "gelu_derivative",
                                           "gelu_tanh_derivative", "gelu_sigmoid_derivative",
-                                          "silu_derivative"};
+                                          "silu_derivative",      "tanh_derivative"};
   static constexpr const char* second[] = {
-      "relu_second_derivative", "gelu_second_derivative", "gelu_tanh_second_derivative",
-      "gelu_sigmoid_second_derivative", "silu_second_derivative"};
+      "relu_second_derivative",         "gelu_second_derivative", "gelu_tanh_second_derivative",
+      "gelu_sigmoid_second_derivative", "silu_second_derivative", "tanh_second_derivative"};
   const auto k = static_cast<std::size_t>(a);
   return order == 1 ? first[k] : second[k];
 }

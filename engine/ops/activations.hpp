@@ -1,6 +1,6 @@
 #pragma once
 // activation: y = f(x) elementwise, for the activations of activation.hpp
-// (relu, exact gelu, gelu_tanh, gelu_sigmoid, silu; formulas, derivatives and
+// (relu, exact gelu, gelu_tanh, gelu_sigmoid, silu, tanh; formulas, derivatives and
 // which GELU is which are documented there).
 //
 //   y = f(x),   dx = dy * f'(x)     x, y, dy, dx: any shape, [0, D] included

@@ -7,8 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include <xtensor/xmanipulation.hpp>
-
 #include "../../engine/errors.hpp"
 #include "../../io/safetensors_detail.hpp"
 
@@ -18,14 +16,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One parameter to fill: the checkpoint's name and shape, and whether the
-// checkpoint stores it transposed relative to xtgrad's layout.
+// One parameter to fill: the checkpoint's name and shape (the layouts are
+// the same: GPT's gpt2 style and CausalSelfAttention's llama layout store
+// every weight as Hugging Face does).
 template <class T>
 struct Slot {
   std::string key;
   std::vector<std::size_t> file_shape;
   Parameter<T>* target;
-  bool transposed;
 };
 
 std::string dotted(std::string prefix) {
@@ -38,33 +36,14 @@ std::vector<std::size_t> shape_of(const Parameter<T>& p) {
   return {p.value.shape().begin(), p.value.shape().end()};
 }
 
-// The HF GPT-2 names of one block's parameters under `prefix` ("h.0.").
+// One block's parameters under `prefix` ("h.0."): a gpt2-style block's
+// names and layouts are HF GPT2Block's (transformer_block.hpp). A LoRA
+// adapter's parameters are not GPT-2's and are left out.
 template <class T>
 void block_slots(TransformerBlock<T>& block, const std::string& prefix, std::vector<Slot<T>>& slots,
                  std::set<std::string>& buffers) {
-  auto& ln_1 = std::get<LayerNorm<T>>(block.ln_1);
-  auto& ln_2 = std::get<LayerNorm<T>>(block.ln_2);
-  auto& mlp = std::get<FeedForward<T>>(block.mlp);
-  auto& attn = block.attn;
-  const auto same = [&](const std::string& name, Parameter<T>& p) {
-    slots.push_back({prefix + name, shape_of(p), &p, false});
-  };
-  const auto transposed = [&](const std::string& name, Parameter<T>& p) {
-    const std::vector<std::size_t> s = shape_of(p);
-    slots.push_back({prefix + name, {s[1], s[0]}, &p, true});
-  };
-  same("ln_1.weight", ln_1.weight);
-  same("ln_1.bias", ln_1.bias);
-  same("attn.c_attn.weight", attn.c_attn->weight);
-  same("attn.c_attn.bias", attn.c_attn->bias);
-  same("attn.c_proj.weight", attn.c_proj->weight);
-  same("attn.c_proj.bias", attn.c_proj->bias);
-  same("ln_2.weight", ln_2.weight);
-  same("ln_2.bias", ln_2.bias);
-  transposed("mlp.c_fc.weight", mlp.w1.weight);
-  same("mlp.c_fc.bias", mlp.w1.bias);
-  transposed("mlp.c_proj.weight", mlp.w2.weight);
-  same("mlp.c_proj.bias", mlp.w2.bias);
+  for (const auto& [name, p] : block.named_parameters())
+    if (name.find(".lora_") == std::string::npos) slots.push_back({prefix + name, shape_of(*p), p});
   buffers.insert(prefix + "attn.bias");
   buffers.insert(prefix + "attn.masked_bias");
 }
@@ -110,7 +89,7 @@ void load_slots(const char* function, const TensorMap& tensors, const std::vecto
   for (const Slot<T>& slot : slots) {
     const xt::xarray<T>& a = get_tensor<T>(tensors, slot.key, function);
     check_slot_shape(function, slot, a.shape(), layout);
-    values.push_back(slot.transposed ? xt::xarray<T>(xt::transpose(a)) : a);
+    values.push_back(a);
   }
   for (std::size_t i = 0; i < slots.size(); ++i) slots[i].target->set_value(std::move(values[i]));
 }
@@ -167,7 +146,7 @@ std::vector<Slot<T>> llama_slots(CausalSelfAttention<T>& attention, const std::s
     detail::fail_argument("load_llama_attention", "attention",
                           "has the gpt2 layout; LLaMA weights load into the llama layout");
   const auto slot = [&](const char* name, Linear<T>& linear) {
-    return Slot<T>{prefix + name, shape_of(linear.weight), &linear.weight, false};
+    return Slot<T>{prefix + name, shape_of(linear.weight), &linear.weight};
   };
   return {slot("q_proj.weight", *attention.q_proj), slot("k_proj.weight", *attention.k_proj),
           slot("v_proj.weight", *attention.v_proj), slot("o_proj.weight", *attention.o_proj)};
@@ -194,16 +173,16 @@ std::vector<Slot<T>> gpt2_slots(GPT<T>& model, const std::function<bool(const st
                                 std::set<std::string>& skipped, std::string& prefix) {
   prefix = has("transformer.wte.weight") ? "transformer." : "";
   std::vector<Slot<T>> slots;
-  slots.push_back({prefix + "wte.weight", shape_of(model.wte.weight), &model.wte.weight, false});
-  slots.push_back({prefix + "wpe.weight", shape_of(model.wpe->weight), &model.wpe->weight, false});
+  slots.push_back({prefix + "wte.weight", shape_of(model.wte.weight), &model.wte.weight});
+  slots.push_back({prefix + "wpe.weight", shape_of(model.wpe->weight), &model.wpe->weight});
   for (std::size_t l = 0; l < model.h.size(); ++l)
     block_slots(model.h[l], prefix + "h." + std::to_string(l) + ".", slots, skipped);
   auto& ln_f = std::get<LayerNorm<T>>(model.ln_f);
-  slots.push_back({prefix + "ln_f.weight", shape_of(ln_f.weight), &ln_f.weight, false});
-  slots.push_back({prefix + "ln_f.bias", shape_of(ln_f.bias), &ln_f.bias, false});
+  slots.push_back({prefix + "ln_f.weight", shape_of(ln_f.weight), &ln_f.weight});
+  slots.push_back({prefix + "ln_f.bias", shape_of(ln_f.bias), &ln_f.bias});
   const std::string head = "lm_head.weight";
   if (model.lm_head)
-    slots.push_back({head, shape_of(model.lm_head->weight), &model.lm_head->weight, false});
+    slots.push_back({head, shape_of(model.lm_head->weight), &model.lm_head->weight});
   else if (has(head))
     skipped.insert(head);
   return slots;
@@ -272,22 +251,11 @@ void load_gpt2_block(TransformerBlock<T>& block, const TensorMap& tensors,
 template <class T>
 TensorDict<T> export_gpt2(const GPT<T>& model) {
   require_gpt2<T>("export_gpt2", model.gpt_config().style, model.gpt_config().num_experts > 0);
-  // The slots of load_gpt2, read instead of written.
-  GPT<T>& m = const_cast<GPT<T>&>(model);  // only read
-  std::vector<Slot<T>> slots;
-  std::set<std::string> skipped;
-  slots.push_back({"wte.weight", {}, &m.wte.weight, false});
-  slots.push_back({"wpe.weight", {}, &m.wpe->weight, false});
-  for (std::size_t l = 0; l < m.h.size(); ++l)
-    block_slots(m.h[l], "h." + std::to_string(l) + ".", slots, skipped);
-  auto& ln_f = std::get<LayerNorm<T>>(m.ln_f);
-  slots.push_back({"ln_f.weight", {}, &ln_f.weight, false});
-  slots.push_back({"ln_f.bias", {}, &ln_f.bias, false});
-  if (m.lm_head) slots.push_back({"lm_head.weight", {}, &m.lm_head->weight, false});
+  // GPT's names and layouts are GPT2Model's (no prefix; lm_head.weight only
+  // when not tied): its state dict, without any LoRA adapter's parameters.
   TensorDict<T> out;
-  for (const Slot<T>& s : slots)
-    out.insert(s.key,
-               s.transposed ? xt::xarray<T>(xt::transpose(s.target->value)) : s.target->value);
+  for (const auto& [name, p] : model.named_parameters())
+    if (name.find(".lora_") == std::string::npos) out.insert(name, p->value);
   return out;
 }
 

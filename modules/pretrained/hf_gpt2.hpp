@@ -5,14 +5,13 @@
 //
 // Names. HF GPT2Model's state dict, optionally under "transformer." (as
 // GPT2LMHeadModel saves it; chosen by whether "transformer.wte.weight" is
-// present), against GPT's:
-//   wte.weight, wpe.weight, ln_f.weight, ln_f.bias           same names and layouts
-//   h.<l>.ln_1.*, h.<l>.ln_2.*, h.<l>.attn.c_attn.*, h.<l>.attn.c_proj.*
-//                                                            same (Conv1D [in, out])
-//   h.<l>.mlp.c_fc.weight [C, F]    = h.<l>.mlp.w1.weight^T [F, C]  (FeedForward)
-//   h.<l>.mlp.c_fc.bias             = h.<l>.mlp.w1.bias
-//   h.<l>.mlp.c_proj.weight [F, C]  = h.<l>.mlp.w2.weight^T [C, F]
-//   h.<l>.mlp.c_proj.bias           = h.<l>.mlp.w2.bias
+// present), against GPT's: the same names and layouts (Conv1D [in, out]),
+// docs/modules.md lists them:
+//   wte.weight, wpe.weight, h.<l>.ln_1.*, h.<l>.attn.c_attn.*, h.<l>.attn.c_proj.*,
+//   h.<l>.ln_2.*, h.<l>.mlp.c_fc.*, h.<l>.mlp.c_proj.*, ln_f.weight, ln_f.bias
+// (so that, after stripping "transformer.", GPT's load_state_dict takes the
+// parameters of such a file too; load_gpt2 also handles the buffers and the
+// tied head below, and reads only what it needs from a file), and
 //   lm_head.weight (never prefixed) = lm_head.weight when the model is not tied;
 //     for a tied model it may be present (GPT2LMHeadModel.state_dict() has it)
 //     and must then equal wte.weight.

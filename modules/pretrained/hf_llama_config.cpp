@@ -247,10 +247,7 @@ GPTConfig llama_gpt_config(const LlamaConfig& c, std::size_t block_size) {
   g.dropout = 0.0;
   g.tie_embeddings = c.tie_word_embeddings;
   g.eps = c.rms_norm_eps;
-  g.rope_theta = c.rope_theta;
-  g.qkv_bias = c.qkv_bias;
-  g.o_bias = c.o_bias;
-  g.rope_scaling = c.rope_scaling;
+  detail::copy_attention_options(g, c);
   return g;
 }
 

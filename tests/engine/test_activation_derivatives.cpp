@@ -138,6 +138,7 @@ TEST_CASE_TEMPLATE("activation_derivative: limits at large magnitudes, NaN passe
   const xt::xarray<T> x{inf, -inf, big, -big, T(1e30), T(-1e30), T(800), T(-800)};
   const xt::xarray<T> ones = xt::ones<T>(x.shape());
   for (Activation a : k_all_activations) {
+    if (a == Activation::tanh) continue;  // bounded: test_activation_tanh.cpp checks its limits
     CAPTURE(to_string(a));
     const auto [slope, curvature] = run_derivative<T>(x, a, 1, ones);
     const auto [second, third] = run_derivative<T>(x, a, 2, ones);

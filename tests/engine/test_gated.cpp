@@ -252,6 +252,7 @@ TEST_CASE_TEMPLATE("gated: large gate magnitudes give the limits, never NaN", T,
   const xt::xarray<T> u = xt::full_like(g, T(2));
   const xt::xarray<T> dy = xt::ones<T>(g.shape());
   for (Activation a : k_all_activations) {
+    if (a == Activation::tanh) continue;  // bounded: test_activation_tanh.cpp checks its limits
     CAPTURE(to_string(a));
     const Result r = run_gated<T>(u, g, a, dy);
     for (std::size_t i = 0; i < g.size(); ++i) {

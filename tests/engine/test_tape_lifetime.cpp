@@ -1,8 +1,13 @@
 // A completed backward frees its graph at the next recording that starts a
 // new graph (tape.hpp, "Lifetime"): a training loop without clear() stays the
 // size of one step, while retain_graph, create_graph, grad, hvp, keep_graph()
-// and the explicit clear() behave as before.
+// and the explicit clear() behave as before; a loop that only runs forward
+// on one tape is warned about once.
 #include <doctest/doctest.h>
+
+#include <iostream>
+#include <sstream>
+#include <string>
 
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
@@ -132,4 +137,66 @@ TEST_CASE("tape lifetime: an explicit clear() works as before") {
   tape.leaf(random_array({3}, 13));
   CHECK(tape.size() == 1);
   CHECK_THROWS_AS(z.value(), std::logic_error);
+}
+
+namespace {
+
+// std::cerr's output while `body` runs.
+template <class F>
+std::string stderr_of(F&& body) {
+  std::ostringstream captured;
+  std::streambuf* previous = std::cerr.rdbuf(captured.rdbuf());
+  try {
+    body();
+  } catch (...) {
+    std::cerr.rdbuf(previous);
+    throw;
+  }
+  std::cerr.rdbuf(previous);
+  return captured.str();
+}
+
+std::size_t occurrences(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("tape lifetime: a forward-only loop on one tape warns once, naming the fix") {
+  Generator generator(1);
+  Linear<double> model(3, 2, true, generator);
+  Tape<double> tape;
+  const xt::xarray<double> x = random_array({4, 3}, 5);
+  // model(x) in a loop, no backward, no clear(): the tape keeps every iteration.
+  const std::string warned = stderr_of([&] {
+    for (int k = 0; k < 40; ++k) model(tape.leaf(x, false));
+  });
+  CHECK(occurrences(warned, "xtgrad::Tape: warning:") == 1);
+  CHECK(warned.find("Parameter 'weight' was recorded 16 times since the last backward or "
+                    "clear()") != std::string::npos);
+  CHECK(warned.find("tape.clear() at the start of each iteration") != std::string::npos);
+  CHECK(warned.find("Module::infer") != std::string::npos);
+  CHECK(tape.growth_warning() == 16);
+
+  // Loops that free their recordings, or a few forwards that one backward
+  // combines, say nothing; nor does a tape with the warning off.
+  const std::string quiet = stderr_of([&] {
+    Tape<double> cleared;
+    for (int k = 0; k < 40; ++k) {
+      cleared.clear();
+      model(cleared.leaf(x, false));
+    }
+    Tape<double> trained;
+    for (int k = 0; k < 40; ++k) trained.backward(sum(model(trained.leaf(x, false))));
+    Tape<double> combined;
+    Var<double> total = sum(model(combined.leaf(x, false)));
+    for (int k = 0; k < 8; ++k) total = add(total, sum(model(combined.leaf(x, false))));
+    combined.backward(total);
+    Tape<double> off;
+    off.set_growth_warning(0);
+    for (int k = 0; k < 40; ++k) model(off.leaf(x, false));
+  });
+  CHECK(quiet.empty());
 }

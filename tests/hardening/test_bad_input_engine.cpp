@@ -111,7 +111,7 @@ TEST_CASE_TEMPLATE("bad input: engine ops and the Tape API", T, float, double) {
         other, stale);
   bad("activation: an Activation outside the enumeration",
       [&] { activation(x, static_cast<Activation>(7)); }, IA,
-      {"activation", "'a'", "Activation(7)", "relu, gelu, gelu_tanh, gelu_sigmoid, silu"});
+      {"activation", "'a'", "Activation(7)", "relu, gelu, gelu_tanh, gelu_sigmoid, silu, tanh"});
   bad("activation_derivative: order 3", [&] { activation_derivative(x, Activation::gelu, 3); }, IA,
       {"activation_derivative", "'order'", "is 3", "expected 1 (f') or 2 (f'')"});
   bad("activation_derivative: order 0", [&] { activation_derivative(x, Activation::silu, 0); }, IA,
@@ -235,7 +235,7 @@ TEST_CASE_TEMPLATE("bad input: engine ops and the Tape API", T, float, double) {
 
   // Activation names
   bad("parse_activation: wrong case", [] { parse_activation("ReLU"); }, IA,
-      {"parse_activation", "'ReLU'", "relu, gelu, gelu_tanh, gelu_sigmoid, silu"});
+      {"parse_activation", "'ReLU'", "relu, gelu, gelu_tanh, gelu_sigmoid, silu, tanh"});
   bad("parse_activation: empty name", [] { parse_activation(""); }, IA,
       {"parse_activation", "''", "valid names"});
   bad("parse_activation: trailing space", [] { parse_activation("gelu "); }, IA,
@@ -243,7 +243,7 @@ TEST_CASE_TEMPLATE("bad input: engine ops and the Tape API", T, float, double) {
   bad("parse_activation: another library's name", [] { parse_activation("swish"); }, IA,
       {"parse_activation", "'swish'", "silu"});
   bad("to_string: an Activation outside the enumeration",
-      [] { to_string(static_cast<Activation>(5)); }, IA, {"to_string", "Activation(5)"});
+      [] { to_string(static_cast<Activation>(6)); }, IA, {"to_string", "Activation(6)"});
 
   report("engine", run_rows(rows, snapshot));
 }

@@ -73,9 +73,9 @@ TEST_CASE("TransformerBlock: the children and names of both styles") {
   CHECK(names == std::vector<std::string>{
                      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                     "mlp.w1.weight", "mlp.w1.bias", "mlp.w2.weight", "mlp.w2.bias"});
-  CHECK(std::get<FeedForward<double>>(gpt2.mlp).d_ff() == 32);
-  CHECK(std::get<FeedForward<double>>(gpt2.mlp).activation() == Activation::gelu_tanh);
+                     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"});
+  CHECK(std::get<GPT2MLP<double>>(gpt2.mlp).n_inner() == 32);
+  CHECK(std::get<GPT2MLP<double>>(gpt2.mlp).c_fc.weight.value.shape() == Shape{8, 32});
   o.style = GPTStyle::llama;
   o.n_kv_heads = 1;
   TransformerBlock<double> llama(8, o);
@@ -120,7 +120,7 @@ TEST_CASE("GPT: names, config and the GPT-2 / nanoGPT initialization") {
   CHECK(rms(model.h[3].attn.c_attn->weight.value) == doctest::Approx(0.02).epsilon(0.05));
   const double residual = 0.02 / std::sqrt(2.0 * 8);
   CHECK(rms(model.h[3].attn.c_proj->weight.value) == doctest::Approx(residual).epsilon(0.1));
-  CHECK(rms(std::get<FeedForward<double>>(model.h[3].mlp).w2.weight.value) ==
+  CHECK(rms(std::get<GPT2MLP<double>>(model.h[3].mlp).c_proj.weight.value) ==
         doctest::Approx(residual).epsilon(0.1));
   CHECK(xt::all(xt::equal(model.h[3].attn.c_attn->bias.value, 0.0)));
   CHECK(xt::all(xt::equal(std::get<LayerNorm<double>>(model.h[3].ln_1).weight.value, 1.0)));

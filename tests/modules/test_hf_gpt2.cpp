@@ -97,7 +97,7 @@ TEST_CASE("GPT2Block: xtgrad's gpt2 block equals PyTorch's, forward and every gr
   tape.backward(y, get_tensor<double>(tensors, "dy"));
   check_close(x.grad(), get_tensor<double>(tensors, "grad.x"), 1e-10, 1e-12);
   // Parameter gradients, in HF names and layouts (Conv1D [in, out]).
-  const auto& mlp = std::get<FeedForward<double>>(block.mlp);
+  const auto& mlp = std::get<GPT2MLP<double>>(block.mlp);
   const auto grad = [&](const std::string& name) {
     return get_tensor<double>(tensors, "grad.h.0." + name);
   };
@@ -107,9 +107,9 @@ TEST_CASE("GPT2Block: xtgrad's gpt2 block equals PyTorch's, forward and every gr
   check_close(std::get<LayerNorm<double>>(block.ln_1).weight.grad, grad("ln_1.weight"), 1e-10,
               1e-12);
   check_close(std::get<LayerNorm<double>>(block.ln_2).bias.grad, grad("ln_2.bias"), 1e-10, 1e-12);
-  check_close(mlp.w1.weight.grad, xt::transpose(grad("mlp.c_fc.weight")), 1e-10, 1e-12);
-  check_close(mlp.w2.weight.grad, xt::transpose(grad("mlp.c_proj.weight")), 1e-10, 1e-12);
-  check_close(mlp.w2.bias.grad, grad("mlp.c_proj.bias"), 1e-10, 1e-12);
+  check_close(mlp.c_fc.weight.grad, grad("mlp.c_fc.weight"), 1e-10, 1e-12);
+  check_close(mlp.c_proj.weight.grad, grad("mlp.c_proj.weight"), 1e-10, 1e-12);
+  check_close(mlp.c_proj.bias.grad, grad("mlp.c_proj.bias"), 1e-10, 1e-12);
 }
 
 TEST_CASE("load_gpt2: a tiny GPT2LMHeadModel file reproduces PyTorch's float32 logits") {

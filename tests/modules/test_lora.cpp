@@ -307,8 +307,9 @@ TEST_CASE("LoRA adapters: PEFT's files, saved and loaded alone") {
 
   const Safetensors file = read_safetensors(dir / "adapter_model.safetensors");
   CHECK(file.metadata.at("format") == "pt");
-  CHECK(file.tensors.size() == 8);
+  CHECK(file.tensors.size() == 12);  // "c_proj" matches attn.c_proj and mlp.c_proj, as in PEFT
   CHECK(file.tensors.count("base_model.model.h.1.attn.c_proj.lora_B.weight") == 1);
+  CHECK(file.tensors.count("base_model.model.h.1.mlp.c_proj.lora_B.weight") == 1);
   const nlohmann::json config = nlohmann::json::parse(read_file(dir / "adapter_config.json"));
   CHECK(config["peft_type"] == "LORA");
   CHECK(config["r"] == 2);
@@ -388,7 +389,7 @@ TEST_CASE("LoRA: fine-tuning a tiny GPT on q/v lowers its loss, base weights bit
 
 TEST_CASE("LoRA: activation recomputation gives the adapters the same gradients") {
   GPT<double> model(tiny(GPTStyle::gpt2));
-  apply_lora<double>(model, {"c_attn", "w2"}, 2, 4.0);
+  apply_lora<double>(model, {"c_attn", "mlp.c_proj"}, 2, 4.0);
   randomize_lora_B(model, 50);
   const Indices inputs = token_ids(2, 5, 11, 3);
   const auto grads = [&] {
@@ -403,7 +404,7 @@ TEST_CASE("LoRA: activation recomputation gives the adapters the same gradients"
   model.set_recompute_every(1);
   CHECK(grads() == plain);
   CHECK(plain.front().size() == 0);  // wte: frozen, no gradient buffer
-  std::size_t with_grad = 0;         // lora_A and lora_B of c_attn and mlp.w2 in both blocks
+  std::size_t with_grad = 0;         // lora_A and lora_B of c_attn and mlp.c_proj in both blocks
   for (const auto& g : plain) with_grad += g.size() != 0 && xt::any(xt::not_equal(g, 0.0)) ? 1 : 0;
   CHECK(with_grad == 8);
 }

@@ -103,7 +103,7 @@ TEST_CASE("MoE GPT: the sparse layers, their Hugging Face names and the config")
   const std::vector<std::string> g = names_of(gpt2);
   CHECK(!gpt2.is_sparse_layer(0));
   CHECK(gpt2.is_sparse_layer(1));
-  CHECK(has(g, "h.0.mlp.w1.weight"));  // dense layer 0 as before
+  CHECK(has(g, "h.0.mlp.c_fc.weight"));  // dense layer 0 as before
   CHECK(has(g, "h.1.mlp.gate.weight"));
   CHECK(has(g, "h.1.mlp.experts.3.w2.weight"));
   CHECK(gpt2.h[1].sparse_moe()->experts[0].activation() == Activation::gelu_tanh);

@@ -12,9 +12,9 @@
 
 namespace xtgrad::testing {
 
-inline constexpr Activation k_all_activations[] = {Activation::relu, Activation::gelu,
+inline constexpr Activation k_all_activations[] = {Activation::relu,      Activation::gelu,
                                                    Activation::gelu_tanh, Activation::gelu_sigmoid,
-                                                   Activation::silu};
+                                                   Activation::silu,      Activation::tanh};
 
 // |error| <= rtol |reference| + atol for one activation value computed in T:
 // a few ulp where the value is O(1), an absolute floor in the tails and at
@@ -59,6 +59,8 @@ inline Real reference_value(Activation a, Real x) {
       return x * sigmoid(1.702L * x);
     case Activation::silu:
       return x * sigmoid(x);
+    case Activation::tanh:
+      return std::tanh(x);
   }
   return std::numeric_limits<Real>::quiet_NaN();
 }
@@ -82,6 +84,10 @@ inline Real reference_slope(Activation a, Real x) {
       const Real s = sigmoid(x);
       return s * (1 + x * (1 - s));
     }
+    case Activation::tanh: {
+      const Real t = std::tanh(x);
+      return 1 - t * t;
+    }
   }
   return std::numeric_limits<Real>::quiet_NaN();
 }
@@ -89,7 +95,8 @@ inline Real reference_slope(Activation a, Real x) {
 // The second and third derivatives by Faa di Bruno's formula on f = x g(x):
 // f'' = 2 g' + x g'', f''' = 3 g'' + x g''' (another route than the engine's
 // chain rule on f'), with g = Phi (gelu), (1 + tanh u) / 2 (gelu_tanh) or
-// sigmoid(k x) (gelu_sigmoid, silu). relu's are 0.
+// sigmoid(k x) (gelu_sigmoid, silu). relu's are 0. tanh is not of that form:
+// its own, tanh'' = -2 t (1 - t^2), tanh''' = (1 - t^2) (6 t^2 - 2), t = tanh x.
 struct GateDerivatives {
   Real d1, d2, d3;  // g', g'', g'''
 };
@@ -97,6 +104,7 @@ struct GateDerivatives {
 inline GateDerivatives gate_derivatives(Activation a, Real x) {
   switch (a) {
     case Activation::relu:
+    case Activation::tanh:  // not x g(x): see reference_second_derivative
       return {0, 0, 0};
     case Activation::gelu: {  // phi' = -x phi, phi'' = (x^2 - 1) phi
       const Real phi = std::exp(-x * x / 2) / std::sqrt(2 * k_pi);
@@ -121,11 +129,19 @@ inline GateDerivatives gate_derivatives(Activation a, Real x) {
 }
 
 inline Real reference_second_derivative(Activation a, Real x) {
+  if (a == Activation::tanh) {
+    const Real t = std::tanh(x);
+    return -2 * t * (1 - t * t);
+  }
   const GateDerivatives g = gate_derivatives(a, x);
   return 2 * g.d1 + x * g.d2;
 }
 
 inline Real reference_third_derivative(Activation a, Real x) {
+  if (a == Activation::tanh) {
+    const Real t = std::tanh(x);
+    return (1 - t * t) * (6 * t * t - 2);
+  }
   const GateDerivatives g = gate_derivatives(a, x);
   return 3 * g.d2 + x * g.d3;
 }
@@ -138,6 +154,7 @@ inline Activation activation_named(const std::string& name) {
   if (name == "gelu_tanh") return Activation::gelu_tanh;
   if (name == "gelu_sigmoid") return Activation::gelu_sigmoid;
   if (name == "silu") return Activation::silu;
+  if (name == "tanh") return Activation::tanh;
   throw std::invalid_argument("activation_named: " + name);
 }
 
