@@ -38,3 +38,4 @@
 #include "recompute.hpp"
 #include "tape.hpp"
 #include "threads.hpp"
+#include "weight_packing.hpp"

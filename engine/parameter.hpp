@@ -28,8 +28,9 @@
 // LoRA merges, training-state resume. A user who writes `value` does it
 // through set_value(array), or writes `value` in place (p.value *= 2,
 // p.value.fill(0), a view, a raw pointer) and then calls mark_changed()
-// before the next forward; writing `value` without either may let a forward
-// read a packed copy of the old value. Copying or moving a Parameter gives
+// before the next forward; when weight packing is on (weight_packing.hpp, off
+// by default), writing `value` without either may let a forward read a packed
+// copy of the old value. Copying or moving a Parameter gives
 // the new object a new id; assigning to one bumps its version, and a
 // Parameter moved from is bumped too (its value is gone).
 

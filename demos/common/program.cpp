@@ -8,6 +8,7 @@
 #include <xtgrad/engine/gemm_backend.hpp>
 #include <xtgrad/engine/matmul_precision.hpp>
 #include <xtgrad/engine/threads.hpp>
+#include <xtgrad/engine/weight_packing.hpp>
 
 namespace demos {
 
@@ -95,6 +96,10 @@ double Program::seconds() const {
 void Program::start_compute(const std::string& precision) const {
   xtgrad::set_matmul_precision(precision == "bf16" ? xtgrad::MatmulPrecision::bf16
                                                    : xtgrad::MatmulPrecision::highest);
+  // The demos write weights only through xtgrad's optimizers and loaders,
+  // which is what packed weights ask of a program (weight_packing.hpp); the
+  // bits are the same either way.
+  xtgrad::set_weight_packing(true);
   if (!parallel.quiet()) std::printf("%s: %s\n", name.c_str(), xtgrad::compute_info().c_str());
 }
 

@@ -85,7 +85,8 @@ class Program {
   double seconds() const;
 
   // Sets the matmul precision `precision` names (--precision; bf16 where it
-  // cannot run: std::invalid_argument saying why) and prints, on rank 0, the
+  // cannot run: std::invalid_argument saying why), turns weight packing on,
+  // and prints, on rank 0, the
   // machine line "<name>: <xtgrad::compute_info()>". Call it after
   // xtgrad::set_num_threads.
   void start_compute(const std::string& precision) const;

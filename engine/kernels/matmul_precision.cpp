@@ -1,4 +1,5 @@
 #include "../matmul_precision.hpp"
+#include "../weight_packing.hpp"
 
 #include "../errors.hpp"
 #include "onednn_gemm.hpp"
@@ -61,6 +62,14 @@ std::string matmul_precision_name(MatmulPrecision p) {
       return "bf16";
   }
   return "MatmulPrecision(" + std::to_string(static_cast<int>(p)) + ")";
+}
+
+void set_weight_packing(bool on) {
+  detail::set_weight_packing(on);
+}
+
+bool weight_packing() {
+  return detail::weight_packing();
 }
 
 }  // namespace xtgrad

@@ -10,7 +10,7 @@ namespace xtgrad::detail {
 namespace {
 
 std::atomic<bool>& packing_switch() {
-  static std::atomic<bool> on{true};
+  static std::atomic<bool> on{false};
   return on;
 }
 

@@ -99,9 +99,10 @@ PackedWeightStats packed_weight_stats();
 // Drops every packed copy (for tests and benches; not while a GEMM runs).
 void clear_packed_weights();
 
-// Whether tagged weights are read packed (default true); false reads every b
-// unpacked, as before packing existed: the reference tests and benches
-// compare against. Process-wide; set it between GEMMs.
+// Whether tagged weights are read packed (default false: the public switch
+// and its contract are in engine/weight_packing.hpp); false reads every b
+// unpacked, the path the reference tests and benches compare against.
+// Process-wide; set it between GEMMs.
 void set_weight_packing(bool on);
 bool weight_packing();
 

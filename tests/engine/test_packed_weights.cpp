@@ -1,6 +1,6 @@
 // Packed weights (kernels/onednn_packed_weights.hpp) and the Parameter
 // version they are keyed on (parameter.hpp): linear and activation_linear
-// give the bits of the unpacked path (detail::set_weight_packing(false)),
+// give the bits of the unpacked path (set_weight_packing(false), the default),
 // forward and backward, at 1 and 2 threads, at either matmul precision; no
 // packed copy outlives the value it was made from (load_state_dict, an
 // optimizer step, set_value, mark_changed, a Parameter destroyed and another
@@ -30,14 +30,17 @@ namespace {
 
 // Packing on or off for a scope, the cache emptied on entry and exit.
 struct PackingScope {
-  explicit PackingScope(bool on) {
+  explicit PackingScope(bool on) : before(weight_packing()) {
     detail::clear_packed_weights();
-    detail::set_weight_packing(on);
+    set_weight_packing(on);
   }
   ~PackingScope() {
-    detail::set_weight_packing(true);
+    set_weight_packing(before);
     detail::clear_packed_weights();
   }
+  PackingScope(const PackingScope&) = delete;
+  PackingScope& operator=(const PackingScope&) = delete;
+  bool before;
 };
 
 struct Result {
@@ -147,6 +150,18 @@ TEST_CASE("packed weights: never stale after load_state_dict, a step, set_value,
   layer.weight.value *= 2.0f;  // in place: the same buffer
   layer.weight.mark_changed();
   check_current("an in-place write and mark_changed");
+}
+
+TEST_CASE("packed weights: off by default, where a raw write to a value is always seen") {
+  REQUIRE(!weight_packing());
+  Linear<float> layer(256, 512, false);
+  const xt::xarray<float> x = random_array<float>({128, 256}, 9);
+  for (int use = 0; use < 3; ++use) run(layer.weight, x, false);  // packed, were packing on
+  CHECK(detail::packed_weight_stats().packed == 0);
+  const xt::xarray<float> before = run(layer.weight, x, false).y;
+  layer.weight.value *= 2.0f;  // in place, the version not bumped
+  const xt::xarray<float> after = run(layer.weight, x, false).y;
+  CHECK(bit_equal(after, xt::xarray<float>(2.0f * before)));
 }
 
 TEST_CASE("packed weights: a Parameter made where a destroyed one was") {
