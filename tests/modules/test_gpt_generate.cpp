@@ -187,6 +187,55 @@ TEST_CASE("LlamaForCausalLM::generate (batch) is its GPT's") {
   CHECK(out[1] == model.generate(k_prompts[1], 3, 0.7, std::nullopt, 4 + k_row_seed_step));
 }
 
+TEST_CASE("KvCache: row starts mask the padding and count the positions") {
+  KvCache<double> cache(2, 1, 1, 2, 6);
+  CHECK(!cache.padded());
+  cache.set_start(1, 2);
+  CHECK(cache.padded());
+  CHECK(cache.start(0) == 0);
+  CHECK(cache.start(1) == 2);
+  // 3 new rows after 1 cached: row b's query i sees keys start(b) <= j <= 1 + i.
+  cache.append(0, xt::zeros<double>({2, 1, 1, 2}), xt::zeros<double>({2, 1, 1, 2}));
+  const xt::xarray<bool> mask = cache.padded_causal_mask(0, 3);
+  REQUIRE(mask.shape() == std::vector<std::size_t>{2, 1, 3, 4});
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < 4; ++j)
+        CHECK(mask(b, 0, i, j) == (cache.start(b) <= j && j <= 1 + i));
+  cache.clear();
+  CHECK(!cache.padded());
+  // A padded batch through GPT::forward equals each sequence alone (learned positions from the start).
+  const GPT<double> model = spread_model<double>(GPTStyle::gpt2);
+  KvCache<double> padded = model.make_cache(2);
+  padded.set_start(0, 2);
+  Indices ids = {{0, 0, 4, 7}, {3, 1, 4, 7}};
+  Tape<double> tape;
+  tape.set_grad_enabled(false);
+  const xt::xarray<double> both =
+      const_cast<GPT<double>&>(model).forward(tape, ids, padded).value();
+  const xt::xarray<double> alone = model.infer(Indices{4, 7});
+  check_close(xt::xarray<double>(xt::view(both, 0, xt::range(2, 4), xt::all())), alone, 1e-12,
+              1e-12);
+  std::vector<Row> rows;
+  auto bad = row_adder(rows);
+  bad("set_start: row past the batch", [&] { cache.set_start(2, 0); }, Expect::invalid_argument,
+      {"KvCache::set_start", "'row'", "batch 2"});
+  bad("set_start: position at the capacity", [&] { cache.set_start(0, 6); },
+      Expect::invalid_argument, {"KvCache::set_start", "'position'", "capacity 6"});
+  bad("start: row past the batch", [&] { cache.start(2); }, Expect::invalid_argument,
+      {"KvCache::start", "'row'"});
+  bad("padded_causal_mask: no such layer", [&] { cache.padded_causal_mask(1, 1); },
+      Expect::invalid_argument, {"KvCache::padded_causal_mask", "'layer'"});
+  const auto snapshot = [&] {
+    State s;
+    s.add(cache.start(0));
+    s.add(cache.start(1));
+    s.add(cache.length(0));
+    return s;
+  };
+  report("KvCache row starts", run_rows(rows, snapshot));
+}
+
 TEST_CASE("GPT::generate (batch): bad input") {
   const GPT<double> model = spread_model<double>(GPTStyle::gpt2);
   std::vector<Row> rows;
