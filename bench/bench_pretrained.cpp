@@ -9,7 +9,7 @@
 // generate: GPT::generate over --prompts prompts of different lengths (8 ..
 //   8 + 3 (P - 1) tokens) in one batch, against P calls of the single-prompt
 //   generate; tokens/s of each (new tokens over wall time) and their ratio.
-// lora: each configuration in its own child process (fork), so that its peak
+// lora: each configuration in a process of its own (--child), so that its peak
 //   resident memory (VmHWM: the weights included) is its own:
 //     forward      inference forward (GPT::infer) of [1, --tokens] tokens
 //     no-weight    forward + cross-entropy + backward with every weight frozen
@@ -19,9 +19,6 @@
 //   Printed: peak RSS, median step time (first step excluded), the bytes of
 //   gradient buffers held by frozen parameters after the steps (0 expected),
 //   and the ratios lora / forward (memory) and lora / no-weight (time).
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -38,6 +35,7 @@
 
 #include "cases.hpp"  // init_openblas
 #include "harness.hpp"
+#include "machine.hpp"  // self_executable
 
 using namespace xtgrad;
 using namespace xtgrad::bench;
@@ -150,27 +148,21 @@ Result lora_case(const Config& c, const std::string& kind) {
   return r;
 }
 
+// One configuration in a process of its own (this program with --child), so
+// that its peak resident memory is its own; its result read from its output.
 Result in_child(const Config& c, const std::string& kind) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  std::fflush(stdout);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    init_openblas(c.threads);
-    set_num_threads(c.threads);
-    const Result r = lora_case(c, kind);
-    const ssize_t n = write(fds[1], &r, sizeof r);
-    _exit(n == static_cast<ssize_t>(sizeof r) ? 0 : 1);
-  }
-  close(fds[1]);
+  const std::string command =
+      self_executable() + " --child " + kind + " --layers " + std::to_string(c.layers) +
+      " --embd " + std::to_string(c.embd) + " --heads " + std::to_string(c.heads) + " --kv-heads " +
+      std::to_string(c.kv_heads) + " --vocab " + std::to_string(c.vocab) + " --tokens " +
+      std::to_string(c.tokens) + " --steps " + std::to_string(c.steps) + " --rank " +
+      std::to_string(c.rank) + " --threads " + std::to_string(c.threads);
+  std::FILE* child = popen(command.c_str(), "r");
+  if (child == nullptr) throw std::runtime_error("cannot run " + command);
   Result r;
-  const ssize_t n = read(fds[0], &r, sizeof r);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (n != static_cast<ssize_t>(sizeof r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw std::runtime_error("the child process of " + kind + " failed");
+  const int read = std::fscanf(child, "%lf %lf %lf %zu", &r.peak_mib, &r.step_s, &r.frozen_grad_mib,
+                               &r.parameters);
+  if (pclose(child) != 0 || read != 4) throw std::runtime_error("the child " + kind + " failed");
   return r;
 }
 
@@ -209,14 +201,23 @@ int main(int argc, char** argv) {
   app.add_option("--steps", c.steps)->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--rank", c.rank)->capture_default_str();
   app.add_option("--threads", c.threads)->capture_default_str()->check(CLI::Range(1, 256));
+  std::string child;  // one lora configuration, its result on stdout (in_child)
+  app.add_option("--child", child)->group("");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!child.empty()) {
+      init_openblas(c.threads);
+      set_num_threads(c.threads);
+      const Result r = lora_case(c, child);
+      std::printf("%.17g %.17g %.17g %zu\n", r.peak_mib, r.step_s, r.frozen_grad_mib, r.parameters);
+      return 0;
+    }
     const bool lora = c.section == "lora" || c.section == "all";
     const bool generate = c.section == "generate" || c.section == "all";
     if (!lora && !generate)
       throw std::invalid_argument("--section is '" + c.section +
                                   "', expected generate, lora or all");
-    if (lora) run_lora(c);  // first: its children fork before this process starts threads
+    if (lora) run_lora(c);
     if (generate) {
       init_openblas(c.threads);
       set_num_threads(c.threads);
