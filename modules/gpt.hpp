@@ -24,7 +24,8 @@
 //
 // forward(tape, tokens [B, T] or [T]) -> logits [B, T, vocab] (or [T, vocab]);
 // 1 <= T <= block_size, every id in [0, vocab). forward(tape, tokens, cache)
-// runs the rows as the positions cache.length(0) .. (make_cache; no-grad tape),
+// runs the rows as the positions cache.length(0) .. (make_cache; no-grad tape;
+// counted from each row's start in a padded cache, kv_cache.hpp),
 // for incremental decoding: its logits equal those rows of the full forward.
 // generate(prompt, n, temperature, top_k, seed): autoregressive sampling
 // under no-grad with a KvCache, eval semantics (no dropout) whatever the
