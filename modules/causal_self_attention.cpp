@@ -210,12 +210,16 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::
     heads.q = apply_rotary(heads.q, past, options_.rope_theta, options_.rope_scaling);
     heads.k = apply_rotary(heads.k, past, options_.rope_theta, options_.rope_scaling);
   }
+  // Row i (position past + i) sees positions 0 .. past + i: tril with diagonal `past`;
+  // in a padded cache, only those from its row's start on.
+  AttentionMask<T> mask;
+  if (cache.padded())
+    mask = AttentionMask<T>(cache.padded_causal_mask(layer, t));
+  else if (t > 1)
+    mask = AttentionMask<T>(causal_mask(t, past + t, static_cast<std::int64_t>(past)));
   cache.store(layer, heads.k.value(), heads.v.value());  // [B, Hkv, T, Dh], checked above
   const Var<T> keys = tape.leaf(cache.keys(layer), false);
   const Var<T> values = tape.leaf(cache.values(layer), false);
-  // Row i (position past + i) sees positions 0 .. past + i: tril with diagonal `past`.
-  AttentionMask<T> mask;
-  if (t > 1) mask = AttentionMask<T>(causal_mask(t, past + t, static_cast<std::int64_t>(past)));
   const Var<T> y = scaled_dot_product_attention(heads.q, keys, values, mask, false, 0.0,
                                                 std::nullopt, DropoutKey{}, n_kv_heads() != h);
   return output(y, b, t);

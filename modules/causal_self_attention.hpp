@@ -27,7 +27,8 @@
 // record (std::logic_error otherwise): the rows of x are positions
 // cache.length(layer) .. + T - 1 (their rotary angles too); their keys and
 // values are appended to the cache and each row attends to every cached
-// position up to its own. Inference only: no dropout.
+// position up to its own (from its batch row's start in a padded cache,
+// kv_cache.hpp). Inference only: no dropout.
 //
 // Errors (std::invalid_argument, before anything is recorded or cached): zero
 // sizes, heads not dividing the width, n_kv_heads not dividing n_heads, a

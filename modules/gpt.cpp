@@ -11,7 +11,6 @@
 #include "../engine/ops/linear.hpp"
 #include "../engine/ops/shape.hpp"
 #include "recompute_modules.hpp"
-#include "sampling.hpp"
 
 namespace xtgrad {
 
@@ -266,7 +265,7 @@ GPTOutput<T> GPT<T>::forward_with_losses(Tape<T>& tape, const Indices& tokens) {
 template <class T>
 Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache, GPTOutput<T>* losses) {
   const std::size_t t = tokens.shape().back();
-  Var<T> x = embed(tape, tokens, cache ? cache->length(0) : 0);  // [B, T, C]
+  Var<T> x = embed(tape, tokens, cache);  // [B, T, C]
   if (!cache) x = drop.forward(x);
   x = run_blocks(tape, x, cache, losses);
   x = std::visit([&](auto& n) { return n.forward(x); }, ln_f);
@@ -277,17 +276,24 @@ Var<T> GPT<T>::run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache, GPTO
   return logits;  // [B, T, vocab] or [T, vocab]
 }
 
-// wte(tokens) + wpe(past .. past + T - 1), as [B, T, C]. The tokens were
-// checked by forward, the positions are below block_size by construction:
-// the embedding ops read them without another pass of the modules' checks.
+// wte(tokens) + wpe(past .. past + T - 1), as [B, T, C], past the cached
+// positions; in a padded cache each row's positions count from its start
+// (kv_cache.hpp), the padding's are 0. The tokens were checked by forward, the
+// positions are below block_size by construction: the embedding ops read them
+// without another pass of the modules' checks.
 template <class T>
-Var<T> GPT<T>::embed(Tape<T>& tape, const Indices& tokens, std::size_t past) {
-  const std::size_t t = tokens.shape().back();
+Var<T> GPT<T>::embed(Tape<T>& tape, const Indices& tokens, const KvCache<T>* cache) {
+  const std::size_t t = tokens.shape().back(), past = cache ? cache->length(0) : 0;
   Var<T> x = embedding(tokens, tape.param(wte.weight));  // [..., T, C]
   if (wpe) {
-    Indices positions = xt::empty<std::int64_t>(std::vector<std::size_t>{t});
-    for (std::size_t i = 0; i < t; ++i) positions(i) = std::int64_t(past + i);
-    x = add(x, embedding(positions, tape.param(wpe->weight)));  // + [T, C]
+    const bool padded = cache && cache->padded();
+    Indices positions = xt::empty<std::int64_t>(padded ? std::vector<std::size_t>{cache->batch(), t}
+                                                       : std::vector<std::size_t>{t});
+    for (std::size_t i = 0; i < positions.size(); ++i) {
+      const std::size_t slot = past + i % t, start = padded ? cache->start(i / t) : 0;
+      positions.flat(i) = std::int64_t(slot >= start ? slot - start : 0);
+    }
+    x = add(x, embedding(positions, tape.param(wpe->weight)));  // + [T, C] or [B, T, C]
   }
   if (tokens.dimension() == 1) x = reshape(x, {1, std::int64_t(t), std::int64_t(config_.n_embd)});
   return x;
@@ -338,50 +344,6 @@ template <class T>
 KvCache<T> GPT<T>::make_cache(std::size_t batch) const {
   return KvCache<T>(batch, config_.n_layer, *config_.n_kv_head, config_.n_embd / config_.n_head,
                     config_.block_size);
-}
-
-template <class T>
-std::vector<std::int64_t> GPT<T>::generate(const std::vector<std::int64_t>& prompt,
-                                           std::size_t max_new_tokens, double temperature,
-                                           std::optional<std::size_t> top_k,
-                                           std::uint64_t seed) const {
-  const detail::Check check("GPT::generate");
-  check.argument(!prompt.empty(), "prompt", "is empty, expected at least one token");
-  const std::size_t length =
-      detail::checked_add(check.function(), "the prompt's length and argument 'max_new_tokens'",
-                          prompt.size(), max_new_tokens);
-  check.argument(length <= config_.block_size, "max_new_tokens", "is ", max_new_tokens,
-                 ": with the ", prompt.size(), " prompt tokens that exceeds block_size ",
-                 config_.block_size);
-  check_sampling(check, temperature, top_k);
-  Indices ids = xt::empty<std::int64_t>(std::vector<std::size_t>{1, prompt.size()});
-  std::copy(prompt.begin(), prompt.end(), ids.begin());
-  detail::check_indices(check.function(), "prompt", ids, config_.vocab_size);
-
-  std::vector<std::int64_t> out = prompt;
-  if (max_new_tokens == 0) return out;
-  const detail::InferenceScope inference;
-  GPT<T>& self = const_cast<GPT<T>&>(*this);  // only read with recording off
-  Tape<T> tape;
-  tape.set_grad_enabled(false);
-  KvCache<T> cache = make_cache(1);
-  Generator rng(seed);
-  const std::size_t v = config_.vocab_size;
-  Var<T> logits = self.run(tape, ids, &cache);  // [1, P, V]
-  std::size_t row = prompt.size() - 1;
-  for (std::size_t n = 0; n < max_new_tokens; ++n) {
-    const T* last = logits.value().data() + row * v;
-    const std::int64_t next =
-        sample_token(std::vector<double>(last, last + v), temperature, top_k, rng);
-    out.push_back(next);
-    if (n + 1 == max_new_tokens) break;
-    tape.clear();
-    Indices step = xt::empty<std::int64_t>(std::vector<std::size_t>{1, 1});
-    step(0, 0) = next;
-    logits = self.run(tape, step, &cache);
-    row = 0;
-  }
-  return out;
 }
 
 template <class T>

@@ -24,7 +24,8 @@
 //
 // forward(tape, tokens [B, T] or [T]) -> logits [B, T, vocab] (or [T, vocab]);
 // 1 <= T <= block_size, every id in [0, vocab). forward(tape, tokens, cache)
-// runs the rows as the positions cache.length(0) .. (make_cache; no-grad tape),
+// runs the rows as the positions cache.length(0) .. (make_cache; no-grad tape;
+// counted from each row's start in a padded cache, kv_cache.hpp),
 // for incremental decoding: its logits equal those rows of the full forward.
 // generate(prompt, n, temperature, top_k, seed): autoregressive sampling
 // under no-grad with a KvCache, eval semantics (no dropout) whatever the
@@ -34,7 +35,9 @@
 // u = the top 53 bits of a Generator (init.hpp) seeded with `seed` / 2^53; the
 // same seed gives the same tokens. temperature 0 is greedy (the first
 // argmax; sampling.hpp). prompt.size() + n must be <= block_size (no
-// sliding window).
+// sliding window). generate(prompts, options) continues a batch of prompts
+// of any lengths, with top-p, stop tokens and a sliding window past
+// block_size (gpt_generate.hpp).
 //
 // Sparse mixture of experts (Mixtral, HF MixtralForCausalLM; Qwen2-MoE,
 // Qwen2MoeForCausalLM), when num_experts E > 0: the FFN of layer l
@@ -109,6 +112,7 @@
 #include "../engine/errors.hpp"
 #include "../engine/indices.hpp"
 #include "embedding.hpp"
+#include "gpt_generate.hpp"
 #include "moe.hpp"
 #include "transformer_block.hpp"
 
@@ -169,6 +173,10 @@ class GPT : public Module<T> {
                                      std::size_t max_new_tokens, double temperature = 1.0,
                                      std::optional<std::size_t> top_k = std::nullopt,
                                      std::uint64_t seed = 0) const;
+  // Each prompt followed by its new tokens (gpt_generate.hpp).
+  std::vector<std::vector<std::int64_t>> generate(
+      const std::vector<std::vector<std::int64_t>>& prompts,
+      const GenerationOptions& options) const;
 
   // Recompute every group of k blocks (see above); 0 is off.
   void set_recompute_every(std::size_t k) { recompute_every_ = k; }
@@ -197,7 +205,9 @@ class GPT : public Module<T> {
   void check_cache(const detail::Check& check, const KvCache<T>& cache, std::size_t batch) const;
   Var<T> run(Tape<T>& tape, const Indices& tokens, KvCache<T>* cache,
              GPTOutput<T>* losses = nullptr);
-  Var<T> embed(Tape<T>& tape, const Indices& tokens, std::size_t past);
+  Var<T> embed(Tape<T>& tape, const Indices& tokens, const KvCache<T>* cache);
+  // tokens [B, T] through the cache -> the logits of their last row [B, V] (generate).
+  xt::xarray<T> last_logits(Tape<T>& tape, const Indices& tokens, KvCache<T>& cache);
   Var<T> run_blocks(Tape<T>& tape, Var<T> x, KvCache<T>* cache, GPTOutput<T>* losses);
   void initialize(Generator& generator);
 

@@ -38,6 +38,7 @@ KvCache<T>::KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_he
   k_.assign(n_layers, xt::zeros<T>(shape));
   v_.assign(n_layers, xt::zeros<T>(shape));
   length_.assign(n_layers, 0);
+  start_.assign(batch, 0);
 } catch (const std::bad_alloc& e) {
   detail::rethrow_out_of_memory(k_owner, "keys and values",
                                 cache_elements(batch, n_layers, n_kv_heads, head_dim, capacity),
@@ -117,8 +118,43 @@ std::size_t KvCache<T>::length(std::size_t layer) const {
 }
 
 template <class T>
+void KvCache<T>::set_start(std::size_t row, std::size_t position) {
+  const detail::Check check("KvCache::set_start");
+  check.argument(row < batch_, "row", "is ", row, ", but the KvCache holds batch ", batch_);
+  check.argument(position < capacity_, "position", "is ", position,
+                 ", expected a position below the capacity ", capacity_);
+  start_[row] = position;
+}
+
+template <class T>
+std::size_t KvCache<T>::start(std::size_t row) const {
+  detail::Check("KvCache::start")
+      .argument(row < batch_, "row", "is ", row, ", but the KvCache holds batch ", batch_);
+  return start_[row];
+}
+
+template <class T>
+bool KvCache<T>::padded() const {
+  return std::any_of(start_.begin(), start_.end(), [](std::size_t s) { return s != 0; });
+}
+
+template <class T>
+xt::xarray<bool> KvCache<T>::padded_causal_mask(std::size_t layer,
+                                                std::size_t new_positions) const {
+  check_layer("KvCache::padded_causal_mask", layer);
+  const std::size_t past = length_[layer], keys = past + new_positions;
+  xt::xarray<bool> mask = xt::empty<bool>(std::vector<std::size_t>{batch_, 1, new_positions, keys});
+  bool* m = mask.data();
+  for (std::size_t b = 0; b < batch_; ++b)
+    for (std::size_t i = 0; i < new_positions; ++i)
+      for (std::size_t j = 0; j < keys; ++j) *m++ = start_[b] <= j && j <= past + i;
+  return mask;
+}
+
+template <class T>
 void KvCache<T>::clear() {
   std::fill(length_.begin(), length_.end(), std::size_t(0));
+  std::fill(start_.begin(), start_.end(), std::size_t(0));
 }
 
 template class KvCache<float>;

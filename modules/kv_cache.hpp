@@ -8,6 +8,14 @@
 // length(layer) as the position of x's first row, appends x's keys and
 // values, and attends over positions [0, length(layer)).
 //
+// Left padding, for a batch of sequences of different lengths: set_start(b,
+// s) marks row b's positions before s as padding. Attention never reads a
+// padded key (CausalSelfAttention masks key j of row b unless start(b) <= j),
+// and GPT's learned positions count from start(b) (position j - start(b));
+// rotary angles stay those of the cache position j, which shifts q and k of a
+// row alike and leaves their scores as without padding (rounding aside).
+// clear() sets every start back to 0.
+//
 // Appending past capacity, to a layer that does not exist, or keys of the
 // wrong shape throws std::invalid_argument and changes nothing. So does a
 // construction whose keys and values exceed the machine's memory
@@ -42,7 +50,17 @@ class KvCache {
   xt::xarray<T> values(std::size_t layer) const;
 
   std::size_t length(std::size_t layer) const;
-  // Every layer back to length 0 (the memory is kept).
+
+  // Row `row`'s first position that is not padding (see above); 0 by default.
+  void set_start(std::size_t row, std::size_t position);
+  std::size_t start(std::size_t row) const;
+  bool padded() const;  // some row starts after position 0
+  // Which keys row b's queries may read when `new_positions` rows follow the
+  // length(layer) cached ones: [batch, 1, new_positions, length + new_positions],
+  // true iff start(b) <= j <= length + i (the causal mask of padded rows).
+  xt::xarray<bool> padded_causal_mask(std::size_t layer, std::size_t new_positions) const;
+
+  // Every layer back to length 0 and every start to 0 (the memory is kept).
   void clear();
 
   std::size_t batch() const { return batch_; }
@@ -63,6 +81,7 @@ class KvCache {
   std::size_t batch_, n_kv_heads_, head_dim_, capacity_;
   std::vector<xt::xarray<T>> k_, v_;
   std::vector<std::size_t> length_;
+  std::vector<std::size_t> start_;  // [batch]
 };
 
 extern template class KvCache<float>;

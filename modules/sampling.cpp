@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
+#include <utility>
 
 namespace xtgrad {
 
@@ -24,6 +26,25 @@ void keep_top_k(std::vector<double>& z, std::size_t k) {
   const double threshold = sorted[k - 1];
   for (double& v : z)
     if (v < threshold) v = -std::numeric_limits<double>::infinity();
+}
+
+// Every token outside the nucleus becomes -inf: the fewest most probable
+// tokens of softmax(z) whose probabilities sum to at least top_p.
+void keep_top_p(std::vector<double>& z, double top_p) {
+  const double m = *std::max_element(z.begin(), z.end());
+  std::vector<double> p(z.size());
+  double total = 0.0;
+  for (std::size_t i = 0; i < z.size(); ++i) total += (p[i] = std::exp(z[i] - m));
+  std::vector<std::size_t> order(z.size());
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+  double cumulative = 0.0;
+  std::size_t kept = 0;
+  while (kept < order.size() && (kept == 0 || cumulative < top_p * total))
+    cumulative += p[order[kept++]];
+  for (std::size_t r = kept; r < order.size(); ++r)
+    z[order[r]] = -std::numeric_limits<double>::infinity();
 }
 
 // softmax(z) in double, then the inverse CDF at one uniform u in [0, 1).
@@ -53,12 +74,23 @@ void check_sampling(const detail::Check& check, double temperature,
   check.argument(!top_k || *top_k != 0, "top_k", "is 0, expected k >= 1");
 }
 
+void check_top_p(const detail::Check& check, double top_p) {
+  check.argument(top_p > 0.0 && top_p <= 1.0, "top_p", "is ", top_p,
+                 ", expected a probability in (0, 1]");
+}
+
 std::int64_t sample_token(std::vector<double> logits, double temperature,
                           std::optional<std::size_t> top_k, Generator& rng) {
+  return sample_token(std::move(logits), temperature, top_k, 1.0, rng);
+}
+
+std::int64_t sample_token(std::vector<double> logits, double temperature,
+                          std::optional<std::size_t> top_k, double top_p, Generator& rng) {
   if (temperature == 0.0)
     return std::int64_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   apply_temperature(logits, temperature);
   if (top_k) keep_top_k(logits, *top_k);
+  if (top_p < 1.0) keep_top_p(logits, top_p);
   return draw(logits, rng);
 }
 

@@ -92,6 +92,11 @@ class LlamaForCausalLM : public Module<T> {
                                      std::uint64_t seed = 0) const {
     return gpt.generate(prompt, max_new_tokens, temperature, top_k, seed);
   }
+  std::vector<std::vector<std::int64_t>> generate(
+      const std::vector<std::vector<std::int64_t>>& prompts,
+      const GenerationOptions& options) const {
+    return gpt.generate(prompts, options);
+  }
 
   const LlamaConfig& llama_config() const { return config_; }
   ModuleConfig config() const override;
