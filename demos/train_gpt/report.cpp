@@ -47,7 +47,7 @@ PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
      << "set title 'Character-level GPT on the fortunes: cross-entropy (nats per character)'\n"
      << "set ylabel 'loss'\n"
      << "plot " << history << " using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' "
-     << "title 'train', \\\n     " << history
+     << "title 'train (mean since the previous point)', \\\n     " << history
      << " using 1:3 with linespoints lw 2 pt 5 lc rgb '#d62728' title 'validation', \\\n     "
      << baseline << " with lines lw 2 dt 2 lc rgb '#7f7f7f' title 'unigram baseline'\n";
   check_written(gp, script);
