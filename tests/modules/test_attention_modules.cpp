@@ -19,6 +19,7 @@
 #include <xtgrad/modules/pretrained/hf_gpt2.hpp>
 
 #include "support/bad_input.hpp"
+#include "support/fixture_files.hpp"
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/transformer_fixtures.hpp"
 #include "support/module_gradcheck.hpp"
@@ -30,10 +31,6 @@ namespace fs = std::filesystem;
 namespace fx = xtgrad::fixtures::transformer;
 
 namespace {
-
-fs::path fixture(const std::string& name) {
-  return fs::path(XTGRAD_SOURCE_DIR) / "tests" / "support" / "fixtures" / "transformer" / name;
-}
 
 template <class T>
 MultiheadAttention<T> torch_mha() {
@@ -277,7 +274,7 @@ TEST_CASE(
     "CausalSelfAttention: the llama layout with GQA and rotary equals PyTorch's LlamaAttention") {
   CausalSelfAttention<double> attn(fx::llama_hidden,
                                    llama_options(fx::llama_heads, fx::llama_kv_heads));
-  const fs::path file = fixture("llama_attention.safetensors");
+  const fs::path file = transformer_fixture_file("llama_attention.safetensors");
   load_llama_attention(attn, file, llama_attention_prefix(0));
   const TensorMap tensors = read_safetensors(file).tensors;
   const xt::xarray<double> x = get_tensor<double>(tensors, "x");

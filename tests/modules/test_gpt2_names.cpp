@@ -15,6 +15,7 @@
 #include <xtgrad/modules/gpt2_mlp.hpp>
 #include <xtgrad/modules/pretrained/hf_gpt2.hpp>
 
+#include "support/fixture_files.hpp"
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/transformer_fixtures.hpp"
 #include "support/test_helpers.hpp"
@@ -26,16 +27,13 @@ namespace fx = xtgrad::fixtures::transformer;
 
 namespace {
 
-fs::path fixture(const std::string& name) {
-  return fs::path(XTGRAD_SOURCE_DIR) / "tests" / "support" / "fixtures" / "transformer" / name;
-}
-
 // The GPT-2 file's state dict as a user has it from torch: names without
 // "transformer.", float64.
 TensorDict<double> hf_state_dict() {
   const std::string prefix = "transformer.";
   TensorDict<double> out;
-  for (const auto& [name, t] : read_safetensors(fixture("gpt2_tiny.safetensors")).tensors) {
+  for (const auto& [name, t] :
+       read_safetensors(transformer_fixture_file("gpt2_tiny.safetensors")).tensors) {
     const std::string key =
         name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name;
     out.insert(key, xt::xarray<double>(xt::cast<double>(t.get<float>())));
@@ -63,7 +61,7 @@ TensorDict<double> with_former_names(const TensorDict<double>& state) {
 }  // namespace
 
 TEST_CASE("GPT names: a Hugging Face GPT-2 state dict loads with load_state_dict") {
-  GPT<double> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
+  GPT<double> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
   const TensorDict<double> state = hf_state_dict();
   // Not strict: the file also holds HF's causal-mask buffers, which are not parameters.
   const IncompatibleKeys keys = model.load_state_dict(state, false);
@@ -85,8 +83,8 @@ TEST_CASE("GPT names: a Hugging Face GPT-2 state dict loads with load_state_dict
 }
 
 TEST_CASE("GPT names: a state dict with the former MLP names is refused, saying how; it converts") {
-  GPT<double> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
-  GPT<double> reference(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
+  GPT<double> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
+  GPT<double> reference(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
   reference.load_state_dict(hf_state_dict(), false);
   const TensorDict<double> current = reference.state_dict();
   const TensorDict<double> former = with_former_names(current);

@@ -24,6 +24,7 @@
 #include <xtgrad/modules/linear.hpp>
 #include <xtgrad/modules/pretrained/hf_gpt2.hpp>
 
+#include "support/fixture_files.hpp"
 #include "support/module_fixtures.hpp"
 #include "support/peak_memory.hpp"
 #include "support/safetensors_bytes.hpp"
@@ -34,10 +35,6 @@ using namespace xtgrad::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path fixture(const std::string& name) {
-  return fs::path(XTGRAD_SOURCE_DIR) / "tests" / "support" / "fixtures" / "transformer" / name;
-}
 
 // A JSON string literal of text that has no control characters.
 std::string json_string(const std::string& text) {
@@ -148,8 +145,9 @@ TEST_CASE(
 TEST_CASE(
     "load_gpt2 and load_llama_attention: a tensor of another shape is refused from the header") {
   TempDir tmp("header-gpt2");
-  GPT<float> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
-  const TensorMap tensors = read_safetensors(fixture("gpt2_tiny.safetensors")).tensors;
+  GPT<float> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
+  const TensorMap tensors =
+      read_safetensors(transformer_fixture_file("gpt2_tiny.safetensors")).tensors;
   const auto before = snapshot<float>(model);
   const std::string wte = "transformer.wte.weight";
   for (const std::vector<std::size_t>& shape : huge_shapes(4)) {

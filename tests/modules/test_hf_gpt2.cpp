@@ -15,6 +15,7 @@
 #include <xtgrad/modules/pretrained/hf_gpt2.hpp>
 
 #include "support/bad_input.hpp"
+#include "support/fixture_files.hpp"
 #include "support/fixtures/fixture_array.hpp"
 #include "support/fixtures/transformer_fixtures.hpp"
 #include "support/test_helpers.hpp"
@@ -25,10 +26,6 @@ namespace fs = std::filesystem;
 namespace fx = xtgrad::fixtures::transformer;
 
 namespace {
-
-fs::path fixture(const std::string& name) {
-  return fs::path(XTGRAD_SOURCE_DIR) / "tests" / "support" / "fixtures" / "transformer" / name;
-}
 
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::path(XTGRAD_BINARY_DIR) / "test_hf_gpt2_scratch";
@@ -42,7 +39,8 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 const TensorMap& tiny_file() {
-  static const TensorMap tensors = read_safetensors(fixture("gpt2_tiny.safetensors")).tensors;
+  static const TensorMap tensors =
+      read_safetensors(transformer_fixture_file("gpt2_tiny.safetensors")).tensors;
   return tensors;
 }
 
@@ -71,7 +69,7 @@ State parameters_of(GPT<T>& model) {
 }  // namespace
 
 TEST_CASE("gpt2_config_from_json: the fixture's config.json") {
-  const GPTConfig c = gpt2_config_from_json(fixture("gpt2_tiny_config.json"));
+  const GPTConfig c = gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json"));
   CHECK(c.vocab_size == 50);
   CHECK(c.block_size == 16);
   CHECK(c.n_embd == 32);
@@ -85,7 +83,8 @@ TEST_CASE("gpt2_config_from_json: the fixture's config.json") {
 }
 
 TEST_CASE("GPT2Block: xtgrad's gpt2 block equals PyTorch's, forward and every gradient") {
-  const TensorMap tensors = read_safetensors(fixture("gpt2_block.safetensors")).tensors;
+  const TensorMap tensors =
+      read_safetensors(transformer_fixture_file("gpt2_block.safetensors")).tensors;
   TransformerBlockOptions o;
   o.n_heads = fx::block_n_head;
   TransformerBlock<double> block(fx::block_n_embd, o);
@@ -113,8 +112,8 @@ TEST_CASE("GPT2Block: xtgrad's gpt2 block equals PyTorch's, forward and every gr
 }
 
 TEST_CASE("load_gpt2: a tiny GPT2LMHeadModel file reproduces PyTorch's float32 logits") {
-  GPT<float> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
-  load_gpt2(model, fixture("gpt2_tiny.safetensors"));
+  GPT<float> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
+  load_gpt2(model, transformer_fixture_file("gpt2_tiny.safetensors"));
   // float32 on both sides; only the summation order differs. Logits are of order 1-10.
   check_close(model.infer(fixture_ids()),
               fixture_array<double>(fx::gpt2_logits_shape, fx::gpt2_logits_f32), 2e-5, 2e-5);
@@ -125,14 +124,14 @@ TEST_CASE("load_gpt2: the same values in double, with or without the 'transforme
       fixture_array<double>(fx::gpt2_logits_shape, fx::gpt2_logits_f64);
   for (const std::string strip : {"", "transformer."}) {
     INFO("stripped: '" << strip << "'");
-    GPT<double> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
+    GPT<double> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
     load_gpt2(model, widened(tiny_file(), strip));
     check_close(model.infer(fixture_ids()), expected, 1e-12, 1e-12);
   }
 }
 
 TEST_CASE("export_gpt2: HF names and layouts, and it loads back unchanged") {
-  GPT<double> model(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
+  GPT<double> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
   const TensorMap file = widened(tiny_file(), "transformer.");
   load_gpt2(model, file);
   const TensorDict<double> exported = export_gpt2(model);
@@ -154,13 +153,13 @@ TEST_CASE("export_gpt2: HF names and layouts, and it loads back unchanged") {
   // Saved as a file, it loads into a fresh model bit for bit.
   const fs::path path = scratch("exported.safetensors");
   save_gpt2(model, path);
-  GPT<double> fresh(gpt2_config_from_json(fixture("gpt2_tiny_config.json")));
+  GPT<double> fresh(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
   load_gpt2(fresh, path);
   CHECK(parameters_of(fresh) == parameters_of(model));
 }
 
 TEST_CASE("load_llama_attention and load_gpt2: every refusal leaves the model unchanged") {
-  GPTConfig config = gpt2_config_from_json(fixture("gpt2_tiny_config.json"));
+  GPTConfig config = gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json"));
   GPT<double> model(config);
   const TensorMap good = widened(tiny_file());
   std::vector<Row> rows;
@@ -198,7 +197,7 @@ TEST_CASE("load_llama_attention and load_gpt2: every refusal leaves the model un
   CausalSelfAttention<double> not_llama(16, gpt2_layout);
   bad("llama weights into the gpt2 layout",
       [&] {
-        load_llama_attention(not_llama, fixture("llama_attention.safetensors"),
+        load_llama_attention(not_llama, transformer_fixture_file("llama_attention.safetensors"),
                              llama_attention_prefix(0));
       },
       Expect::invalid_argument, {"load_llama_attention", "'attention'", "gpt2 layout"});
@@ -209,7 +208,7 @@ TEST_CASE("load_llama_attention and load_gpt2: every refusal leaves the model un
   CausalSelfAttention<double> no_gqa(16, mha_layout);
   bad("llama weights with other kv heads",
       [&] {
-        load_llama_attention(no_gqa, fixture("llama_attention.safetensors"),
+        load_llama_attention(no_gqa, transformer_fixture_file("llama_attention.safetensors"),
                              llama_attention_prefix(0));
       },
       Expect::invalid_argument,
