@@ -169,16 +169,23 @@ struct Band {
   std::size_t r0 = 0, r1 = 0, cols = 0, width = 0;
 };
 
+// Whether causality hides some key of the tile [j0, j0 + count) from the
+// first query row i0 of a tile (then it is cut into bands).
+template <class T>
+bool on_diagonal(const Problem<T>& p, std::size_t i0, std::size_t j0, std::size_t count) {
+  return p.causal && i0 + 1 < j0 + count;  // key j0 + count - 1 is hidden from row i0
+}
+
 // f(band) over the bands of query rows [i0, i0 + rows) against the key tile
 // [j0, j0 + count) of width bc: one band of every row and key when no key of
-// the tile is hidden from the first row by causality; otherwise (a tile on
-// the diagonal) bands of one vector width of rows, each over the keys its
+// the tile is hidden from the first row by causality; otherwise (a tile
+// on_diagonal) bands of one vector width of rows, each over the keys its
 // last row sees, so that the hidden triangle above the diagonal is mostly
 // skipped; a band that sees no key is left out.
 template <class T, class F>
 void for_each_band(const Problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
                    std::size_t count, std::size_t bc, F&& f) {
-  const std::size_t height = !p.causal || i0 + 1 >= j0 + count ? rows : k_lanes<T>;
+  const std::size_t height = on_diagonal(p, i0, j0, count) ? k_lanes<T> : rows;
   for (std::size_t r0 = 0; r0 < rows; r0 += height) {
     const std::size_t r1 = std::min(rows, r0 + height);
     const std::size_t cols = p.causal ? std::min(count, i0 + r1 > j0 ? i0 + r1 - j0 : 0) : count;
@@ -196,7 +203,7 @@ struct KeyBand {
 template <class T, class F>
 void for_each_key_band(const Problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
                        std::size_t count, F&& f) {
-  const std::size_t height = !p.causal || i0 + 1 >= j0 + count ? count : k_lanes<T>;
+  const std::size_t height = on_diagonal(p, i0, j0, count) ? k_lanes<T> : count;
   for (std::size_t c0 = 0; c0 < count; c0 += height) {
     const std::size_t r0 = p.causal && j0 + c0 > i0 ? j0 + c0 - i0 : 0;
     if (r0 < rows) f(KeyBand{c0, std::min(count, c0 + height), r0});
