@@ -23,6 +23,7 @@ endforeach()
 # for attention).
 foreach(expected "attention,BH=2 T=64 full th=1,ms,[0-9][^,]*,[0-9]"
                  "attention,BH=2 T=64 causal th=2,ms,[0-9][^,]*,[0-9]"
+                 "scaling,BH=2 T=64 causal Dh=16 th=2 / th=1,ms,[0-9][^,]*,[0-9]"
                  "gpt,char L2 H2 C32 T32 B4,ms,[0-9]"
                  "gpt,block L1 H4 C64 T64 B1,ms,[0-9]"
                  "memory,attention BH=8 T=128 full,MiB,[0-9]"

@@ -13,6 +13,12 @@
 //              xtgrad against LibTorch, each in a fresh child process (this
 //              program, re-run with --memory-child): ru_maxrss after the step
 //              minus the resident size once the inputs (and model) exist
+//   scaling    forward + backward of the fused attention at --threads against
+//              itself at 1 thread, interleaved round by round, float32,
+//              T = 128, causal: B*H = 8 and 32 at Dh = 64, and the char
+//              demo's attention (B = 32, 4 heads, Dh = 32); xt/floor is the
+//              time at --threads over the time at 1 thread (its inverse, the
+//              speedup, is printed as the row runs)
 //   gpt        one GPT training step (forward, cross_entropy, backward,
 //              AdamW): the char demo's model (4 layers, 4 heads, C = 128,
 //              T = 128, B = 32, vocabulary 96) and one GPT-2-small block
@@ -48,7 +54,7 @@ constexpr std::size_t k_vocab = 96;  // a character vocabulary
 constexpr double k_kib_per_mib = 1024.0;
 constexpr int k_profile_warmup = 3;
 
-const std::vector<std::string> k_sections{"attention", "gpt", "memory"};
+const std::vector<std::string> k_sections{"attention", "scaling", "gpt", "memory"};
 
 // The attention rows run at each of RunOptions::thread_counts.
 struct Options : RunOptions {
@@ -106,6 +112,36 @@ void attention_rows(const Options& o, std::vector<Row>& rows) {
                     << " GFLOP/s, floor " << gflop / (row.floor * 1e-3) << " GFLOP/s\n";
           rows.push_back(row);
         }
+  }
+  use_threads(o, o.threads);
+}
+
+// The shapes of the scaling rows (see the file comment); --quick: one tiny one.
+std::vector<AttentionShape> scaling_shapes(bool quick) {
+  if (quick) return {{1, 2, 64, 16, true}};
+  return {{1, 8, 128, 64, true}, {4, 8, 128, 64, true}, {32, 4, 128, 32, true}};
+}
+
+void scaling_rows(const Options& o, std::vector<Row>& rows) {
+  for (const AttentionShape& shape : scaling_shapes(o.quick)) {
+    const Runner run = xtgrad_attention(shape);
+    // Each sample after its thread count is set and one untimed call, so
+    // that the pool's worker exists and has run before the clock starts.
+    const auto at = [&](int threads) {
+      return Contestant{"th=" + std::to_string(threads), run, [&o, run, threads] {
+                          use_threads(o, threads);
+                          run();
+                        }};
+    };
+    const std::vector<Timing> t = measure_interleaved({at(o.threads), at(1)}, o.timing);
+    std::ostringstream name;
+    name << attention_name(shape) << " Dh=" << shape.head_dim << " th=" << o.threads << " / th=1";
+    Row row{"scaling", name.str(), "ms"};
+    row.xtgrad = t[0].median * 1e3;
+    row.floor = t[1].median * 1e3;
+    row.xtgrad_over_floor = paired_ratio(t[0], t[1]);
+    std::cerr << "  " << row.name << ": speedup " << 1.0 / row.xtgrad_over_floor << "\n";
+    rows.push_back(row);
   }
   use_threads(o, o.threads);
 }
@@ -227,11 +263,13 @@ int run(const Options& o) {
 
   std::vector<Row> rows;
   if (wants(o, "attention")) attention_rows(o, rows);
+  if (wants(o, "scaling")) scaling_rows(o, rows);
   if (wants(o, "gpt")) gpt_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
 
   report_run(rows, meta, o,
-             "\nxt/floor, LT/floor: time over the GEMM floor (the 2 + 5 products of each head)."
+             "\nxt/floor, LT/floor: time over the GEMM floor (the 2 + 5 products of each head);"
+             "\nscaling: xtgrad at --threads against itself at 1 thread (xt/floor: their ratio)."
              "\nxt/LT < 1: xtgrad is faster (or smaller). th = threads.\n");
   return 0;
 }

@@ -2,9 +2,13 @@
 // (GPT-2 style, no dropout), cross_entropy over the B * T logits, backward,
 // optim::AdamW over every parameter, zero_grad; one tape reused. Also
 // bench_checkpoint's xtgrad GPT, with GPT::set_recompute_every.
+#include <algorithm>
+#include <array>
+#include <iomanip>
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include <xtgrad/engine/engine.hpp>
@@ -85,6 +89,27 @@ std::shared_ptr<GptState> make_state(const GptShape& shape, std::size_t checkpoi
   return state;
 }
 
+// The share of the steps' wall time in the GEMM ops' rows, forward and
+// backward, and the rest (attention, norms, the loss, the optimizer, ...).
+std::string gemm_share_line(const Profiler& profiler) {
+  const std::array<std::string, 4> gemm_ops{"linear", "matmul", "activation_linear",
+                                            "gated_linear"};
+  double gemm = 0;
+  for (const ProfileRow& row : profiler.rows()) {
+    const std::string op = row.kind == ProfileRow::Kind::backward
+                               ? row.name.substr(0, row.name.rfind(".backward"))
+                               : row.name;
+    if (row.kind != ProfileRow::Kind::region && row.kind != ProfileRow::Kind::outside &&
+        std::find(gemm_ops.begin(), gemm_ops.end(), op) != gemm_ops.end())
+      gemm += row.share;
+  }
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(1) << "GEMM ops (" << gemm_ops[0] << ", " << gemm_ops[1]
+       << ", " << gemm_ops[2] << ", " << gemm_ops[3] << ", forward and backward): " << 100 * gemm
+       << "% of the step; outside them: " << 100 * (1 - gemm) << "%\n";
+  return line.str();
+}
+
 }  // namespace
 
 Runner xtgrad_gpt_step(const GptShape& shape) {
@@ -109,7 +134,7 @@ std::string xtgrad_gpt_profile(const GptShape& shape, int warmup, int steps) {
     }
   }
   state->profiler = nullptr;
-  return profiler.table();
+  return profiler.table() + gemm_share_line(profiler);
 }
 
 GptStepParts xtgrad_gpt_step_parts(const GptShape& shape, std::size_t checkpoint_every) {

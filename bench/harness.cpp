@@ -48,7 +48,11 @@ std::vector<Timing> measure_interleaved(const std::vector<Contestant>& contestan
                                         const TimingOptions& options) {
   const std::size_t count = contestants.size();
   std::vector<int> inner(count, 1);
+  const auto prepare = [&](std::size_t c) {
+    if (contestants[c].prepare) contestants[c].prepare();
+  };
   for (std::size_t c = 0; c < count; ++c) {
+    prepare(c);
     double last = 0;
     for (int w = 0; w < std::max(options.warmup, 1); ++w) last = sample(contestants[c].run, 1);
     // Enough calls per sample to dwarf the clock's resolution and call overhead.
@@ -65,6 +69,7 @@ std::vector<Timing> measure_interleaved(const std::vector<Contestant>& contestan
         std::all_of(total.begin(), total.end(), [&](double t) { return t >= options.min_seconds; });
     if (enough) break;
     for (std::size_t c = 0; c < count; ++c) {
+      prepare(c);
       std::this_thread::sleep_for(std::chrono::duration<double>(options.settle_seconds));
       const double s = sample(contestants[c].run, inner[c]);
       samples[c].push_back(s);

@@ -22,6 +22,9 @@ using Runner = std::function<void()>;
 struct Contestant {
   std::string name;  // "xtgrad", "floor", "libtorch", ...
   Runner run;
+  // Untimed, before the warm-up and before every sample when set: what the
+  // contestant needs around it that another one changes (a thread count).
+  Runner prepare = {};
 };
 
 struct TimingOptions {

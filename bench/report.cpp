@@ -22,6 +22,7 @@ std::string floor_label(const std::string& section) {
   return section == "ffn" || section == "matmul" || section == "attention" ? "GEMM floor"
          : section == "activation" || section == "rowwise"                 ? "copy"
          : section == "small"                                              ? "roofline"
+         : section == "scaling"                                            ? "1 thread"
                                                                            : "floor";
 }
 

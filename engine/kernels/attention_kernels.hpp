@@ -22,6 +22,12 @@
 // shares depends only on the shape, so the result is the same at any thread
 // count.
 //
+// Causal: a query tile sees only the key tiles up to its last row, and a
+// tile on the diagonal runs in bands of one vector width of rows, each band's
+// products over the keys its last row sees (for_each_band,
+// attention_problem.hpp), so that the hidden triangle is mostly skipped with
+// the same bits as the whole tile.
+//
 // Tasks: with at least k_head_tasks_per_thread (batch, kv head) pairs per
 // thread (and one share each), each pair is one task of one pass over the
 // pool that does all of its own work (forward: packs its keys, then every

@@ -1,8 +1,9 @@
 #pragma once
 // What the fused attention kernels compute on (internal): the sizes, where
 // each head's rows live in memory, the mask seen through broadcast strides,
-// the scale, causality and dropout, the tile sizes, and the passes over one
-// row of a score tile that the forward and backward kernels share.
+// the scale, causality and dropout, the tile sizes, the bands of a tile that
+// causality leaves, and the passes over one row of a score tile that the
+// forward and backward kernels share.
 //
 // Operands are read through strides so that one kernel serves the
 // [B, H, T, D] tensors of scaled_dot_product_attention and the packed
@@ -156,6 +157,57 @@ void for_dropout_row(const Problem<T>& p, std::size_t b, std::size_t h, std::siz
 template <class T>
 std::size_t visible_keys(const Problem<T>& p, std::size_t i1) {
   return p.causal ? std::min(p.k_len, i1) : p.k_len;
+}
+
+// A band of a tile of query rows against a key tile: the tile's rows
+// [r0, r1), which see at most its keys [0, cols); the band's products run
+// over its first `width` keys (cols rounded up to the vector width, at most
+// Bc). Keys past cols are hidden from the band's rows, so their P and dS are
+// 0 and every product that skips them sums the same terms in the same order:
+// the bits are those of the whole tile (for finite q, k, v).
+struct Band {
+  std::size_t r0 = 0, r1 = 0, cols = 0, width = 0;
+};
+
+// Whether causality hides some key of the tile [j0, j0 + count) from the
+// first query row i0 of a tile (then it is cut into bands).
+template <class T>
+bool on_diagonal(const Problem<T>& p, std::size_t i0, std::size_t j0, std::size_t count) {
+  return p.causal && i0 + 1 < j0 + count;  // key j0 + count - 1 is hidden from row i0
+}
+
+// f(band) over the bands of query rows [i0, i0 + rows) against the key tile
+// [j0, j0 + count) of width bc: one band of every row and key when no key of
+// the tile is hidden from the first row by causality; otherwise (a tile
+// on_diagonal) bands of one vector width of rows, each over the keys its
+// last row sees, so that the hidden triangle above the diagonal is mostly
+// skipped; a band that sees no key is left out.
+template <class T, class F>
+void for_each_band(const Problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
+                   std::size_t count, std::size_t bc, F&& f) {
+  const std::size_t height = on_diagonal(p, i0, j0, count) ? k_lanes<T> : rows;
+  for (std::size_t r0 = 0; r0 < rows; r0 += height) {
+    const std::size_t r1 = std::min(rows, r0 + height);
+    const std::size_t cols = p.causal ? std::min(count, i0 + r1 > j0 ? i0 + r1 - j0 : 0) : count;
+    if (cols > 0) f(Band{r0, r1, cols, std::min(bc, padded<T>(cols))});
+  }
+}
+
+// The transposed bands, for the products whose rows are keys (dV, dK): the
+// key tile's keys [c0, c1) and the query rows [r0, rows) of the tile that
+// may see them (under causality, rows before key c0's diagonal see none).
+struct KeyBand {
+  std::size_t c0 = 0, c1 = 0, r0 = 0;
+};
+
+template <class T, class F>
+void for_each_key_band(const Problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
+                       std::size_t count, F&& f) {
+  const std::size_t height = on_diagonal(p, i0, j0, count) ? k_lanes<T> : count;
+  for (std::size_t c0 = 0; c0 < count; c0 += height) {
+    const std::size_t r0 = p.causal && j0 + c0 > i0 ? j0 + c0 - i0 : 0;
+    if (r0 < rows) f(KeyBand{c0, std::min(count, c0 + height), r0});
+  }
 }
 
 }  // namespace xtgrad::detail::attention
