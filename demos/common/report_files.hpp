@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <xtgrad/training/run_state.hpp>
 
 namespace demos {
 
@@ -26,13 +27,7 @@ void check_written(std::ofstream& out, const std::filesystem::path& file);
 // A string as a gnuplot single-quoted literal.
 std::string gp_quote(const std::string& s);
 
-// The fields of a history record R (one row of history.csv, one record of
-// a saved run): sizes, then reals, by name.
-template <class R>
-struct HistoryFields {
-  std::vector<std::pair<const char*, std::size_t R::*>> sizes;
-  std::vector<std::pair<const char*, double R::*>> reals;
-};
+using xtgrad::training::HistoryFields;
 
 // history.csv: a header of the fields' names, then one row per record,
 // the reals to the last bit (%.17g) but "seconds" (%.3f).
