@@ -34,8 +34,8 @@
 #include <xtgrad/training/data_parallel.hpp>
 #include <xtgrad/training/training_run.hpp>
 #include "../common/report_files.hpp"
+#include "corpus.hpp"
 #include "model.hpp"
-#include "tokenizer.hpp"
 
 namespace gpt_demo {
 
