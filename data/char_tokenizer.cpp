@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "bpe_model.hpp"
+
 namespace xtgrad {
 
 namespace {
@@ -93,27 +95,12 @@ std::u32string decode_utf8(const std::string& text, const std::string& where) {
   std::u32string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    std::size_t length = b < 0x80           ? 1
-                         : (b >> 5) == 0x6  ? 2
-                         : (b >> 4) == 0xe  ? 3
-                         : (b >> 3) == 0x1e ? 4
-                                            : 0;
-    char32_t c = length == 1 ? b : length == 2 ? b & 0x1f : length == 3 ? b & 0x0f : b & 0x07;
-    bool valid = length != 0 && i + length <= text.size();
-    for (std::size_t k = 1; valid && k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      valid = (next >> 6) == 0x2;
-      c = (c << 6) | (next & 0x3f);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8 either.
-    const char32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (valid) valid = c >= least[length] && c <= 0x10ffff && (c < 0xd800 || c > 0xdfff);
-    if (!valid)
-      throw std::invalid_argument(where + ": invalid UTF-8 at byte " + std::to_string(i) +
+    const std::size_t start = i;
+    const std::int32_t c = detail::next_code_point(text, i);
+    if (c < 0)
+      throw std::invalid_argument(where + ": invalid UTF-8 at byte " + std::to_string(start) +
                                   " (expected UTF-8 text)");
-    out.push_back(c);
-    i += length;
+    out.push_back(static_cast<char32_t>(c));
   }
   return out;
 }
@@ -121,23 +108,7 @@ std::u32string decode_utf8(const std::string& text, const std::string& where) {
 std::string encode_utf8(const std::u32string& text) {
   std::string out;
   out.reserve(text.size());
-  for (const char32_t c : text) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xc0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xe0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    }
-  }
+  for (const char32_t c : text) detail::append_utf8(out, c);
   return out;
 }
 
