@@ -3,6 +3,7 @@
 #include "run_state.hpp"
 
 #include <cstring>
+#include <fstream>
 
 #include "../modules/dropout.hpp"
 
@@ -55,6 +56,13 @@ double SavedRun::real(const std::string& key) const {
   } catch (const std::invalid_argument& e) {
     rethrow_resume_error(dir, e);
   }
+}
+
+void write_text_file(const std::filesystem::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::trunc);
+  if (out) out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
 }
 
 void rethrow_resume_error(const std::filesystem::path& dir, const std::invalid_argument& e) {

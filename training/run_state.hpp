@@ -17,12 +17,13 @@
 //   option_mismatch(...)     "saved with --batch-size 128, this run has 64"
 //                            for the key "option.batch_size"
 //   HistoryFields            the fields of a history record, saved as
-//                            "history.<i>.<field>"
+//                            "history.<i>.<field>" (and write_history_csv)
 // The messages speak of the command-line options such a program has
 // (--resume DIR, --batch-size for "option.batch_size").
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -99,6 +100,36 @@ std::vector<R> load_history(const TrainingExtras& saved, const std::string& coun
     history.push_back(r);
   }
   return history;
+}
+
+// Writes `text` to `file` (truncated); std::runtime_error "cannot write
+// '<file>'" when it cannot be opened or written.
+void write_text_file(const std::filesystem::path& file, const std::string& text);
+
+// history.csv, as Keras's CSVLogger writes one: a header of the fields'
+// names, then one row per record, the reals to the last bit (%.17g) but
+// "seconds" (%.3f). std::runtime_error "cannot write '<file>'" on failure.
+template <class R>
+void write_history_csv(const std::filesystem::path& file, const std::vector<R>& history,
+                       const HistoryFields<R>& fields) {
+  std::string text, line;
+  for (const auto& [name, field] : fields.sizes)
+    line += (line.empty() ? "" : ",") + std::string(name);
+  for (const auto& [name, field] : fields.reals)
+    line += (line.empty() ? "" : ",") + std::string(name);
+  text += line + "\n";
+  char cell[64];
+  for (const R& r : history) {
+    line.clear();
+    for (const auto& [name, field] : fields.sizes)
+      line += (line.empty() ? "" : ",") + std::to_string(r.*field);
+    for (const auto& [name, field] : fields.reals) {
+      std::snprintf(cell, sizeof cell, std::string(name) == "seconds" ? "%.3f" : "%.17g", r.*field);
+      line += (line.empty() ? "" : ",") + std::string(cell);
+    }
+    text += line + "\n";
+  }
+  write_text_file(file, text);
 }
 
 // `e` as "--resume '<dir>': <what>".

@@ -12,6 +12,7 @@
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/progress.hpp>
+#include <xtgrad/training/run_state.hpp>
 
 #include "../common/report_files.hpp"
 
@@ -158,9 +159,9 @@ int run(const Options& o) {
   print_samples(samples, "before", before);
   print_samples(samples, "after", after);
   std::fclose(samples);
-  demos::write_history_csv(out / "history.csv", history,
-                           xtgrad::training::HistoryFields<Record>{{{"step", &Record::step}},
-                                                                   {{"loss", &Record::loss}}});
+  xtgrad::training::write_history_csv(out / "history.csv", history,
+                                      xtgrad::training::HistoryFields<Record>{
+                                          {{"step", &Record::step}}, {{"loss", &Record::loss}}});
   demos::write_summary_json(out / "summary.json",
                             {{"model", dir.string()},
                              {"tokenizer", tok.describe()},

@@ -99,7 +99,7 @@ int run(const Options& o, demos::Program& program) {
 
   xtgrad::training::HistoryFields<EpochRecord> columns = epoch_fields();
   columns.sizes = {{"epoch", &EpochRecord::epoch}};
-  demos::write_history_csv(out / "history.csv", result.history, columns);
+  xtgrad::training::write_history_csv(out / "history.csv", result.history, columns);
   write_confusion_csv(out / "confusion.csv",
                       confusion_matrix(data.test, result.final_test.predictions));
   nlohmann::json summary = summary_of(o, parameters, data, result, data_seconds, total_seconds);
