@@ -81,6 +81,9 @@ int unicode_to_byte(char32_t c);
 // UTF-8 (overlong forms, surrogates, above U+10FFFF, truncated).
 std::int32_t next_code_point(std::string_view text, std::size_t& at);
 
+// Appends code point `c` (at most U+10FFFF) to `out` as UTF-8.
+void append_utf8(std::string& out, char32_t c);
+
 // Python's bytes.decode("utf-8", errors="replace").
 std::string utf8_replace_invalid(std::string_view bytes);
 

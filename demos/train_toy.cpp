@@ -121,13 +121,6 @@ double evaluate(Model& model, const xt::xarray<T>& x, const xt::xarray<T>& y) {
   return static_cast<double>(mse(model(tape.leaf(x, false)), tape.leaf(y, false)).value()());
 }
 
-template <class T, class Model>
-xt::xarray<T> predict(Model& model, const xt::xarray<T>& x) {
-  Tape<T> tape;
-  NoGradGuard<T> no_grad(tape);
-  return model(tape.leaf(x, false)).value();
-}
-
 struct Record {
   std::size_t step;
   double train_ffn, heldout_ffn, train_baseline, heldout_baseline;
@@ -245,7 +238,7 @@ int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBas
   xt::xarray<T> slice_x = xt::zeros<T>({k_slice_points, std::size_t{2}});
   for (std::size_t i = 0; i < k_slice_points; ++i)
     slice_x(i, 0) = static_cast<T>(-1.0 + 2.0 * i / (k_slice_points - 1));
-  const xt::xarray<T> slice_ffn = predict(ffn, slice_x), slice_base = predict(baseline, slice_x);
+  const xt::xarray<T> slice_ffn = ffn.infer(slice_x), slice_base = baseline.infer(slice_x);
   double slice_error = 0.0;
   std::ofstream slice_csv(out / "slice.csv");
   slice_csv << "x1,true_y1,ffn_y1,baseline_y1\n" << std::setprecision(9);

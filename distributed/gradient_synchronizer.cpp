@@ -205,17 +205,33 @@ void GradientSynchronizer<T>::detach() {
   tape_ = nullptr;
 }
 
+namespace {
+
+// The reached node of lowest index whose op is `op`; k_none when there is none.
 template <class T>
-void GradientSynchronizer<T>::backward_begin(const Tape<T>& tape, std::size_t root) {
-  // Which nodes the root reaches: one reverse sweep over the parents lists.
+std::size_t first_reached(const Tape<T>& tape, const std::vector<char>& reached, std::size_t root,
+                          const char* op) {
+  for (std::size_t i = 0; i <= root; ++i)
+    if (reached[i] && std::strcmp(tape.node_op(i), op) == 0) return i;
+  return k_none;
+}
+
+}  // namespace
+
+template <class T>
+void GradientSynchronizer<T>::mark_reached(const Tape<T>& tape, std::size_t root) {
+  // One reverse sweep over the parents lists.
   reached_.assign(root + 1, 0);
   reached_[root] = 1;
   for (std::size_t i = root + 1; i-- > 0;)
     if (reached_[i])
       for (std::size_t k = 0; k < tape.node_parent_count(i); ++k)
         reached_[tape.node_parent(i, k)] = 1;
-  // The earliest reached reader of each of our Parameters (a Parameter may
-  // be recorded several times); the root itself when it is one.
+}
+
+template <class T>
+bool GradientSynchronizer<T>::find_earliest_readers(const Tape<T>& tape, std::size_t root) {
+  // A Parameter may be recorded several times; the root itself counts when it is one.
   std::fill(earliest_.begin(), earliest_.end(), k_none);
   bool any = false;
   const auto ours = [this](const Parameter<T>* p) {
@@ -233,16 +249,11 @@ void GradientSynchronizer<T>::backward_begin(const Tape<T>& tape, std::size_t ro
       earliest_[j] = std::min(earliest_[j], i);
     }
   }
-  if (!any) return;  // another model's backward
-  // The reached node of lowest index whose backward makes collective calls
-  // on the main thread (an expert-parallel all-to-all): hand-overs wait
-  // until it ran, so that only one thread is in MPI at a time.
-  hold_until_ = k_none;
-  for (std::size_t i = 0; i <= root; ++i)
-    if (reached_[i] && std::strcmp(tape.node_op(i), k_moe_experts_all_to_all) == 0) {
-      hold_until_ = i;
-      break;
-    }
+  return any;
+}
+
+template <class T>
+void GradientSynchronizer<T>::check_round_can_start() const {
   if (round_active_)
     xtgrad::detail::fail_logic(k_name,
                                "a backward reached the parameters again before finish() "
@@ -253,6 +264,29 @@ void GradientSynchronizer<T>::backward_begin(const Tape<T>& tape, std::size_t ro
                                              " has " + std::to_string(s.parameter->value.size()) +
                                              " elements but had " + std::to_string(s.size) +
                                              " when the synchronizer was built");
+}
+
+template <class T>
+void GradientSynchronizer<T>::schedule_finals() {
+  // A parameter's gradient is final once its earliest reader ran; one never read, at once.
+  final_at_.clear();
+  cursor_ = 0;
+  for (std::size_t j = 0; j < earliest_.size(); ++j)
+    if (earliest_[j] != k_none) final_at_.emplace_back(earliest_[j], j);
+  std::sort(final_at_.begin(), final_at_.end(), std::greater<>());
+  for (std::size_t j = 0; j < earliest_.size(); ++j)
+    if (earliest_[j] == k_none) make_final(j);  // unused: final at once
+}
+
+template <class T>
+void GradientSynchronizer<T>::backward_begin(const Tape<T>& tape, std::size_t root) {
+  mark_reached(tape, root);
+  if (!find_earliest_readers(tape, root)) return;  // another model's backward
+  // The reached node of lowest index whose backward makes collective calls
+  // on the main thread (an expert-parallel all-to-all): hand-overs wait
+  // until it ran, so that only one thread is in MPI at a time.
+  hold_until_ = first_reached(tape, reached_, root, k_moe_experts_all_to_all);
+  check_round_can_start();
   round_active_ = true;
   participating_ = true;
   comm_.begin_step_in_flight();
@@ -268,13 +302,7 @@ void GradientSynchronizer<T>::backward_begin(const Tape<T>& tape, std::size_t ro
     shared_->error = nullptr;
   }
   shared_->nodes_left.store(root + 1, std::memory_order_relaxed);
-  final_at_.clear();
-  cursor_ = 0;
-  for (std::size_t j = 0; j < earliest_.size(); ++j)
-    if (earliest_[j] != k_none) final_at_.emplace_back(earliest_[j], j);
-  std::sort(final_at_.begin(), final_at_.end(), std::greater<>());
-  for (std::size_t j = 0; j < earliest_.size(); ++j)
-    if (earliest_[j] == k_none) make_final(j);  // unused: final at once
+  schedule_finals();
 }
 
 template <class T>

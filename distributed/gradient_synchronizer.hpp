@@ -178,6 +178,13 @@ class GradientSynchronizer : private BackwardObserver<T> {
   void tape_destroyed(const Tape<T>&) override { tape_ = nullptr; }
   void make_final(std::size_t parameter);
   void hand_over(std::size_t bucket);
+  // backward_begin's steps: reached_ = the nodes the root reaches; earliest_ =
+  // each parameter's earliest reached reader (false when none is read); the
+  // checks before a round; final_at_ = when each parameter's gradient is final.
+  void mark_reached(const Tape<T>& tape, std::size_t root);
+  bool find_earliest_readers(const Tape<T>& tape, std::size_t root);
+  void check_round_can_start() const;
+  void schedule_finals();
 
   Communicator& comm_;
   SynchronizerOptions options_;

@@ -2,6 +2,7 @@
 // unsharded (consolidated) one gathered to rank 0 or cut into shards.
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -101,6 +102,50 @@ StateDict<T> deserialize(Cursor c) {
     state.strings[key] = c.str();
   }
   return state;
+}
+
+// shard_from_full's checks: `full` holds no "zero." entry (it is no shard)...
+template <class T>
+void check_unsharded(const StateDict<T>& full, const std::string& function) {
+  for (const auto& [key, v] : full.integers)
+    if (key.compare(0, 5, "zero.") == 0)
+      xtgrad::detail::fail_argument(function, "state",
+                                    "is a shard ('" + key +
+                                        "'), expected an unsharded state "
+                                        "(consolidated_state_dict); shards go to load_state_dict");
+}
+
+// ... and its "group.<g>.params" entries count the parameters of the optimizer's groups.
+template <class T>
+void check_group_sizes(const optim::Optimizer<T>& optimizer, const StateDict<T>& full,
+                       const std::string& function) {
+  for (std::size_t g = 0; g < optimizer.group_count(); ++g) {
+    const std::string key = optim::detail::group_key(g, "params");
+    const auto it = full.integers.find(key);
+    const auto expected =
+        static_cast<std::int64_t>(optimizer.group_end(g) - optimizer.group_begin(g));
+    if (it == full.integers.end() || it->second != expected)
+      xtgrad::detail::fail_argument(function, key,
+                                    "must be " + std::to_string(expected) +
+                                        " (the parameters of group " + std::to_string(g) + ")");
+  }
+}
+
+// Scalar entries of a full state into a shard: parameter J's "state.<J>.<field>"
+// becomes "state.<i>.<field>" of the piece i = piece(key, J) this rank holds
+// of it (none, SIZE_MAX: another rank's, left out); any other entry is copied.
+template <class V, class Piece>
+void shard_scalars(const std::map<std::string, V>& full, std::map<std::string, V>& shard,
+                   const Piece& piece) {
+  std::size_t J = 0;
+  std::string field;
+  for (const auto& [key, v] : full) {
+    if (!split_state_key(key, J, field)) {
+      shard[key] = v;
+    } else if (const std::size_t i = piece(key, J); i != SIZE_MAX) {
+      shard[optim::detail::state_key(i, field.c_str())] = v;
+    }
+  }
 }
 
 }  // namespace
@@ -220,42 +265,29 @@ StateDict<T> ShardedOptimizer<T>::consolidated_state_dict() const {
 template <class T>
 StateDict<T> ShardedOptimizer<T>::shard_from_full(const StateDict<T>& full,
                                                   const std::string& function) const {
-  for (const auto& [key, v] : full.integers)
-    if (key.compare(0, 5, "zero.") == 0)
-      xtgrad::detail::fail_argument(function, "state",
-                                    "is a shard ('" + key +
-                                        "'), expected an unsharded state "
-                                        "(consolidated_state_dict); shards go to load_state_dict");
+  check_unsharded(full, function);
+  check_group_sizes(*this, full, function);
   const auto& params = this->parameters();
-  for (std::size_t g = 0; g < this->group_count(); ++g) {
-    const std::string key = optim::detail::group_key(g, "params");
-    const auto it = full.integers.find(key);
-    const auto expected = static_cast<std::int64_t>(this->group_end(g) - this->group_begin(g));
-    if (it == full.integers.end() || it->second != expected)
-      xtgrad::detail::fail_argument(function, key,
-                                    "must be " + std::to_string(expected) +
-                                        " (the parameters of group " + std::to_string(g) + ")");
-  }
   // Which of this rank's pieces holds each parameter (at most one).
   std::vector<std::size_t> piece_of(params.size(), SIZE_MAX);
   for (std::size_t i = 0; i < pieces_.size(); ++i)
     piece_of[index_in_optimizer_[pieces_[i].parameter]] = i;
-  StateDict<T> shard;
-  std::size_t J = 0;
-  std::string field;
-  const auto target = [&](const std::string& key) -> std::size_t {
+  const auto piece = [&](const std::string& key, std::size_t J) -> std::size_t {
     if (J >= params.size())
       xtgrad::detail::fail_argument(function, "state",
                                     "has the unexpected entry '" + key + "' (there are " +
                                         std::to_string(params.size()) + " parameters)");
     return piece_of[J];
   };
+  StateDict<T> shard;
+  std::size_t J = 0;
+  std::string field;
   for (const auto& [key, a] : full.arrays) {
     if (!split_state_key(key, J, field)) {
       shard.arrays[key] = a;
       continue;
     }
-    const std::size_t i = target(key);
+    const std::size_t i = piece(key, J);
     if (a.shape() != params[J]->value.shape())
       xtgrad::detail::fail_argument(function, key,
                                     "has shape " + xtgrad::detail::shape_str(a.shape()) +
@@ -266,20 +298,8 @@ StateDict<T> ShardedOptimizer<T>::shard_from_full(const StateDict<T>& full,
     std::copy_n(a.data() + pieces_[i].offset, pieces_[i].length, part.data());
     shard.arrays[optim::detail::state_key(i, field.c_str())] = std::move(part);
   }
-  for (const auto& [key, v] : full.integers) {
-    if (!split_state_key(key, J, field)) {
-      shard.integers[key] = v;
-    } else if (const std::size_t i = target(key); i != SIZE_MAX) {
-      shard.integers[optim::detail::state_key(i, field.c_str())] = v;
-    }
-  }
-  for (const auto& [key, v] : full.reals) {
-    if (!split_state_key(key, J, field)) {
-      shard.reals[key] = v;
-    } else if (const std::size_t i = target(key); i != SIZE_MAX) {
-      shard.reals[optim::detail::state_key(i, field.c_str())] = v;
-    }
-  }
+  shard_scalars(full.integers, shard.integers, piece);
+  shard_scalars(full.reals, shard.reals, piece);
   shard.strings = full.strings;
   for (std::size_t g = 0; g < this->group_count(); ++g)
     shard.integers[optim::detail::group_key(g, "params")] =

@@ -58,6 +58,11 @@ class Program {
                    const CLI::Validator& check) {
     return app.add_option(name, value, help)->capture_default_str()->check(check);
   }
+  // --name with its default shown, unchecked.
+  template <class V>
+  CLI::Option* add(const std::string& name, V& value, const std::string& help) {
+    return app.add_option(name, value, help)->capture_default_str();
+  }
 
   // The shared options, each with its demo's help text where they differ.
   void add_out(std::string& out);                           // --out DIR, "output directory"

@@ -11,8 +11,9 @@
 #include <xtgrad/modules/lora.hpp>
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/progress.hpp>
+#include <xtgrad/training/run_state.hpp>
 
-#include "../common/progress.hpp"
 #include "../common/report_files.hpp"
 
 namespace fs = std::filesystem;
@@ -127,7 +128,7 @@ int run(const Options& o) {
   std::printf("finetune: LoRA r=%zu alpha=%g on %zu layers: %zu of %zu parameters trainable\n",
               o.rank, o.alpha, layers.size(), trainable, total);
   xtgrad::optim::AdamW<float> optimizer(model.parameters(), xtgrad::optim::AdamWOptions(o.lr));
-  demos::Progress progress(0, o.steps, o.steps, stdout, "tok/s");
+  xtgrad::training::Progress progress(0, o.steps, o.steps, stdout, "tok/s");
   std::vector<Record> history;
   xtgrad::Tape<float> tape;
   model.train();
@@ -158,9 +159,9 @@ int run(const Options& o) {
   print_samples(samples, "before", before);
   print_samples(samples, "after", after);
   std::fclose(samples);
-  demos::write_history_csv(
-      out / "history.csv", history,
-      demos::HistoryFields<Record>{{{"step", &Record::step}}, {{"loss", &Record::loss}}});
+  xtgrad::training::write_history_csv(out / "history.csv", history,
+                                      xtgrad::training::HistoryFields<Record>{
+                                          {{"step", &Record::step}}, {{"loss", &Record::loss}}});
   demos::write_summary_json(out / "summary.json",
                             {{"model", dir.string()},
                              {"tokenizer", tok.describe()},

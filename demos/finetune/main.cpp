@@ -18,50 +18,28 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", o.tokenizer,
                  "without --model: a tokenizer directory the tiny LLaMA takes (default: bytes)")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--text", o.text, "text file, or directory of text files, to fine-tune on")
-      ->capture_default_str()
-      ->check(CLI::ExistingPath);
-  app.add_option("--targets", o.targets, "layers that get an adapter (PEFT's target_modules)")
-      ->capture_default_str();
-  app.add_option("--rank", o.rank, "LoRA rank r")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--alpha", o.alpha, "LoRA alpha (scaling alpha / r)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lora-dropout", o.lora_dropout, "dropout on the adapters' input")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.9));
-  app.add_option("--steps", o.steps, "optimizer steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000000));
-  app.add_option("--batch-size", o.batch_size, "windows per step")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--block-size", o.block_size, "tokens per window")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 65536));
-  app.add_option("--lr", o.lr, "AdamW's learning rate")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--eval-windows", o.eval_windows, "held-out windows scored before and after")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--prompt", o.prompts, "prompts continued before and after (repeat it)")
-      ->capture_default_str();
-  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens added to each prompt")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", o.top_k, "sample among the k most likely (0: all)")
-      ->capture_default_str();
-  app.add_option("--top-p", o.top_p, "nucleus: the most likely tokens of this much probability")
-      ->capture_default_str()
-      ->check(CLI::Range(1e-9, 1.0));
-  app.add_option("--seed", o.seed, "seed of the adapters, the windows and the draws")
-      ->capture_default_str();
+  program.add("--text", o.text, "text file, or directory of text files, to fine-tune on",
+              CLI::ExistingPath);
+  program.add("--targets", o.targets, "layers that get an adapter (PEFT's target_modules)");
+  program.add("--rank", o.rank, "LoRA rank r", CLI::Range(1, 4096));
+  program.add("--alpha", o.alpha, "LoRA alpha (scaling alpha / r)", CLI::PositiveNumber);
+  program.add("--lora-dropout", o.lora_dropout, "dropout on the adapters' input",
+              CLI::Range(0.0, 0.9));
+  program.add("--steps", o.steps, "optimizer steps", CLI::Range(1, 10000000));
+  program.add("--batch-size", o.batch_size, "windows per step", CLI::Range(1, 65536));
+  program.add("--block-size", o.block_size, "tokens per window", CLI::Range(2, 65536));
+  program.add("--lr", o.lr, "AdamW's learning rate", CLI::PositiveNumber);
+  program.add("--eval-windows", o.eval_windows, "held-out windows scored before and after",
+              CLI::Range(1, 65536));
+  program.add("--prompt", o.prompts, "prompts continued before and after (repeat it)");
+  program.add("--max-new-tokens", o.max_new_tokens, "tokens added to each prompt",
+              CLI::Range(1, 65536));
+  program.add("--temperature", o.temperature, "sampling temperature (0: greedy)",
+              CLI::Range(0.0, 100.0));
+  program.add("--top-k", o.top_k, "sample among the k most likely (0: all)");
+  program.add("--top-p", o.top_p, "nucleus: the most likely tokens of this much probability",
+              CLI::Range(1e-9, 1.0));
+  program.add("--seed", o.seed, "seed of the adapters, the windows and the draws");
   program.add_threads(o.threads, "threads of OpenBLAS and xtgrad's passes");
   program.add_out(o.out);
   if (const auto code = program.parse(argc, argv)) return *code;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include <xtensor/xview.hpp>
+#include <xtgrad/data/counter_key.hpp>
 #include <xtgrad/io/idx.hpp>
 
-#include "../common/counter_key.hpp"
 #include "zoo/fashion/models.hpp"
 
 namespace fashion {
@@ -110,7 +110,7 @@ FashionMnist load_fashion_mnist(const fs::path& dir, std::size_t train_limit,
 }
 
 bool flips(std::uint64_t seed, std::uint64_t epoch, std::size_t index) {
-  const std::uint64_t key = demos::counter_key(seed, 0x666c6970ULL, epoch, index);  // "flip"
+  const std::uint64_t key = xtgrad::counter_key(seed, 0x666c6970ULL, epoch, index);  // "flip"
   return (key >> 63) != 0;
 }
 

@@ -97,9 +97,9 @@ int run(const Options& o, demos::Program& program) {
   if (parallel.quiet()) return 0;
   const double total_seconds = program.seconds();
 
-  demos::HistoryFields<EpochRecord> columns = epoch_fields();
+  xtgrad::training::HistoryFields<EpochRecord> columns = epoch_fields();
   columns.sizes = {{"epoch", &EpochRecord::epoch}};
-  demos::write_history_csv(out / "history.csv", result.history, columns);
+  xtgrad::training::write_history_csv(out / "history.csv", result.history, columns);
   write_confusion_csv(out / "confusion.csv",
                       confusion_matrix(data.test, result.final_test.predictions));
   nlohmann::json summary = summary_of(o, parameters, data, result, data_seconds, total_seconds);

@@ -8,15 +8,15 @@
 
 #include <xtgrad/training/training_state.hpp>
 
-#include "../common/run_state.hpp"
+#include <xtgrad/training/run_state.hpp>
 
 namespace fashion {
 
 namespace {
 
 using namespace xtgrad;
-using demos::as_integer;
-using demos::option_mismatch;
+using training::as_integer;
+using training::option_mismatch;
 namespace fs = std::filesystem;
 
 constexpr const char* k_program = "train_fashion";
@@ -36,7 +36,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
                 {"option.channel_hidden", as_integer(c.channel_hidden)},
                 {"option.epochs", as_integer(o.epochs)},
                 {"option.batch_size", as_integer(o.batch_size)},
-                {"option.seed", demos::seed_bits(o.seed)},
+                {"option.seed", training::seed_bits(o.seed)},
                 {k_flip_key, o.flip},
                 {"option.train_images", as_integer(id.train_images)}};
   e.reals = {{"option.dropout", c.dropout},
@@ -59,8 +59,8 @@ struct Mismatch {
 
 }  // namespace
 
-const demos::HistoryFields<EpochRecord>& epoch_fields() {
-  static const demos::HistoryFields<EpochRecord> fields{
+const training::HistoryFields<EpochRecord>& epoch_fields() {
+  static const training::HistoryFields<EpochRecord> fields{
       {},
       {{"train_loss", &EpochRecord::train_loss},
        {"test_loss", &EpochRecord::test_loss},
@@ -70,16 +70,18 @@ const demos::HistoryFields<EpochRecord>& epoch_fields() {
   return fields;
 }
 
-void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
+void save_run(training::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
-  demos::save_history(extras, "epochs_done", position.history, epoch_fields());
+  training::save_history(extras, "epochs_done", position.history, epoch_fields());
   run.save(dir, extras);
 }
 
-RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
-  const demos::SavedRun saved = run.resume(dir, identity_extras(identity), k_program, Mismatch{});
+RunPosition resume_run(training::TrainingRun& run, const fs::path& dir,
+                       const RunIdentity& identity) {
+  const training::SavedRun saved =
+      run.resume(dir, identity_extras(identity), k_program, Mismatch{});
   RunPosition position;
   position.step = saved.size("step");
   position.history = saved.history("epochs_done", epoch_fields());

@@ -14,8 +14,7 @@
 
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
-
-#include "../common/progress.hpp"
+#include <xtgrad/training/progress.hpp>
 
 namespace fashion {
 
@@ -31,7 +30,7 @@ double seconds_since(Clock::time_point start) {
 }
 
 // One optimizer step on `batch`, observed as step `observed`; this rank's loss.
-double train_step(demos::TrainingRun& run, Module<float>& model, const Batch<float>& batch,
+double train_step(training::TrainingRun& run, Module<float>& model, const Batch<float>& batch,
                   const CrossEntropyOptions& loss_options, training::StepObserver<float>& observer,
                   std::size_t observed) {
   Var<float> loss;
@@ -90,10 +89,10 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   const auto warmup = std::min<std::int64_t>(
       static_cast<std::int64_t>(std::llround(o.warmup_epochs * steps_per_epoch)), total_steps / 2);
 
-  demos::TrainingRun run(
+  training::TrainingRun run(
       parallel, model,
-      demos::decay_groups(model, optim::AdamWOptions(o.lr).weight_decay(o.weight_decay)), o.zero,
-      demos::warmup_cosine(warmup, total_steps));
+      training::decay_groups(model, optim::AdamWOptions(o.lr).weight_decay(o.weight_decay)), o.zero,
+      training::warmup_cosine(warmup, total_steps));
   const RunIdentity identity{config, o, train_images};
   TrainResult result;
   std::size_t step = 0;
@@ -117,9 +116,10 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     model.train();
     batcher.start_epoch(epoch);
     shards.start_epoch(epoch);
-    demos::Progress progress(0, steps_per_epoch, steps_per_epoch, out, "img/s",
-                             "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
-                             demos::LossMean::run);
+    training::Progress progress(
+        0, steps_per_epoch, steps_per_epoch, out, "img/s",
+        "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
+        training::LossMean::run);
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
     while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {

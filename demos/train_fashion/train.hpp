@@ -17,15 +17,15 @@
 
 #include <xtgrad/training/data_parallel.hpp>
 #include <xtgrad/training/step_observer.hpp>
+#include <xtgrad/training/training_run.hpp>
 #include "../common/report_files.hpp"
-#include "../common/training_run.hpp"
 #include "data.hpp"
 #include "zoo/fashion/models.hpp"
 
 namespace fashion {
 
 // --save writes after every epoch; --stop-after is an epoch.
-struct TrainOptions : demos::RunOptions {
+struct TrainOptions : xtgrad::training::RunOptions {
   std::size_t epochs = 10;
   std::size_t batch_size = 128;
   double lr = 1e-3;
@@ -47,7 +47,7 @@ struct EpochRecord {
 };
 
 // The saved history's fields (run_state.cpp); history.csv has the epoch first.
-const demos::HistoryFields<EpochRecord>& epoch_fields();
+const xtgrad::training::HistoryFields<EpochRecord>& epoch_fields();
 
 struct Evaluation {
   double loss = 0.0, accuracy = 0.0;
@@ -93,13 +93,13 @@ struct RunPosition {
 };
 
 // Collective: `run`'s state and the position saved to `dir`.
-void save_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+void save_run(xtgrad::training::TrainingRun& run, const std::filesystem::path& dir,
               const RunIdentity& identity, const RunPosition& position);
 
 // Collective: loads the run saved in `dir` into `run` (built as for the
 // first run) and returns the position. std::invalid_argument naming the
 // directory when it is not a saved run or was saved with other options.
-RunPosition resume_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+RunPosition resume_run(xtgrad::training::TrainingRun& run, const std::filesystem::path& dir,
                        const RunIdentity& identity);
 
 }  // namespace fashion

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "../common/counter_key.hpp"
+#include <xtgrad/data/counter_key.hpp>
 
 namespace gpt_demo {
 
@@ -48,7 +48,7 @@ std::size_t window_start(std::uint64_t seed, std::uint64_t step, std::uint64_t r
     throw std::invalid_argument("the training text has " + std::to_string(length) +
                                 " characters, too few for windows of --block-size " +
                                 std::to_string(block_size) + " + 1");
-  const std::uint64_t key = demos::counter_key(seed, 0x77696e646f77ULL, step, row);  // "window"
+  const std::uint64_t key = xtgrad::counter_key(seed, 0x77696e646f77ULL, step, row);  // "window"
   return static_cast<std::size_t>(key % (length - block_size));
 }
 

@@ -3,6 +3,7 @@
 #include "corpus.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -62,58 +63,6 @@ std::vector<std::string> split_records(const std::string& text) {
   return records;
 }
 
-std::u32string decode_utf8(const std::string& text, const std::string& where) {
-  std::u32string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    std::size_t length = b < 0x80           ? 1
-                         : (b >> 5) == 0x6  ? 2
-                         : (b >> 4) == 0xe  ? 3
-                         : (b >> 3) == 0x1e ? 4
-                                            : 0;
-    char32_t c = length == 1 ? b : length == 2 ? b & 0x1f : length == 3 ? b & 0x0f : b & 0x07;
-    bool valid = length != 0 && i + length <= text.size();
-    for (std::size_t k = 1; valid && k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      valid = (next >> 6) == 0x2;
-      c = (c << 6) | (next & 0x3f);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8 either.
-    const char32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (valid) valid = c >= least[length] && c <= 0x10ffff && (c < 0xd800 || c > 0xdfff);
-    if (!valid)
-      throw DataError(where + ": invalid UTF-8 at byte " + std::to_string(i) +
-                      " (expected UTF-8 text)");
-    out.push_back(c);
-    i += length;
-  }
-  return out;
-}
-
-std::string encode_utf8(const std::u32string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char32_t c : text) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xc0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xe0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    }
-  }
-  return out;
-}
-
 Corpus load_corpus(const fs::path& dir) {
   std::error_code error;
   if (!fs::is_directory(dir, error))
@@ -143,6 +92,17 @@ Corpus load_corpus(const fs::path& dir) {
                     std::to_string(k_validation_every) +
                     " (records separated by lines holding only '%')");
   return corpus;
+}
+
+double unigram_cross_entropy(const xtgrad::Indices& train, const xtgrad::Indices& validation,
+                             std::size_t vocab_size) {
+  std::vector<double> counts(vocab_size, 1.0);  // add-one smoothing
+  for (const std::int64_t id : train) counts[static_cast<std::size_t>(id)] += 1.0;
+  const double total = static_cast<double>(train.size() + vocab_size);
+  double sum = 0.0;
+  for (std::size_t n = 1; n < validation.size(); ++n)
+    sum -= std::log(counts[static_cast<std::size_t>(validation(n))] / total);
+  return sum / static_cast<double>(validation.size() - 1);
 }
 
 }  // namespace gpt_demo

@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include <xtgrad/data/char_tokenizer.hpp>
+#include <xtgrad/engine/indices.hpp>
+
 namespace gpt_demo {
 
 inline constexpr const char* k_default_data_dir = "/usr/share/games/fortunes";
@@ -45,9 +48,26 @@ Corpus load_corpus(const std::filesystem::path& dir);
 // without the line break that ends each record; empty records dropped.
 std::vector<std::string> split_records(const std::string& text);
 
-// UTF-8 to code points; DataError naming `where` and the byte offset of the
-// first invalid sequence. And back.
-std::u32string decode_utf8(const std::string& text, const std::string& where);
-std::string encode_utf8(const std::u32string& text);
+// UTF-8 to code points (invalid UTF-8: std::invalid_argument naming `where`
+// and the byte offset) and back.
+using xtgrad::decode_utf8;
+using xtgrad::encode_utf8;
+
+// The character vocabulary of train_gpt: every distinct code point of the
+// corpus (both splits, so that every validation character has an id). It is
+// saved with the checkpoint (run_state.cpp) so that --generate encodes and
+// decodes as the training run did.
+using Vocabulary = xtgrad::CharTokenizer;
+
+// The unigram baseline: the cross-entropy, in nats, of the training text's
+// character frequencies on the validation text,
+//   H = -(1/N) sum_n log p(c_n),   p(c) = (count_train(c) + 1) / (N_train + V)
+// (add-one smoothing, so that a character seen only in validation has a
+// finite cost), over the same N characters the model is scored on (every
+// validation character but the first, which no window predicts). A model
+// that learned nothing about context scores at best about this. `train`
+// (counts) and `validation` (targets) are already ids.
+double unigram_cross_entropy(const xtgrad::Indices& train, const xtgrad::Indices& validation,
+                             std::size_t vocab_size);
 
 }  // namespace gpt_demo

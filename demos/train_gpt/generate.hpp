@@ -15,8 +15,8 @@
 
 #include <xtgrad/modules/gpt.hpp>
 
+#include "corpus.hpp"
 #include "model.hpp"
-#include "tokenizer.hpp"
 
 namespace gpt_demo {
 

@@ -23,7 +23,6 @@
 #include "generate.hpp"
 #include "model.hpp"
 #include "report.hpp"
-#include "tokenizer.hpp"
 #include "train.hpp"
 
 namespace {

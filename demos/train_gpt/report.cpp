@@ -15,7 +15,7 @@ using demos::open_for_writing;
 
 int write_report(const fs::path& out, const TrainResult& result, const ModelOptions& m,
                  double unigram, double total_seconds, const nlohmann::json& summary) {
-  demos::write_history_csv(out / "history.csv", result.history, history_fields());
+  xtgrad::training::write_history_csv(out / "history.csv", result.history, history_fields());
   write_summary_json(out / "summary.json", summary);
   PlotResult plotted = plot_losses(out, unigram);
   const bool sparse = m.experts > 0;

@@ -11,14 +11,14 @@
 #include <xtgrad/io/state_directory.hpp>
 #include <xtgrad/training/training_state.hpp>
 
-#include "../common/run_state.hpp"
+#include <xtgrad/training/run_state.hpp>
 
 namespace gpt_demo {
 
 namespace {
 
 using namespace xtgrad;
-using demos::as_integer;
+using training::as_integer;
 namespace fs = std::filesystem;
 
 constexpr const char* k_program = "train_gpt";
@@ -39,7 +39,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
                 {"option.steps", as_integer(o.steps)},
                 {"option.batch_size", as_integer(o.batch_size)},
                 {"option.warmup_steps", as_integer(o.warmup_steps)},
-                {"option.seed", demos::seed_bits(o.seed)},
+                {"option.seed", training::seed_bits(o.seed)},
                 {"option.eval_interval", as_integer(o.eval_interval)},
                 {"option.eval_windows", as_integer(o.eval_windows)},
                 {"data.train_tokens", as_integer(id.train_tokens)},
@@ -66,7 +66,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
 
 template <class Map>
 auto required(const Map& map, const std::string& key) {
-  return demos::required(map, key, k_program);
+  return training::required(map, key, k_program);
 }
 
 // "saved with --batch-size 32, this run has 64" for the key "option.batch_size";
@@ -75,7 +75,7 @@ struct Mismatch {
   template <class V>
   std::invalid_argument operator()(const std::string& key, V saved, V now) const {
     if (key.rfind("data.", 0) != 0 && key.rfind("vocab.", 0) != 0)
-      return demos::option_mismatch(key, saved, now);
+      return training::option_mismatch(key, saved, now);
     std::ostringstream message;
     message << "saved from another corpus (" << key << " " << saved << ", this corpus " << now
             << ")";
@@ -103,7 +103,7 @@ void save_experts(TrainingExtras& extras, const RunPosition& position) {
     extras.integers["interval.experts." + std::to_string(j)] = as_integer(open[j]);
 }
 
-void load_experts(const demos::SavedRun& saved, RunPosition& position) {
+void load_experts(const training::SavedRun& saved, RunPosition& position) {
   const std::size_t records = saved.size("experts.size"), width = saved.size("experts.width");
   for (std::size_t i = 0; i < records; ++i) {
     ExpertRecord r;
@@ -119,8 +119,8 @@ void load_experts(const demos::SavedRun& saved, RunPosition& position) {
 
 }  // namespace
 
-const demos::HistoryFields<HistoryRecord>& history_fields() {
-  static const demos::HistoryFields<HistoryRecord> fields{
+const training::HistoryFields<HistoryRecord>& history_fields() {
+  static const training::HistoryFields<HistoryRecord> fields{
       {{"step", &HistoryRecord::step}},
       {{"train_loss", &HistoryRecord::train_loss},
        {"val_loss", &HistoryRecord::val_loss},
@@ -129,20 +129,21 @@ const demos::HistoryFields<HistoryRecord>& history_fields() {
   return fields;
 }
 
-void save_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
+void save_run(training::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
   TrainingExtras extras = identity_extras(identity);
   extras.integers["step"] = as_integer(position.step);
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
-  demos::save_history(extras, "history.size", position.history, history_fields());
+  training::save_history(extras, "history.size", position.history, history_fields());
   if (identity.model.experts > 0) save_experts(extras, position);
   run.save(dir, extras);
 }
 
-RunPosition resume_run(demos::TrainingRun& run, const fs::path& dir, const RunIdentity& identity) {
+RunPosition resume_run(training::TrainingRun& run, const fs::path& dir,
+                       const RunIdentity& identity) {
   // The vocabulary's size first: its entries differ whenever it does.
-  const demos::SavedRun saved =
+  const training::SavedRun saved =
       run.resume(dir, identity_extras(identity), k_program, Mismatch{}, k_vocab_size);
   RunPosition position;
   position.step = saved.size("step");

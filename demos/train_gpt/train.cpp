@@ -13,8 +13,8 @@
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/expert_parallel.hpp>
+#include <xtgrad/training/progress.hpp>
 
-#include "../common/progress.hpp"
 #include "batches.hpp"
 #include "corpus.hpp"
 #include "generate.hpp"
@@ -36,7 +36,7 @@ std::string format(const char* pattern, double a, double b) {
 // One sample of generated text after step `step`, printed and appended to `samples`.
 void write_sample(const GPT<float>& model, const Vocabulary& vocab,
                   const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
-                  demos::Progress& progress, std::FILE* samples) {
+                  training::Progress& progress, std::FILE* samples) {
   const std::vector<std::int64_t> ids = generate_tokens(
       model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
   const std::string text = encode_utf8(vocab.decode(ids));
@@ -97,7 +97,7 @@ Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch&
 
 // --grad-clip over the whole model (every ZeRO shard, every rank's experts);
 // a norm that is not finite ends the run.
-void clip_gradients(demos::TrainingRun& run, training::Parallel& parallel, GPT<float>& model,
+void clip_gradients(training::TrainingRun& run, training::Parallel& parallel, GPT<float>& model,
                     double max_norm, std::size_t step) {
   const double norm = run.optimizer.sharded() ? run.optimizer.clip_grad_norm({}, max_norm)
                                               : training::clip_grad_norm(parallel, model, max_norm);
@@ -108,7 +108,7 @@ void clip_gradients(demos::TrainingRun& run, training::Parallel& parallel, GPT<f
 }
 
 // What train returns: the run's records, this call's speed and the final losses.
-TrainResult result_of(RunPosition position, const demos::Progress& progress,
+TrainResult result_of(RunPosition position, const training::Progress& progress,
                       double final_val_loss) {
   TrainResult result;
   result.tokens_per_second = progress.items_per_second();
@@ -131,11 +131,11 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   const std::size_t T = model_options.block_size;
   const auto total = static_cast<std::int64_t>(o.steps);
   const auto warmup = std::min<std::int64_t>(static_cast<std::int64_t>(o.warmup_steps), total / 2);
-  demos::TrainingRun run(
+  training::TrainingRun run(
       parallel, model,
-      demos::decay_groups(
+      training::decay_groups(
           model, optim::AdamWOptions(o.lr).betas({0.9, o.beta2}).weight_decay(o.weight_decay)),
-      o.zero, demos::warmup_cosine(warmup, total, o.lr * o.min_lr_ratio));
+      o.zero, training::warmup_cosine(warmup, total, o.lr * o.min_lr_ratio));
   run.per_rank = sharded;
   if (sharded && !parallel.quiet())
     std::fprintf(out, "train_gpt: experts sharded, %zu of each layer's %zu per process\n",
@@ -160,7 +160,7 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   for (auto& [name, module] : model.named_modules())
     if (auto* dropout = dynamic_cast<Dropout<float>*>(module)) dropout->set_row_offset(first_row);
   model.train();
-  demos::Progress progress(position.step, last, o.steps, out, "tok/s");
+  training::Progress progress(position.step, last, o.steps, out, "tok/s");
   for (std::size_t step = position.step; step < last; ++step) {
     const TokenBatch batch = training_batch(data.train, T, o.seed, step, first_row, rows);
     run.tape.clear();

@@ -32,15 +32,15 @@
 #include <xtgrad/modules/gpt.hpp>
 
 #include <xtgrad/training/data_parallel.hpp>
+#include <xtgrad/training/training_run.hpp>
 #include "../common/report_files.hpp"
-#include "../common/training_run.hpp"
+#include "corpus.hpp"
 #include "model.hpp"
-#include "tokenizer.hpp"
 
 namespace gpt_demo {
 
 // --save writes at every evaluation and at the end; --stop-after is a step.
-struct TrainOptions : demos::RunOptions {
+struct TrainOptions : xtgrad::training::RunOptions {
   std::size_t steps = 1500;
   std::size_t batch_size = 32;
   double lr = 3e-3;
@@ -67,7 +67,7 @@ struct HistoryRecord {
 };
 
 // history.csv's columns and the saved history's fields (run_state.cpp).
-const demos::HistoryFields<HistoryRecord>& history_fields();
+const xtgrad::training::HistoryFields<HistoryRecord>& history_fields();
 
 // The routing of a record's interval: tokens[l * E + e] choices of expert e
 // in layer l over the steps since the previous record.
@@ -133,13 +133,13 @@ struct RunPosition {
 };
 
 // Collective: `run`'s state and the position saved to `dir`.
-void save_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+void save_run(xtgrad::training::TrainingRun& run, const std::filesystem::path& dir,
               const RunIdentity& identity, const RunPosition& position);
 
 // Collective: loads the run saved in `dir` into `run` (built as for the
 // first run) and returns the position. std::invalid_argument naming the
 // directory when it is not a saved run or was saved with other options or another corpus.
-RunPosition resume_run(demos::TrainingRun& run, const std::filesystem::path& dir,
+RunPosition resume_run(xtgrad::training::TrainingRun& run, const std::filesystem::path& dir,
                        const RunIdentity& identity);
 
 }  // namespace gpt_demo

@@ -25,6 +25,68 @@ detail::MatrixRef<T> matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols
   return {a.data(), rows, cols};
 }
 
+// One linear call's GEMM geometry: x and dy seen as [N, in] and [N, out], and
+// W stored [out, in] (out_in) or [in, out].
+struct LinearGeometry {
+  std::size_t n, in, out;
+  bool out_in;
+  std::size_t w_rows() const { return out_in ? out : in; }
+  std::size_t w_cols() const { return out_in ? in : out; }
+};
+
+// y[N,out] = x[N,in] . op(W) + b broadcast over rows   (the bias fused into the GEMM)
+template <class T>
+void linear_forward(const LinearGeometry& d, const xt::xarray<T>& x, const xt::xarray<T>& w,
+                    const T* bias, xt::xarray<T>& y, detail::WeightTag tag) {
+  if (bias)
+    detail::gemm_bias<T>(op_name, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()),
+                         d.out_in, matrix(y, d.n, d.out), bias, tag);
+  else
+    detail::gemm<T>(op_name, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()),
+                    d.out_in, matrix(y, d.n, d.out), false, tag);
+}
+
+// out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T[out,in]
+template <class T>
+void linear_input_grad(const LinearGeometry& d, const xt::xarray<T>& dy, const xt::xarray<T>& w,
+                       GradSlot<T> dx, detail::WeightTag tag) {
+  detail::gemm<T>(op_name, matrix(dy, d.n, d.out), false, matrix(w, d.w_rows(), d.w_cols()),
+                  !d.out_in, matrix(dx.buffer, d.n, d.in), dx.accumulate, tag);
+}
+
+// The weight's gradient, in the weight's layout.
+template <class T>
+void linear_weight_grad(const LinearGeometry& d, const xt::xarray<T>& dy, const xt::xarray<T>& x,
+                        GradSlot<T> dw) {
+  if (d.out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
+    detail::gemm<T>(op_name, matrix(dy, d.n, d.out), true, matrix(x, d.n, d.in), false,
+                    matrix(dw.buffer, d.out, d.in), dw.accumulate);
+  else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
+    detail::gemm<T>(op_name, matrix(x, d.n, d.in), true, matrix(dy, d.n, d.out), false,
+                    matrix(dw.buffer, d.in, d.out), dw.accumulate);
+}
+
+// create_graph: the same products as ops, on dy and x seen as [N, out] and [N, in].
+template <class T>
+void linear_grad_rule(const LinearGeometry& d, bool has_bias, GradSink<T>& g) {
+  const auto rows = static_cast<std::int64_t>(d.n);
+  const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
+  const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(d.out)});
+  if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
+    const Var<T> dx = matmul(dy2, d.out_in ? w : transpose(w, 0, 1));
+    g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+  }
+  if (g.needs_grad(1)) {
+    const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(d.in)});
+    if (d.out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
+      g.add(1, matmul(transpose(dy2, 0, 1), x2));
+    else  // dW[in,out] = x^T[in,N] . dy[N,out]
+      g.add(1, matmul(transpose(x2, 0, 1), dy2));
+  }
+  if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
+    g.add(2, sum(dy2, 0));
+}
+
 }  // namespace
 
 namespace detail {
@@ -77,8 +139,7 @@ template <class T>
 Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<T>& weight,
                              const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
   Tape<T>& tape = x.tape();
-  const bool out_in = layout == WeightLayout::out_in;
-  const std::size_t in = dims.in, out = dims.out, n = dims.rows;
+  const LinearGeometry geo{dims.rows, dims.in, dims.out, layout == WeightLayout::out_in};
   const std::size_t xi = x.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
   const bool needs_grad =
@@ -87,64 +148,23 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
   const std::size_t yi = tape.record(op_name, {xi, wi, bi.value_or(xi)}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(dims.y_shape);
-  const xt::xarray<T>& w = tape.value(wi);
-  const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
   // A Parameter's weight is read packed (kernels/onednn_packed_weights.hpp).
-  const detail::WeightTag tag = detail::weight_tag(tape.node_param(wi));
-  // y[N,out] = x[N,in] . op(W) + b broadcast over rows   (the bias fused into the GEMM)
-  if (bi)
-    detail::gemm_bias<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols),
-                         out_in, matrix(y, n, out), tape.value(*bi).data(), tag);
-  else
-    detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false, matrix(w, w_rows, w_cols),
-                    out_in, matrix(y, n, out), false, tag);
+  linear_forward(geo, tape.value(xi), tape.value(wi), bi ? tape.value(*bi).data() : nullptr, y,
+                 detail::weight_tag(tape.node_param(wi)));
 
-  tape.set_backward(
-      yi, [xi, wi, bi, n, in, out, out_in, w_rows, w_cols](Tape<T>& t, const xt::xarray<T>& dy) {
-        const xt::xarray<T>& w = t.value(wi);
-        if (t.requires_grad(xi)) {
-          GradSlot<T> dx = t.grad_slot(xi);
-          // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] .
-          // W^T[out,in]
-          detail::gemm<T>(op_name, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
-                          matrix(dx.buffer, n, in), dx.accumulate,
-                          detail::weight_tag(t.node_param(wi)));
-        }
-        if (t.requires_grad(wi)) {
-          GradSlot<T> dw = t.grad_slot(wi);
-          const xt::xarray<T>& x = t.value(xi);
-          if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-            detail::gemm<T>(op_name, matrix(dy, n, out), true, matrix(x, n, in), false,
-                            matrix(dw.buffer, out, in), dw.accumulate);
-          else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-            detail::gemm<T>(op_name, matrix(x, n, in), true, matrix(dy, n, out), false,
-                            matrix(dw.buffer, in, out), dw.accumulate);
-        }
-        if (bi && t.requires_grad(*bi)) {
-          GradSlot<T> db = t.grad_slot(*bi);
-          // db[out] (+)= sum_r dy[r, out]
-          detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
-        }
-      });
-  // The same products as ops, on dy and x seen as [N, out] and [N, in].
-  tape.set_grad_rule(yi, [n, in, out, out_in, has_bias = bi.has_value()](GradSink<T>& g) {
-    const auto rows = static_cast<std::int64_t>(n);
-    const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
-    const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(out)});
-    if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
-      const Var<T> dx = matmul(dy2, out_in ? w : transpose(w, 0, 1));
-      g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+  tape.set_backward(yi, [xi, wi, bi, geo](Tape<T>& t, const xt::xarray<T>& dy) {
+    if (t.requires_grad(xi))
+      linear_input_grad(geo, dy, t.value(wi), t.grad_slot(xi),
+                        detail::weight_tag(t.node_param(wi)));
+    if (t.requires_grad(wi)) linear_weight_grad(geo, dy, t.value(xi), t.grad_slot(wi));
+    if (bi && t.requires_grad(*bi)) {
+      GradSlot<T> db = t.grad_slot(*bi);
+      // db[out] (+)= sum_r dy[r, out]
+      detail::sum_rows(dy.data(), geo.n, geo.out, db.buffer.data(), db.accumulate);
     }
-    if (g.needs_grad(1)) {
-      const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(in)});
-      if (out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
-        g.add(1, matmul(transpose(dy2, 0, 1), x2));
-      else  // dW[in,out] = x^T[in,N] . dy[N,out]
-        g.add(1, matmul(transpose(x2, 0, 1), dy2));
-    }
-    if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
-      g.add(2, sum(dy2, 0));
   });
+  tape.set_grad_rule(
+      yi, [geo, has_bias = bi.has_value()](GradSink<T>& g) { linear_grad_rule(geo, has_bias, g); });
   return tape.var(yi);
 }
 

@@ -8,6 +8,43 @@
 
 namespace xtgrad {
 
+namespace {
+
+// sum_i (p_i - t_i)^2 / n in one pass; NaN when n = 0, as in PyTorch.
+template <class T>
+T mean_squared_error(const T* p, const T* t, std::size_t n) {
+  const double total = detail::sum_of(n, [p, t](std::size_t i) {
+    const double r = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+    return r * r;
+  });
+  return n == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(total / n);
+}
+
+// Both gradients in one pass: dp[n] (+)= c * (p - t)[n],  dt[n] (+)= -c * (p - t)[n].
+template <class T>
+void mse_grad_both(GradSlot<T> dp, GradSlot<T> dt, const T* p, const T* t, T c, std::size_t n) {
+  T* gp = dp.buffer.data();
+  T* gt = dt.buffer.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const T r = c * (p[i] - t[i]);
+    gp[i] = dp.accumulate ? gp[i] + r : r;
+    gt[i] = dt.accumulate ? gt[i] - r : -r;
+  }
+}
+
+// One side's gradient: d[n] (+)= sign * c * (p - t)[n], sign = 1 for p, -1 for t.
+template <class T>
+void mse_grad_one_side(GradSlot<T> d, const T* p, const T* t, T sign, T c, std::size_t n) {
+  T* g = d.buffer.data();
+  const T cs = sign * c;
+  if (d.accumulate)
+    for (std::size_t i = 0; i < n; ++i) g[i] += cs * (p[i] - t[i]);
+  else
+    for (std::size_t i = 0; i < n; ++i) g[i] = cs * (p[i] - t[i]);
+}
+
+}  // namespace
+
 template <class T>
 Var<T> mse(const Var<T>& prediction, const Var<T>& target) {
   static constexpr const char* op = "mse";
@@ -18,17 +55,11 @@ Var<T> mse(const Var<T>& prediction, const Var<T>& target) {
   const std::size_t pi = prediction.index(), ti = target.index();
   const std::size_t yi =
       tape.record(op, {pi, ti}, prediction.requires_grad() || target.requires_grad());
-  xt::xarray<T>& y = tape.value_mut(yi);
-  const T* p = tape.value(pi).data();
-  const T* t = tape.value(ti).data();
   const std::size_t n = tape.value(pi).size();
+  xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(Shape{});
-  // y[] = sum_i (p_i - t_i)^2 / n in one pass; NaN when n = 0, as in PyTorch
-  const double total = detail::sum_of(n, [p, t](std::size_t i) {
-    const double r = static_cast<double>(p[i]) - static_cast<double>(t[i]);
-    return r * r;
-  });
-  y.data()[0] = n == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(total / n);
+  // y[] = sum_i (p_i - t_i)^2 / n
+  y.data()[0] = mean_squared_error(tape.value(pi).data(), tape.value(ti).data(), n);
 
   tape.set_backward(yi, [pi, ti, n](Tape<T>& tp, const xt::xarray<T>& dy) {
     const bool want_p = tp.requires_grad(pi), want_t = tp.requires_grad(ti);
@@ -40,31 +71,13 @@ Var<T> mse(const Var<T>& prediction, const Var<T>& target) {
     const T c = T(2) * dy.data()[0] / static_cast<T>(n);
     const T* p = tp.value(pi).data();
     const T* t = tp.value(ti).data();
-    if (want_p && want_t && pi != ti) {  // both in one pass
+    if (want_p && want_t && pi != ti) {  // dp = c * (p - t), dt = -dp
       GradSlot<T> dp = tp.grad_slot(pi), dt = tp.grad_slot(ti);
-      T* gp = dp.buffer.data();
-      T* gt = dt.buffer.data();
-      // dp[n] (+)= c * (p - t)[n],  dt[n] (+)= -c * (p - t)[n]
-      for (std::size_t i = 0; i < n; ++i) {
-        const T r = c * (p[i] - t[i]);
-        gp[i] = dp.accumulate ? gp[i] + r : r;
-        gt[i] = dt.accumulate ? gt[i] - r : -r;
-      }
-      return;
+      return mse_grad_both(dp, dt, p, t, c, n);
     }
     // One side only (or mse(x, x), whose two gradients cancel exactly).
-    const auto one_side = [&](std::size_t index, T sign) {
-      GradSlot<T> slot = tp.grad_slot(index);
-      T* g = slot.buffer.data();
-      const T cs = sign * c;
-      // d[n] (+)= sign * c * (p - t)[n]
-      if (slot.accumulate)
-        for (std::size_t i = 0; i < n; ++i) g[i] += cs * (p[i] - t[i]);
-      else
-        for (std::size_t i = 0; i < n; ++i) g[i] = cs * (p[i] - t[i]);
-    };
-    if (want_p) one_side(pi, T(1));
-    if (want_t) one_side(ti, T(-1));
+    if (want_p) mse_grad_one_side(tp.grad_slot(pi), p, t, T(1), c, n);
+    if (want_t) mse_grad_one_side(tp.grad_slot(ti), p, t, T(-1), c, n);
   });
   // create_graph: dp = (p - t) * dy * 2 / n, dt = -dp (empty when n = 0: no 2 / 0)
   tape.set_grad_rule(yi, [n](GradSink<T>& g) {

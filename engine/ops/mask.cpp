@@ -12,6 +12,7 @@
 #include "../kernels/parallel.hpp"
 #include "sum_to.hpp"
 #include "support/broadcast.hpp"
+#include "support/select.hpp"
 
 namespace xtgrad {
 
@@ -81,64 +82,6 @@ void expand_mask(const xt::xarray<bool>& mask, const Shape& out, std::size_t siz
                     });
 }
 
-// d[j] (+)= (m[j * step] == keep) ? g[j] : 0 for j < n: the gradient of a
-// selection, passing dy where the mask equals `keep` and 0 elsewhere.
-template <bool add, class T>
-void select_grad(T* d, const T* g, const bool* m, bool step, bool keep, std::size_t n) {
-  if (step) {
-    for (std::size_t j = 0; j < n; ++j) {
-      const T v = m[j] == keep ? g[j] : T(0);
-      if constexpr (add)
-        d[j] += v;
-      else
-        d[j] = v;
-    }
-  } else if (*m == keep) {
-    if constexpr (add)
-      for (std::size_t j = 0; j < n; ++j) d[j] += g[j];
-    else
-      std::copy(g, g + n, d);
-  } else if constexpr (!add) {
-    std::fill(d, d + n, T(0));
-  }
-}
-
-// The bytes of a mask (0 or 1 each): GCC 12 vectorizes a select on
-// `c[j] != 0` over unsigned char, not the same select over bool.
-const unsigned char* mask_bytes(const bool* m) {
-  return reinterpret_cast<const unsigned char*>(m);
-}
-
-// y[j] = c[j] ? a[j * step_a] : b[j * step_b] for j < n; one loop per step
-// pattern, as detail::binary_run. Both operands are loaded unconditionally, so
-// that the select vectorizes (a blend) instead of branching per element.
-template <class T>
-void select_run(T* y, const bool* cond, const T* a, bool step_a, const T* b, bool step_b,
-                std::size_t n) {
-  const unsigned char* c = mask_bytes(cond);
-  if (step_a && step_b) {
-    for (std::size_t j = 0; j < n; ++j) {
-      const T av = a[j], bv = b[j];
-      y[j] = c[j] != 0 ? av : bv;
-    }
-  } else if (step_a) {
-    const T b0 = *b;
-    for (std::size_t j = 0; j < n; ++j) {
-      const T av = a[j];
-      y[j] = c[j] != 0 ? av : b0;
-    }
-  } else if (step_b) {
-    const T a0 = *a;
-    for (std::size_t j = 0; j < n; ++j) {
-      const T bv = b[j];
-      y[j] = c[j] != 0 ? a0 : bv;
-    }
-  } else {
-    const T a0 = *a, b0 = *b;
-    for (std::size_t j = 0; j < n; ++j) y[j] = c[j] != 0 ? a0 : b0;
-  }
-}
-
 // where's backward for one operand: d[operand] (+)= sum over the operand's
 // repeated axes of (c == keep ? dy : 0), c being cond expanded to dy's shape.
 template <class T>
@@ -146,14 +89,81 @@ void where_operand_backward(const xt::xarray<T>& dy, const bool* c, bool keep, G
   const std::size_t n = dy.size();
   if (d.buffer.shape() == dy.shape()) {  // d[y] (+)= c[y] == keep ? dy[y] : 0, in place
     if (d.accumulate)
-      select_grad<true>(d.buffer.data(), dy.data(), c, true, keep, n);
+      detail::select_grad<true>(d.buffer.data(), dy.data(), c, true, keep, n);
     else
-      select_grad<false>(d.buffer.data(), dy.data(), c, true, keep, n);
+      detail::select_grad<false>(d.buffer.data(), dy.data(), c, true, keep, n);
     return;
   }
   xt::xarray<T> selected = xt::empty<T>(dy.shape());  // [y]
-  select_grad<false>(selected.data(), dy.data(), c, true, keep, n);
+  detail::select_grad<false>(selected.data(), dy.data(), c, true, keep, n);
   detail::sum_to_shape(selected, d);  // d[operand] (+)= sum over repeated axes of selected[y]
+}
+
+// masked_fill's `value` in x's element type: a finite value must fit in T
+// (+-inf and NaN pass as they are).
+template <class T>
+T checked_fill_value(const char* op, double value) {
+  const double max = static_cast<double>(std::numeric_limits<T>::max());
+  detail::Check(op).argument(!std::isfinite(value) || std::abs(value) <= max, "value", "is ", value,
+                             ", which overflows the element type (expected a value in [-", max,
+                             ", ", max, "], +-inf or NaN)");
+  return static_cast<T>(value);
+}
+
+// masked_fill's forward into y, already of the broadcast shape.
+template <class T>
+void masked_fill_forward(const xt::xarray<T>& x, const xt::xarray<bool>& mask, T fill,
+                         xt::xarray<T>& y) {
+  const T* xd = x.data();
+  T* yd = y.data();
+  const bool* md = mask.data();
+  if (x.shape() == y.shape()) {
+    // y[x] = mask[x] ? value : x[x], mask broadcast to x's shape
+    for_each_mask_run(y.shape(), y.size(), mask.shape(),
+                      [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
+                        if (step)
+                          detail::select_run(yd + o, md + m, &fill, false, xd + o, true, n);
+                        else if (md[m])
+                          std::fill(yd + o, yd + o + n, fill);
+                        else
+                          std::copy(xd + o, xd + o + n, yd + o);
+                      });
+  } else if (y.size() != 0) {
+    // y[y] = mask[y] ? value : x[y], both broadcast to y's shape
+    const detail::BroadcastPlan plan = detail::make_plan(y.shape(), {&x.shape(), &mask.shape()});
+    detail::for_each_run(
+        plan, y.size(),
+        [&](std::size_t o, std::size_t ox, std::size_t om, std::size_t n, bool sx, bool sm) {
+          for (std::size_t j = 0; j < n; ++j)
+            yd[o + j] = md[sm ? om + j : om] ? fill : xd[sx ? ox + j : ox];
+        });
+  }
+}
+
+// Saves masked_fill's mask in node yi for backward: as given (as_given, when
+// y has x's shape), else expanded to y's shape.
+template <class T>
+void save_fill_mask(Tape<T>& tape, std::size_t yi, const xt::xarray<bool>& mask, bool as_given) {
+  const xt::xarray<T>& y = tape.value(yi);
+  bool* saved = tape.template save<bool>(yi, as_given ? mask.size() : y.size());
+  if (as_given)
+    std::copy(mask.data(), mask.data() + mask.size(), saved);
+  else
+    expand_mask(mask, y.shape(), y.size(), saved);
+}
+
+// dx[x] (+)= mask[x] ? 0 : dy[x], the mask (of shape mask_shape) broadcast to x's shape.
+template <class T>
+void masked_fill_grad(const xt::xarray<T>& dy, const bool* mask, const Shape& mask_shape,
+                      GradPointer<T> dx) {
+  const T* g = dy.data();
+  for_each_mask_run(dy.shape(), dy.size(), mask_shape,
+                    [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
+                      if (dx.accumulate)
+                        detail::select_grad<true>(dx.data + o, g + o, mask + m, step, false, n);
+                      else
+                        detail::select_grad<false>(dx.data + o, g + o, mask + m, step, false, n);
+                    });
 }
 
 // The columns [begin, end) of row i of an [R, C] matrix that tril (upper ==
@@ -245,73 +255,29 @@ Var<T> masked_fill(const Var<T>& x, const xt::xarray<bool>& mask, double value) 
   static constexpr const char* op = "masked_fill";
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
   const Shape y_shape = broadcast_with_mask(op, mask.shape(), x.shape());
-  const double max = static_cast<double>(std::numeric_limits<T>::max());
-  detail::Check(op).argument(!std::isfinite(value) || std::abs(value) <= max, "value", "is ", value,
-                             ", which overflows the element type (expected a value in [-", max,
-                             ", ", max, "], +-inf or NaN)");
-  const T fill = static_cast<T>(value);
+  const T fill = checked_fill_value<T>(op, value);
   const Shape x_shape = x.shape();
   const bool x_is_y = x_shape == y_shape;  // otherwise x broadcasts up to a larger mask
   if (!x_is_y) detail::checked_allocation<T>(op, "arguments 'x' and 'mask'", y_shape);
 
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
-  const T* xd = xv.data();
-  T* yd = y.data();
-  const bool* md = mask.data();
-  if (x_is_y) {
-    // y[x] = mask[x] ? value : x[x], mask broadcast to x's shape
-    for_each_mask_run(y.shape(), y.size(), mask.shape(),
-                      [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
-                        if (step)
-                          select_run(yd + o, md + m, &fill, false, xd + o, true, n);
-                        else if (md[m])
-                          std::fill(yd + o, yd + o + n, fill);
-                        else
-                          std::copy(xd + o, xd + o + n, yd + o);
-                      });
-  } else if (y.size() != 0) {
-    // y[y] = mask[y] ? value : x[y], both broadcast to y's shape
-    const detail::BroadcastPlan plan = detail::make_plan(y_shape, {&x_shape, &mask.shape()});
-    detail::for_each_run(
-        plan, y.size(),
-        [&](std::size_t o, std::size_t ox, std::size_t om, std::size_t n, bool sx, bool sm) {
-          for (std::size_t j = 0; j < n; ++j)
-            yd[o + j] = md[sm ? om + j : om] ? fill : xd[sx ? ox + j : ox];
-        });
-  }
+  masked_fill_forward(tape.value(xi), mask, fill, y);  // y = mask ? value : x
 
   // Backward reads the mask from this node's saved buffer (no copy when no
   // gradient is needed): as given when y has x's shape, else expanded to y's.
   const Shape saved_shape = x_is_y ? mask.shape() : y_shape;
-  if (tape.requires_grad(yi)) {
-    bool* saved = tape.template save<bool>(yi, x_is_y ? mask.size() : y.size());
-    if (x_is_y)
-      std::copy(md, md + mask.size(), saved);
-    else
-      expand_mask(mask, y_shape, y.size(), saved);
-  }
+  if (tape.requires_grad(yi)) save_fill_mask(tape, yi, mask, x_is_y);
   if (std::isinf(fill)) tape.allow_infinity(yi);  // the -inf of attention scores is no anomaly
   tape.set_backward(yi, [xi, yi, saved_shape, x_is_y](Tape<T>& t, const xt::xarray<T>& dy) {
     if (!t.requires_grad(xi)) return;
     const bool* saved = t.template saved<bool>(yi);
-    if (!x_is_y) {  // dx[x] (+)= sum over x's repeated axes of mask[y] ? 0 : dy[y]
+    if (x_is_y)  // dx[x] (+)= mask[x] ? 0 : dy[x]
+      masked_fill_grad(dy, saved, saved_shape, t.grad_pointer(xi));
+    else  // dx[x] (+)= sum over x's repeated axes of mask[y] ? 0 : dy[y]
       where_operand_backward(dy, saved, false, t.grad_slot(xi));
-      return;
-    }
-    const GradPointer<T> dx = t.grad_pointer(xi);
-    const T* g = dy.data();
-    // dx[x] (+)= mask[x] ? 0 : dy[x]
-    for_each_mask_run(dy.shape(), dy.size(), saved_shape,
-                      [&](std::size_t o, std::size_t m, std::size_t n, bool step) {
-                        if (dx.accumulate)
-                          select_grad<true>(dx.data + o, g + o, saved + m, step, false, n);
-                        else
-                          select_grad<false>(dx.data + o, g + o, saved + m, step, false, n);
-                      });
   });
   // create_graph: dx = sum_to(masked_fill(dy, mask, 0), x), the mask rebuilt from this node
   tape.set_grad_rule(yi, [saved_shape, x_shape](GradSink<T>& g) {
@@ -344,13 +310,13 @@ Var<T> where(const xt::xarray<bool>& cond, const Var<T>& a, const Var<T>& b) {
   expand_mask(cond, y_shape, n, c);
   // y[y] = c[y] ? a[y] : b[y], a and b broadcast
   if (av.shape() == y_shape && bv.shape() == y_shape) {
-    select_run(y.data(), c, av.data(), true, bv.data(), true, n);
+    detail::select_run(y.data(), c, av.data(), true, bv.data(), true, n);
   } else {
     const detail::BroadcastPlan plan = detail::make_plan(y_shape, {&av.shape(), &bv.shape()});
     detail::for_each_run(
         plan, n,
         [&](std::size_t o, std::size_t oa, std::size_t ob, std::size_t len, bool sa, bool sb) {
-          select_run(y.data() + o, c + o, av.data() + oa, sa, bv.data() + ob, sb, len);
+          detail::select_run(y.data() + o, c + o, av.data() + oa, sa, bv.data() + ob, sb, len);
         });
   }
 

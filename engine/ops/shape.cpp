@@ -71,6 +71,64 @@ Var<T> permuted(const char* op, Tape<T>& tape, const Var<T>& x, const Shape& dim
   return tape.var(yi);
 }
 
+// ---- Expand: a broadcast view's sizes, then a copy ----
+
+// expand's result shape: `shape` checked against x's shape, -1 keeping x's
+// size and new leading axes any size >= 0.
+Shape expanded_shape(const char* op, const Shape& x_shape, const std::vector<std::int64_t>& shape) {
+  const std::size_t rank = x_shape.size();
+  const auto given = [&] {  // built only for a message: no allocation on success
+    return detail::shape_str(shape) + " for x of shape " + detail::shape_str(x_shape);
+  };
+  if (shape.size() < rank)
+    detail::fail_argument(
+        op, "shape",
+        "is " + given() + ", expected at least " + std::to_string(rank) + " sizes (x's rank)");
+  const std::size_t lead = shape.size() - rank;
+  Shape y_shape(shape.size());
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    const std::int64_t s = shape[k];
+    const auto entry = [&] {
+      return "is " + given() + ", whose entry " + std::to_string(k) + " is " + std::to_string(s);
+    };
+    if (k < lead) {
+      if (s < 0)
+        detail::fail_argument(op, "shape", entry() + ", expected a size >= 0 for a new axis");
+      y_shape[k] = static_cast<std::size_t>(s);
+      continue;
+    }
+    const std::size_t n = x_shape[k - lead];
+    if (s == -1) {
+      y_shape[k] = n;
+    } else if (s < 0) {
+      detail::fail_argument(op, "shape", entry() + ", expected a size >= 0 or -1");
+    } else if (static_cast<std::size_t>(s) != n && n != 1) {
+      detail::fail_argument(op, "shape",
+                            entry() + ", expected " + std::to_string(n) +
+                                " (only an axis of size 1 can be expanded)");
+    } else {
+      y_shape[k] = static_cast<std::size_t>(s);
+    }
+  }
+  return y_shape;
+}
+
+// y[y.shape] = x broadcast to y's shape: runs copied from x, or one element repeated.
+template <class T>
+void broadcast_into(const xt::xarray<T>& x, xt::xarray<T>& y) {
+  const detail::BroadcastPlan plan = detail::make_plan(y.shape(), {&x.shape(), &x.shape()});
+  const T* xd = x.data();
+  T* yd = y.data();
+  detail::for_each_run(
+      plan, y.size(),
+      [&](std::size_t o, std::size_t ox, std::size_t, std::size_t n, bool step, bool) {
+        if (step)
+          std::copy(xd + ox, xd + ox + n, yd + o);
+        else
+          std::fill(yd + o, yd + o + n, xd[ox]);
+      });
+}
+
 }  // namespace
 
 std::vector<std::int64_t> detail::signed_shape(const char* op,
@@ -196,59 +254,13 @@ template <class T>
 Var<T> expand(const Var<T>& x, const std::vector<std::int64_t>& shape) {
   static constexpr const char* op = "expand";
   Tape<T>& tape = detail::common_tape<T>(op, {{"x", &x}});
-  const Shape& x_shape = x.shape();
-  const std::size_t rank = x_shape.size();
-  const auto given = [&] {  // built only for a message: no allocation on success
-    return detail::shape_str(shape) + " for x of shape " + detail::shape_str(x_shape);
-  };
-  if (shape.size() < rank)
-    detail::fail_argument(
-        op, "shape",
-        "is " + given() + ", expected at least " + std::to_string(rank) + " sizes (x's rank)");
-  const std::size_t lead = shape.size() - rank;
-  Shape y_shape(shape.size());
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    const std::int64_t s = shape[k];
-    const auto entry = [&] {
-      return "is " + given() + ", whose entry " + std::to_string(k) + " is " + std::to_string(s);
-    };
-    if (k < lead) {
-      if (s < 0)
-        detail::fail_argument(op, "shape", entry() + ", expected a size >= 0 for a new axis");
-      y_shape[k] = static_cast<std::size_t>(s);
-      continue;
-    }
-    const std::size_t n = x_shape[k - lead];
-    if (s == -1) {
-      y_shape[k] = n;
-    } else if (s < 0) {
-      detail::fail_argument(op, "shape", entry() + ", expected a size >= 0 or -1");
-    } else if (static_cast<std::size_t>(s) != n && n != 1) {
-      detail::fail_argument(op, "shape",
-                            entry() + ", expected " + std::to_string(n) +
-                                " (only an axis of size 1 can be expanded)");
-    } else {
-      y_shape[k] = static_cast<std::size_t>(s);
-    }
-  }
+  const Shape y_shape = expanded_shape(op, x.shape(), shape);
   detail::checked_allocation<T>(op, "argument 'shape'", y_shape);
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(op, {xi}, x.requires_grad());
-  const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
-  // y[y_shape] = x broadcast: runs copied from x, or one element repeated
-  const detail::BroadcastPlan plan = detail::make_plan(y_shape, {&xv.shape(), &xv.shape()});
-  const T* xd = xv.data();
-  T* yd = y.data();
-  detail::for_each_run(
-      plan, y.size(),
-      [&](std::size_t o, std::size_t ox, std::size_t, std::size_t n, bool step, bool) {
-        if (step)
-          std::copy(xd + ox, xd + ox + n, yd + o);
-        else
-          std::fill(yd + o, yd + o + n, xd[ox]);
-      });
+  broadcast_into(tape.value(xi), y);  // y[y_shape] = x broadcast
 
   tape.set_backward(yi, [xi](Tape<T>& t, const xt::xarray<T>& dy) {
     // dx[x.shape] (+)= dy[y_shape] summed over the axes x was repeated along

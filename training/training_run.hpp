@@ -1,12 +1,12 @@
 #pragma once
-// demos::TrainingRun: the objects of a demo's training loop, built in the
+// training::TrainingRun: the objects of a program's training loop, built in the
 // order they need each other: the tape, the gradients averaged over the job
 // (training::GradientAverager: rank 0's parameters broadcast first), the
 // optimizer over the parameter groups (sharded by --zero,
 // training::TrainingOptimizer) and its schedule; and the run saved and
 // resumed with them (run_state.hpp), collectively under mpirun.
 //
-//   demos::TrainingRun run(parallel, model, groups, o.zero, make_schedule);
+//   training::TrainingRun run(parallel, model, groups, o.zero, make_schedule);
 //   if (!o.resume.empty()) position = position_of(run.resume(o.resume, identity, "train_x", mismatch));
 //   for (...) {
 //     run.tape.clear(); loss = ...; run.tape.backward(loss);
@@ -24,11 +24,10 @@
 #include <utility>
 #include <vector>
 
-#include <xtgrad/training/training_optimizer.hpp>
-
 #include "run_state.hpp"
+#include "training_optimizer.hpp"
 
-namespace demos {
+namespace xtgrad::training {
 
 // The options of a run that its loop reads besides its own: where to save
 // and resume it, where to stop it and the ZeRO stage under mpirun.
@@ -55,37 +54,36 @@ struct RunOptions {
 // AdamW's two parameter groups, as nanoGPT makes them: `options` on the
 // parameters of rank >= 2 (weight matrices, embeddings), the same without
 // weight decay on the others (biases, norm weights); a tied weight once.
-inline std::vector<xtgrad::optim::AdamWParamGroup<float>> decay_groups(
-    xtgrad::Module<float>& model, const xtgrad::optim::AdamWOptions& options) {
-  std::vector<xtgrad::Parameter<float>*> decay, no_decay;
-  for (xtgrad::Parameter<float>* p : model.parameters()) {
-    std::vector<xtgrad::Parameter<float>*>& group = p->value.dimension() >= 2 ? decay : no_decay;
+inline std::vector<optim::AdamWParamGroup<float>> decay_groups(Module<float>& model,
+                                                               const optim::AdamWOptions& options) {
+  std::vector<Parameter<float>*> decay, no_decay;
+  for (Parameter<float>* p : model.parameters()) {
+    std::vector<Parameter<float>*>& group = p->value.dimension() >= 2 ? decay : no_decay;
     if (std::find(group.begin(), group.end(), p) == group.end()) group.push_back(p);
   }
-  return {{decay, options}, {no_decay, xtgrad::optim::AdamWOptions(options).weight_decay(0.0)}};
+  return {{decay, options}, {no_decay, optim::AdamWOptions(options).weight_decay(0.0)}};
 }
 
-// The schedule of both training demos: a linear warm-up from 0 over
+// The schedule of nanoGPT and of most Transformer runs: a linear warm-up from 0 over
 // `warmup` steps, then a cosine to `eta_min` at step `total`.
-inline xtgrad::training::TrainingOptimizer<float>::MakeSchedule warmup_cosine(
-    std::int64_t warmup, std::int64_t total, double eta_min = 0.0) {
-  return [=](xtgrad::optim::Optimizer<float>& opt) {
-    return std::unique_ptr<xtgrad::optim::LRScheduler<float>>(
-        new xtgrad::optim::WarmupCosineLR<float>(
-            opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, eta_min));
+inline TrainingOptimizer<float>::MakeSchedule warmup_cosine(std::int64_t warmup, std::int64_t total,
+                                                            double eta_min = 0.0) {
+  return [=](optim::Optimizer<float>& opt) {
+    return std::unique_ptr<optim::LRScheduler<float>>(new optim::WarmupCosineLR<float>(
+        opt, warmup, std::max<std::int64_t>(1, total - warmup), 0.0, eta_min));
   };
 }
 
 class TrainingRun {
-  xtgrad::training::Parallel& parallel_;
-  xtgrad::Module<float>& model_;
-  xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule_;
+  Parallel& parallel_;
+  Module<float>& model_;
+  TrainingOptimizer<float>::MakeSchedule make_schedule_;
 
  public:
   template <class Options>
-  TrainingRun(xtgrad::training::Parallel& parallel, xtgrad::Module<float>& model,
-              const std::vector<xtgrad::optim::ParamGroup<float, Options>>& groups, int zero,
-              xtgrad::training::TrainingOptimizer<float>::MakeSchedule make_schedule)
+  TrainingRun(Parallel& parallel, Module<float>& model,
+              const std::vector<optim::ParamGroup<float, Options>>& groups, int zero,
+              TrainingOptimizer<float>::MakeSchedule make_schedule)
       : parallel_(parallel),
         model_(model),
         make_schedule_(std::move(make_schedule)),
@@ -93,19 +91,19 @@ class TrainingRun {
         optimizer(parallel, gradients, groups, zero),
         schedule(make_schedule_(optimizer.optimizer())) {}
 
-  xtgrad::Tape<float> tape;
-  xtgrad::training::GradientAverager<float> gradients;
-  xtgrad::training::TrainingOptimizer<float> optimizer;
-  std::unique_ptr<xtgrad::optim::LRScheduler<float>> schedule;
+  Tape<float> tape;
+  GradientAverager<float> gradients;
+  TrainingOptimizer<float> optimizer;
+  std::unique_ptr<optim::LRScheduler<float>> schedule;
   // Every rank saves and resumes its own state in <dir>/rank<r> (a model
   // whose experts are sharded, training/expert_parallel.hpp; --zero 0).
   bool per_rank = false;
 
-  // Collective: demos::resume_run from `dir` into the model, the optimizer
+  // Collective: training::resume_run from `dir` into the model, the optimizer
   // and the schedule (the whole state read, then sharded by --zero);
   // returns the saved run's extras.
   template <class Mismatch>
-  SavedRun resume(const std::filesystem::path& dir, const xtgrad::TrainingExtras& identity,
+  SavedRun resume(const std::filesystem::path& dir, const TrainingExtras& identity,
                   const std::string& program, Mismatch mismatch,
                   const std::string& first_key = "") {
     if (per_rank) {
@@ -114,23 +112,22 @@ class TrainingRun {
                          first_key),
               own, program};
     }
-    return {
-        optimizer.resume(
-            *schedule, make_schedule_,
-            [&](xtgrad::optim::Optimizer<float>& opt, xtgrad::optim::LRScheduler<float>& sched) {
-              return resume_run(dir, model_, opt, sched, identity, program, mismatch, first_key);
-            }),
-        dir, program};
+    return {optimizer.resume(*schedule, make_schedule_,
+                             [&](optim::Optimizer<float>& opt, optim::LRScheduler<float>& sched) {
+                               return resume_run(dir, model_, opt, sched, identity, program,
+                                                 mismatch, first_key);
+                             }),
+            dir, program};
   }
 
   // Collective: the whole state gathered to rank 0, which saves it with
   // `extras` (per_rank: each rank its own).
-  void save(const std::filesystem::path& dir, const xtgrad::TrainingExtras& extras) {
+  void save(const std::filesystem::path& dir, const TrainingExtras& extras) {
     if (per_rank) {
       std::filesystem::create_directories(dir);
       return save_run(rank_dir(dir), model_, optimizer.optimizer(), *schedule, extras);
     }
-    optimizer.save([&](const xtgrad::optim::Optimizer<float>& full) {
+    optimizer.save([&](const optim::Optimizer<float>& full) {
       save_run(dir, model_, full, *schedule, extras);
     });
   }
@@ -141,4 +138,4 @@ class TrainingRun {
   }
 };
 
-}  // namespace demos
+}  // namespace xtgrad::training

@@ -3,10 +3,11 @@
 #include "run_state.hpp"
 
 #include <cstring>
+#include <fstream>
 
-#include <xtgrad/modules/dropout.hpp>
+#include "../modules/dropout.hpp"
 
-namespace demos {
+namespace xtgrad::training {
 
 namespace {
 
@@ -24,19 +25,19 @@ std::string history_key(std::size_t i, const char* field) {
   return "history." + std::to_string(i) + "." + field;
 }
 
-void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
-              const xtgrad::optim::Optimizer<float>& optimizer,
-              const xtgrad::optim::LRScheduler<float>& schedule, xtgrad::TrainingExtras extras) {
+void save_run(const std::filesystem::path& dir, Module<float>& model,
+              const optim::Optimizer<float>& optimizer, const optim::LRScheduler<float>& schedule,
+              TrainingExtras extras) {
   for (auto& [name, module] : model.named_modules())
-    if (const auto* dropout = dynamic_cast<const xtgrad::Dropout<float>*>(module))
+    if (const auto* dropout = dynamic_cast<const Dropout<float>*>(module))
       extras.integers[k_dropout_prefix + name] = as_integer(dropout->step());
-  xtgrad::save_training_state(dir, model, optimizer, &schedule, extras);
+  save_training_state(dir, model, optimizer, &schedule, extras);
 }
 
-void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
+void restore_dropout_steps(Module<float>& model, const TrainingExtras& saved,
                            const std::string& program) {
   for (auto& [name, module] : model.named_modules())
-    if (auto* dropout = dynamic_cast<xtgrad::Dropout<float>*>(module))
+    if (auto* dropout = dynamic_cast<Dropout<float>*>(module))
       dropout->set_step(
           static_cast<std::uint64_t>(required(saved.integers, k_dropout_prefix + name, program)));
 }
@@ -57,8 +58,15 @@ double SavedRun::real(const std::string& key) const {
   }
 }
 
+void write_text_file(const std::filesystem::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::trunc);
+  if (out) out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
+}
+
 void rethrow_resume_error(const std::filesystem::path& dir, const std::invalid_argument& e) {
   throw std::invalid_argument("--resume '" + dir.string() + "': " + e.what());
 }
 
-}  // namespace demos
+}  // namespace xtgrad::training

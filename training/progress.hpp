@@ -1,7 +1,7 @@
 #pragma once
-// The progress line of a demo's training: the step, the mean loss since the
-// last line, items (tokens, images) per second and the time left. On a
-// terminal it is redrawn in place (carriage return) at most every 0.1 s;
+// training::Progress: the progress line of a training loop: the step, the
+// mean loss since the last line, items (tokens, images) per second and the
+// time left. On a terminal it is redrawn in place (carriage return) at most every 0.1 s;
 // otherwise (a pipe, a log file) a plain line is printed at every tenth of
 // the steps this call trains. Other output (evaluations, samples) goes
 // through line(), which ends the bar first.
@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <string>
 
-namespace demos {
+namespace xtgrad::training {
 
 enum class LossMean { since_line, run };
 
@@ -54,4 +54,4 @@ class Progress {
   std::size_t losses_ = 0;
 };
 
-}  // namespace demos
+}  // namespace xtgrad::training

@@ -6,7 +6,7 @@
 
 #include <utility>
 
-namespace demos {
+namespace xtgrad::training {
 
 namespace {
 
@@ -91,4 +91,4 @@ void Progress::finish() {
   std::fflush(out_);
 }
 
-}  // namespace demos
+}  // namespace xtgrad::training

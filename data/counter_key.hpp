@@ -1,13 +1,13 @@
 #pragma once
-// The demos' counter-based draws (a training window, an image's flip): a
-// 64-bit key of (seed, salt, a, b) through SplitMix64's output function
-// (Steele, Lea & Flood 2014), a bijection of 64-bit words whose every output
-// bit depends on every input bit. A key depends on nothing drawn before it,
+// counter_key: the key of a counter-based draw (a training window, an
+// image's flip): a 64-bit key of (seed, salt, a, b) through SplitMix64's
+// output function (Steele, Lea & Flood 2014), a bijection of 64-bit words
+// whose every output bit depends on every input bit. A key depends on nothing drawn before it,
 // so a resumed run and every rank of a job draw what one process would.
 
 #include <cstdint>
 
-namespace demos {
+namespace xtgrad {
 
 inline std::uint64_t splitmix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -20,4 +20,4 @@ inline std::uint64_t counter_key(std::uint64_t seed, std::uint64_t salt, std::ui
   return splitmix64(splitmix64(splitmix64(seed ^ salt) + a) + b);
 }
 
-}  // namespace demos
+}  // namespace xtgrad

@@ -1,15 +1,15 @@
-// The character vocabulary and the unigram baseline (tokenizer.hpp).
+// CharTokenizer, decode_utf8 and encode_utf8 (char_tokenizer.hpp).
 
-#include "tokenizer.hpp"
+#include "char_tokenizer.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
 
-#include "corpus.hpp"
+#include "bpe_model.hpp"
 
-namespace gpt_demo {
+namespace xtgrad {
 
 namespace {
 
@@ -22,7 +22,7 @@ std::string describe(char32_t c) {
 
 }  // namespace
 
-Vocabulary Vocabulary::of(const std::vector<const std::u32string*>& texts) {
+CharTokenizer CharTokenizer::of(const std::vector<const std::u32string*>& texts) {
   std::vector<bool> seen;
   std::vector<char32_t> extra;  // past the dense table
   constexpr char32_t k_dense = 0x10000;
@@ -34,7 +34,7 @@ Vocabulary Vocabulary::of(const std::vector<const std::u32string*>& texts) {
       else
         extra.push_back(c);
     }
-  Vocabulary v;
+  CharTokenizer v;
   for (char32_t c = 0; c < k_dense; ++c)
     if (seen[c]) v.code_points_.push_back(c);
   std::sort(extra.begin(), extra.end());
@@ -43,7 +43,7 @@ Vocabulary Vocabulary::of(const std::vector<const std::u32string*>& texts) {
   return v;
 }
 
-Vocabulary Vocabulary::from_code_points(std::vector<char32_t> code_points) {
+CharTokenizer CharTokenizer::from_code_points(std::vector<char32_t> code_points) {
   for (std::size_t i = 0; i < code_points.size(); ++i) {
     const char32_t c = code_points[i];
     if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff) || (i > 0 && c <= code_points[i - 1]))
@@ -52,13 +52,13 @@ Vocabulary Vocabulary::from_code_points(std::vector<char32_t> code_points) {
                                   ", expected strictly increasing Unicode code points");
   }
   if (code_points.empty()) throw std::invalid_argument("the saved vocabulary is empty");
-  Vocabulary v;
+  CharTokenizer v;
   v.code_points_ = std::move(code_points);
   return v;
 }
 
-std::vector<std::int64_t> Vocabulary::encode(const std::u32string& text,
-                                             const std::string& what) const {
+std::vector<std::int64_t> CharTokenizer::encode(const std::u32string& text,
+                                                const std::string& what) const {
   std::vector<std::int64_t> ids;
   ids.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -72,15 +72,14 @@ std::vector<std::int64_t> Vocabulary::encode(const std::u32string& text,
   return ids;
 }
 
-xtgrad::Indices Vocabulary::encode_indices(const std::u32string& text,
-                                           const std::string& what) const {
+Indices CharTokenizer::encode_indices(const std::u32string& text, const std::string& what) const {
   const std::vector<std::int64_t> ids = encode(text, what);
-  xtgrad::Indices out = xtgrad::Indices::from_shape({ids.size()});
+  Indices out = Indices::from_shape({ids.size()});
   std::copy(ids.begin(), ids.end(), out.begin());
   return out;
 }
 
-std::u32string Vocabulary::decode(const std::vector<std::int64_t>& ids) const {
+std::u32string CharTokenizer::decode(const std::vector<std::int64_t>& ids) const {
   std::u32string text;
   text.reserve(ids.size());
   for (const std::int64_t id : ids) {
@@ -92,15 +91,25 @@ std::u32string Vocabulary::decode(const std::vector<std::int64_t>& ids) const {
   return text;
 }
 
-double unigram_cross_entropy(const xtgrad::Indices& train, const xtgrad::Indices& validation,
-                             std::size_t vocab_size) {
-  std::vector<double> counts(vocab_size, 1.0);  // add-one smoothing
-  for (const std::int64_t id : train) counts[static_cast<std::size_t>(id)] += 1.0;
-  const double total = static_cast<double>(train.size() + vocab_size);
-  double sum = 0.0;
-  for (std::size_t n = 1; n < validation.size(); ++n)
-    sum -= std::log(counts[static_cast<std::size_t>(validation(n))] / total);
-  return sum / static_cast<double>(validation.size() - 1);
+std::u32string decode_utf8(const std::string& text, const std::string& where) {
+  std::u32string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t start = i;
+    const std::int32_t c = detail::next_code_point(text, i);
+    if (c < 0)
+      throw std::invalid_argument(where + ": invalid UTF-8 at byte " + std::to_string(start) +
+                                  " (expected UTF-8 text)");
+    out.push_back(static_cast<char32_t>(c));
+  }
+  return out;
 }
 
-}  // namespace gpt_demo
+std::string encode_utf8(const std::u32string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char32_t c : text) detail::append_utf8(out, c);
+  return out;
+}
+
+}  // namespace xtgrad

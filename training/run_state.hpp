@@ -1,7 +1,7 @@
 #pragma once
-// Saving and resuming a demo's run: one training-state directory
-// (training/training_state.hpp, written atomically: a failed save leaves the
-// previous one whole) with the model, the optimizer, the schedule and the
+// training::save_run and resume_run: a program's training run saved to and
+// resumed from one training-state directory (training_state.hpp, written
+// atomically: a failed save leaves the previous one whole) with the model, the optimizer, the schedule and the
 // loop's own values as TrainingExtras: the options that fix the run's
 // numbers (its identity, checked on resume), its position (the step, the
 // history) and every Dropout module's step (by its name in named_modules:
@@ -17,10 +17,13 @@
 //   option_mismatch(...)     "saved with --batch-size 128, this run has 64"
 //                            for the key "option.batch_size"
 //   HistoryFields            the fields of a history record, saved as
-//                            "history.<i>.<field>"
+//                            "history.<i>.<field>" (and write_history_csv)
+// The messages speak of the command-line options such a program has
+// (--resume DIR, --batch-size for "option.batch_size").
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -28,14 +31,20 @@
 #include <utility>
 #include <vector>
 
-#include <xtgrad/modules/module.hpp>
-#include <xtgrad/optim/lr_scheduler.hpp>
-#include <xtgrad/optim/optimizer.hpp>
-#include <xtgrad/training/training_state.hpp>
+#include "../modules/module.hpp"
+#include "../optim/lr_scheduler.hpp"
+#include "../optim/optimizer.hpp"
+#include "training_state.hpp"
 
-#include "report_files.hpp"
+namespace xtgrad::training {
 
-namespace demos {
+// The fields of a history record R (one record of a saved run, one row of
+// a program's history.csv): sizes, then reals, by name.
+template <class R>
+struct HistoryFields {
+  std::vector<std::pair<const char*, std::size_t R::*>> sizes;
+  std::vector<std::pair<const char*, double R::*>> reals;
+};
 
 std::int64_t seed_bits(std::uint64_t seed);
 
@@ -65,7 +74,7 @@ std::invalid_argument option_mismatch(const std::string& key, V saved, V now) {
 
 // Writes `history` into `extras`, its length under `count_key`.
 template <class R>
-void save_history(xtgrad::TrainingExtras& extras, const std::string& count_key,
+void save_history(TrainingExtras& extras, const std::string& count_key,
                   const std::vector<R>& history, const HistoryFields<R>& fields) {
   extras.integers[count_key] = as_integer(history.size());
   for (std::size_t i = 0; i < history.size(); ++i) {
@@ -77,7 +86,7 @@ void save_history(xtgrad::TrainingExtras& extras, const std::string& count_key,
 }
 
 template <class R>
-std::vector<R> load_history(const xtgrad::TrainingExtras& saved, const std::string& count_key,
+std::vector<R> load_history(const TrainingExtras& saved, const std::string& count_key,
                             const HistoryFields<R>& fields, const std::string& program) {
   std::vector<R> history;
   const std::int64_t records = required(saved.integers, count_key, program);
@@ -93,6 +102,36 @@ std::vector<R> load_history(const xtgrad::TrainingExtras& saved, const std::stri
   return history;
 }
 
+// Writes `text` to `file` (truncated); std::runtime_error "cannot write
+// '<file>'" when it cannot be opened or written.
+void write_text_file(const std::filesystem::path& file, const std::string& text);
+
+// history.csv, as Keras's CSVLogger writes one: a header of the fields'
+// names, then one row per record, the reals to the last bit (%.17g) but
+// "seconds" (%.3f). std::runtime_error "cannot write '<file>'" on failure.
+template <class R>
+void write_history_csv(const std::filesystem::path& file, const std::vector<R>& history,
+                       const HistoryFields<R>& fields) {
+  std::string text, line;
+  for (const auto& [name, field] : fields.sizes)
+    line += (line.empty() ? "" : ",") + std::string(name);
+  for (const auto& [name, field] : fields.reals)
+    line += (line.empty() ? "" : ",") + std::string(name);
+  text += line + "\n";
+  char cell[64];
+  for (const R& r : history) {
+    line.clear();
+    for (const auto& [name, field] : fields.sizes)
+      line += (line.empty() ? "" : ",") + std::to_string(r.*field);
+    for (const auto& [name, field] : fields.reals) {
+      std::snprintf(cell, sizeof cell, std::string(name) == "seconds" ? "%.3f" : "%.17g", r.*field);
+      line += (line.empty() ? "" : ",") + std::string(cell);
+    }
+    text += line + "\n";
+  }
+  write_text_file(file, text);
+}
+
 // `e` as "--resume '<dir>': <what>".
 [[noreturn]] void rethrow_resume_error(const std::filesystem::path& dir,
                                        const std::invalid_argument& e);
@@ -100,7 +139,7 @@ std::vector<R> load_history(const xtgrad::TrainingExtras& saved, const std::stri
 // The extras of a resumed run, read by key: a missing one throws
 // std::invalid_argument "--resume '<dir>': not a <program> run: no '<key>'".
 struct SavedRun {
-  xtgrad::TrainingExtras extras;
+  TrainingExtras extras;
   std::filesystem::path dir;
   std::string program;
 
@@ -118,12 +157,12 @@ struct SavedRun {
 
 // Saves the run: `extras` (identity and position) and the dropout steps
 // beside the model, the optimizer and the schedule.
-void save_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
-              const xtgrad::optim::Optimizer<float>& optimizer,
-              const xtgrad::optim::LRScheduler<float>& schedule, xtgrad::TrainingExtras extras);
+void save_run(const std::filesystem::path& dir, Module<float>& model,
+              const optim::Optimizer<float>& optimizer, const optim::LRScheduler<float>& schedule,
+              TrainingExtras extras);
 
 // The step of resume_run after the load.
-void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingExtras& saved,
+void restore_dropout_steps(Module<float>& model, const TrainingExtras& saved,
                            const std::string& program);
 
 // Loads the saved state into `model`, `optimizer` and `schedule` (built as
@@ -133,16 +172,14 @@ void restore_dropout_steps(xtgrad::Module<float>& model, const xtgrad::TrainingE
 // the saved extras. Every std::invalid_argument is rethrown as "--resume
 // '<dir>': <what>".
 template <class Mismatch>
-xtgrad::TrainingExtras resume_run(const std::filesystem::path& dir, xtgrad::Module<float>& model,
-                                  xtgrad::optim::Optimizer<float>& optimizer,
-                                  xtgrad::optim::LRScheduler<float>& schedule,
-                                  const xtgrad::TrainingExtras& identity,
-                                  const std::string& program, Mismatch mismatch,
-                                  const std::string& first_key = "") {
+TrainingExtras resume_run(const std::filesystem::path& dir, Module<float>& model,
+                          optim::Optimizer<float>& optimizer, optim::LRScheduler<float>& schedule,
+                          const TrainingExtras& identity, const std::string& program,
+                          Mismatch mismatch, const std::string& first_key = "") {
   try {
     // The model, optimizer and schedule are loaded together (all or nothing);
     // the options are checked right after, before training starts.
-    xtgrad::TrainingExtras saved = xtgrad::load_training_state(dir, model, optimizer, &schedule);
+    TrainingExtras saved = load_training_state(dir, model, optimizer, &schedule);
     const auto check = [&](const auto& now, const auto& was, const std::string& key) {
       if (required(was, key, program) != now.at(key)) throw mismatch(key, was.at(key), now.at(key));
     };
@@ -157,4 +194,4 @@ xtgrad::TrainingExtras resume_run(const std::filesystem::path& dir, xtgrad::Modu
   }
 }
 
-}  // namespace demos
+}  // namespace xtgrad::training
