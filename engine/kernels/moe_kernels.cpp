@@ -207,6 +207,19 @@ void expert_forward(const char* op, const MoeExpertSet<T>& set, std::size_t e, T
   }
 }
 
+// a . b over n values: eight partial sums (a vector's lanes), then their sum.
+template <class T>
+T row_dot(const T* a, const T* b, std::size_t n) {
+  T part[8] = {};
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (std::size_t l = 0; l < 8; ++l) part[l] += a[j + l] * b[j + l];
+  T dot = T(0);
+  for (const T p : part) dot += p;
+  for (; j < n; ++j) dot += a[j] * b[j];
+  return dot;
+}
+
 // One block of nb rows of one expert's backward: the rows of x times their
 // weights w, g, u, and d_out, the gradient of o's rows divided by w.
 template <class T>
@@ -238,11 +251,7 @@ void expert_block_backward(const char* op, Activation f, std::size_t c, std::siz
   gated_value_and_backward(f, b.u, b.g, static_cast<const T*>(s.da), s.du, false, s.dg, false, s.a,
                            nb * h);
   // in the forward pass: y[t] += w o, so now dw[i] = dy[t] . o[i] = da[i] . a[i]
-  for (std::size_t i = 0; dwe && i < nb; ++i) {
-    T dot = T(0);
-    for (std::size_t j = 0; j < h; ++j) dot += s.da[i * h + j] * s.a[i * h + j];
-    dwe[i] = dot;
-  }
+  for (std::size_t i = 0; dwe && i < nb; ++i) dwe[i] = row_dot(s.da + i * h, s.a + i * h, h);
   // dW2[C, H] (+)= (w d_out)^T[C, nb] . a[nb, H] = d_out^T . (w a)
   if (dw2) {
     for (std::size_t i = 0; i < nb; ++i)
