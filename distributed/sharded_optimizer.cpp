@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "../engine/errors.hpp"
 #include "mpi_type.hpp"
@@ -43,12 +44,19 @@ ShardedOptimizer<T>::ShardedOptimizer(GradientSynchronizer<T>& sync,
       zero_(zero),
       layout_(sizes_of(sync), sync.buckets(),
               static_cast<std::size_t>(sync.communicator().size())) {
-  Communicator& comm = sync.communicator();
   if (zero.stage != 1 && zero.stage != 2)
     xtgrad::detail::fail_argument(k_name, "zero.stage",
                                   "is " + std::to_string(zero.stage) + ", expected 1 or 2");
+  match_parameters();
+  inner_ = factory(shard_groups());  // the wrapped optimizer's own checks
+  check_groups_agree();
+  sync.reduce_scatter({layout_.counts(), zero.stage == 2});
+}
+
+template <class T>
+void ShardedOptimizer<T>::match_parameters() {
   const auto& mine = this->parameters();
-  const auto& synced = sync.parameters();
+  const auto& synced = sync_.parameters();
   std::unordered_map<const Parameter<T>*, std::size_t> position;
   for (std::size_t i = 0; i < mine.size(); ++i) position.emplace(mine[i], i);
   for (const Parameter<T>* p : synced)
@@ -57,7 +65,10 @@ ShardedOptimizer<T>::ShardedOptimizer(GradientSynchronizer<T>& sync,
           k_name, "groups",
           "miss the synchronizer's parameter " + xtgrad::detail::quoted(p->name) +
               "; shard the optimizer of exactly the synchronizer's parameters");
-  if (mine.size() != synced.size())
+  const std::unordered_set<const Parameter<T>*> held(synced.begin(), synced.end());
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    if (held.count(mine[i]) == 0) local_.push_back(i);
+  if (!zero_.rank_local && mine.size() != synced.size())
     xtgrad::detail::fail_argument(
         k_name, "groups",
         "hold " + std::to_string(mine.size()) + " parameters, but the synchronizer holds " +
@@ -68,11 +79,16 @@ ShardedOptimizer<T>::ShardedOptimizer(GradientSynchronizer<T>& sync,
         "holds " + std::to_string(layout_.elements()) + " elements, fewer than the " +
             std::to_string(layout_.ranks()) + " ranks to shard them over");
   for (const Parameter<T>* p : synced) index_in_optimizer_.push_back(position.at(p));
+}
 
+template <class T>
+std::vector<std::vector<Parameter<T>*>> ShardedOptimizer<T>::shard_groups() {
   // This rank's pieces, grouped as the optimizer's groups, in flat order.
-  std::vector<detail::ShardPiece> flat = layout_.pieces(rank());
-  std::vector<std::vector<Parameter<T>*>> piece_groups(this->group_count());
-  for (std::size_t g = 0; g < this->group_count(); ++g)
+  const auto& synced = sync_.parameters();
+  const std::vector<detail::ShardPiece> flat = layout_.pieces(rank());
+  const std::size_t groups = this->group_count();
+  std::vector<std::vector<Parameter<T>*>> out(local_.empty() ? groups : 2 * groups);
+  for (std::size_t g = 0; g < groups; ++g)
     for (const detail::ShardPiece& piece : flat) {
       if (this->group_of(index_in_optimizer_[piece.parameter]) != g) continue;
       const Parameter<T>& p = *synced[piece.parameter];
@@ -83,22 +99,26 @@ ShardedOptimizer<T>::ShardedOptimizer(GradientSynchronizer<T>& sync,
                                              std::to_string(piece.offset + piece.length) + "]",
                                          std::move(value)));
       pieces_.push_back(piece);
-      piece_groups[g].push_back(piece_params_.back().get());
+      out[g].push_back(piece_params_.back().get());
     }
-  inner_ = factory(std::move(piece_groups));  // the wrapped optimizer's own checks
+  // The rank-local parameters whole, group g's in group groups + g.
+  for (const std::size_t i : local_)
+    out[groups + this->group_of(i)].push_back(this->parameters()[i]);
+  return out;
+}
 
-  // The groups (and the stage) must agree across ranks.
-  std::uint64_t h = fnv(1469598103934665603ull, static_cast<std::uint64_t>(zero.stage));
-  for (std::size_t j = 0; j < synced.size(); ++j)
-    h = fnv(h, this->group_of(index_in_optimizer_[j]));
-  const std::vector<std::uint64_t> hashes = comm.all_gather(h);
+template <class T>
+void ShardedOptimizer<T>::check_groups_agree() const {
+  std::uint64_t h = fnv(1469598103934665603ull, static_cast<std::uint64_t>(zero_.stage));
+  h = fnv(h, zero_.rank_local ? 1 : 0);
+  for (const std::size_t j : index_in_optimizer_) h = fnv(h, this->group_of(j));
+  const std::vector<std::uint64_t> hashes = sync_.communicator().all_gather(h);
   for (std::size_t r = 1; r < hashes.size(); ++r)
     if (hashes[r] != hashes[0])
       xtgrad::detail::fail_argument(
           k_name, "groups",
           "differ across ranks: rank " + std::to_string(r) +
               " assigns the parameters to groups (or chose a stage) unlike rank 0");
-  sync.reduce_scatter({layout_.counts(), zero.stage == 2});
 }
 
 template <class T>
@@ -142,7 +162,9 @@ void ShardedOptimizer<T>::step() {
                 piece_params_[i]->value.data());
     piece_params_[i]->mark_changed();
   }
-  for (std::size_t g = 0; g < this->group_count(); ++g) inner_->set_lr(g, this->lr(g));
+  // (the rank-local parameters' groups after the pieces' take their groups' rates)
+  for (std::size_t g = 0; g < inner_->group_count(); ++g)
+    inner_->set_lr(g, this->lr(g % this->group_count()));
   const auto inner_start = Clock::now();
   inner_->step();
   stats_.optimizer_seconds = std::chrono::duration<double>(Clock::now() - inner_start).count();
@@ -204,10 +226,15 @@ double ShardedOptimizer<T>::clip_grad_norm(double max_norm, double norm_type) {
                          "> 0 (or infinity)", norm_type);
   pull_gradients();
   const bool infinity = std::isinf(norm_type);
+  // This rank's share of the sum: its pieces, and its rank-local parameters
+  // (each rank's own: every one is counted once over the ranks).
+  std::vector<Parameter<T>*> shard;
+  for (const auto& piece : piece_params_) shard.push_back(piece.get());
+  for (const std::size_t i : local_) shard.push_back(this->parameters()[i]);
   double acc = 0.0, nan = 0.0;
-  for (const auto& piece : piece_params_) {
-    if (!piece->has_grad) continue;
-    for (const T g : piece->grad) {
+  for (const Parameter<T>* p : shard) {
+    if (!p->has_grad) continue;
+    for (const T g : p->grad) {
       const double a = std::abs(static_cast<double>(g));
       if (std::isnan(a)) nan = 1.0;
       if (infinity)
@@ -227,8 +254,8 @@ double ShardedOptimizer<T>::clip_grad_norm(double max_norm, double norm_type) {
   if (!std::isfinite(total)) return total;
   const double clip_coef = max_norm / (total + k_clip_eps);
   if (clip_coef < 1.0)
-    for (auto& piece : piece_params_)
-      if (piece->has_grad) piece->grad *= static_cast<T>(clip_coef);
+    for (Parameter<T>* p : shard)
+      if (p->has_grad) p->grad *= static_cast<T>(clip_coef);
   return total;
 }
 

@@ -67,9 +67,21 @@
 // loads); load_consolidated_state_dict() loads such a state on any number
 // of ranks. The learning rates of the groups are this wrapper's.
 //
+// Rank-local parameters (ZeroOptions::rank_local): the parameters of the
+// groups that the synchronizer does not hold are each rank's own, the
+// experts of expert parallelism, whose gradients are the global batch's
+// already (ops/moe.hpp). The wrapped optimizer steps them whole on this
+// rank, group g's as a group of their own after the pieces' groups (with
+// group g's options and learning rate); clip_grad_norm adds each rank's
+// rank-local gradients to its shard's sum, so that each is counted once
+// over the ranks, and clips them with the same coefficient; state_dict()
+// holds their state (per-rank checkpoints). The consolidated pair covers
+// the synchronizer's parameters only: with rank-local parameters,
+// checkpoint per rank with state_dict() and load_state_dict().
+//
 // Errors: the constructor throws std::invalid_argument for a stage other
-// than 1 or 2, a parameter the synchronizer does not hold (or the other way
-// round), fewer elements than ranks, and whatever the wrapped optimizer's
+// than 1 or 2, a parameter the synchronizer does not hold (unless
+// rank_local) or the other way round, fewer elements than ranks, and whatever the wrapped optimizer's
 // constructor refuses; parameters or groups that differ across ranks throw
 // on every rank (the synchronizer's check, and one over the groups). The
 // collective calls (constructor, step, clip_grad_norm, load_state_dict,
@@ -93,6 +105,11 @@ namespace xtgrad::distributed {
 
 struct ZeroOptions {
   int stage = 1;  // 1: optimizer state sharded; 2: gradients too
+  // Whether the groups may hold parameters the synchronizer does not: each
+  // rank's own (rank-local), such as the experts sharded by expert
+  // parallelism (distributed::expert_parameters). See "Rank-local
+  // parameters" above.
+  bool rank_local = false;
 };
 
 // What the last step() took on this rank, for benchmarks.
@@ -128,15 +145,17 @@ class ShardedOptimizer : public optim::Optimizer<T> {
   template <class Options>
   ShardedOptimizer(GradientSynchronizer<T>& sync,
                    const std::vector<optim::ParamGroup<T, Options>>& groups, ZeroOptions zero = {})
-      : ShardedOptimizer(sync, optim::detail::group_params(groups),
-                         optim::detail::group_lrs(groups), zero,
-                         [groups](std::vector<std::vector<Parameter<T>*>> pieces) {
-                           std::vector<optim::ParamGroup<T, Options>> shard;
-                           for (std::size_t g = 0; g < groups.size(); ++g)
-                             shard.push_back({std::move(pieces[g]), groups[g].options});
-                           return std::unique_ptr<optim::Optimizer<T>>(
-                               new typename detail::OptimizerFor<T, Options>::type(shard));
-                         }) {}
+      : ShardedOptimizer(
+            sync, optim::detail::group_params(groups), optim::detail::group_lrs(groups), zero,
+            [groups](std::vector<std::vector<Parameter<T>*>> pieces) {
+              // (the rank-local parameters' groups after the
+              // pieces': group g's options again)
+              std::vector<optim::ParamGroup<T, Options>> shard;
+              for (std::size_t g = 0; g < pieces.size(); ++g)
+                shard.push_back({std::move(pieces[g]), groups[g % groups.size()].options});
+              return std::unique_ptr<optim::Optimizer<T>>(
+                  new typename detail::OptimizerFor<T, Options>::type(shard));
+            }) {}
   // One group: every parameter of the synchronizer with `options`.
   template <class Options>
   ShardedOptimizer(GradientSynchronizer<T>& sync, const Options& options, ZeroOptions zero = {})
@@ -162,6 +181,8 @@ class ShardedOptimizer : public optim::Optimizer<T> {
   void load_consolidated_state_dict(const StateDict<T>& state);
 
   const ZeroOptions& zero_options() const { return zero_; }
+  // The rank-local parameters (ZeroOptions::rank_local), in the groups' order.
+  std::size_t rank_local_count() const { return local_.size(); }
   // The wrapped optimizer over this rank's pieces; the elements it steps.
   const optim::Optimizer<T>& shard_optimizer() const { return *inner_; }
   std::size_t shard_elements() const { return layout_.end(rank()) - layout_.begin(rank()); }
@@ -176,6 +197,13 @@ class ShardedOptimizer : public optim::Optimizer<T> {
                    std::vector<double> lrs, ZeroOptions zero, const Factory& factory);
 
   std::size_t rank() const { return static_cast<std::size_t>(sync_.communicator().rank()); }
+  // The constructor's steps: index_in_optimizer_ and local_ from the groups
+  // and the synchronizer (after their checks); this rank's pieces and
+  // rank-local parameters as the wrapped optimizer's groups; the groups'
+  // agreement across ranks (collective).
+  void match_parameters();
+  std::vector<std::vector<Parameter<T>*>> shard_groups();
+  void check_groups_agree() const;
   void pull_gradients();  // the synchronizer's sums into the pieces, once per round
   void all_gather();
   // Every rank runs check(); when any throws, every rank throws its message.
@@ -190,6 +218,7 @@ class ShardedOptimizer : public optim::Optimizer<T> {
   std::vector<detail::ShardPiece> pieces_;  // in the wrapped optimizer's order
   std::vector<std::unique_ptr<Parameter<T>>> piece_params_;
   std::vector<std::size_t> index_in_optimizer_;  // synchronizer index -> this->parameters()
+  std::vector<std::size_t> local_;  // this->parameters() indices of the rank-local ones
   std::unique_ptr<optim::Optimizer<T>> inner_;
   std::uint64_t pulled_round_ = 0;
   std::vector<T> gather_;  // one bucket's values for the all-gather

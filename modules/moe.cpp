@@ -56,6 +56,89 @@ std::size_t checked(std::size_t hidden_size, std::size_t intermediate_size,
   return hidden_size;
 }
 
+// The shared expert's and its gate's shapes (Qwen2MoeMLP and [1, C]).
+template <class T>
+void check_shared_expert(const detail::Check& check, const GatedExpert<T>& s, const Linear<T>& gate,
+                         std::size_t c) {
+  const Shape& gp = s.gate.weight.value.shape();
+  const std::size_t hs = gp.size() == 2 ? gp[0] : 0;
+  const Shape hc{hs, c}, ch{c, hs}, gate_shape{1, c};
+  check.shape(gp.size() == 2 && gp[1] == c, "shared_expert.gate_proj.weight", gp, "[Hs, ", c,
+              "] (hidden_size)");
+  check.shape(s.up.weight.value.shape() == hc, "shared_expert.up_proj.weight",
+              s.up.weight.value.shape(), hc);
+  check.shape(s.down.weight.value.shape() == ch, "shared_expert.down_proj.weight",
+              s.down.weight.value.shape(), ch);
+  check.shape(gate.weight.value.shape() == gate_shape, "shared_expert_gate.weight",
+              gate.weight.value.shape(), gate_shape);
+}
+
+// forward's checks, before anything is recorded: x [..., C], the router's
+// and every expert's weights (named as their parameters), the shared
+// expert's; the experts op's sizes, with k = top_k.
+template <class T>
+detail::MoeDims check_forward(const SparseMoe<T>& m, const Var<T>& x) {
+  const detail::Check check(k_sparse_moe);
+  const std::size_t c = m.hidden_size(), e_count = m.options().num_experts;
+  check.shape(!x.shape().empty() && x.shape().back() == c, "x", x.shape(), "[..., ", c,
+              "] (hidden_size)");
+  const Shape router{e_count, c};
+  check.shape(m.gate.weight.value.shape() == router, "gate.weight", m.gate.weight.value.shape(),
+              router, " ([num_experts, hidden_size])");
+  std::vector<const Shape*> s1, s3, s2;
+  for (const GatedExpert<T>& ex : m.experts) {
+    s1.push_back(&ex.gate.weight.value.shape());
+    s3.push_back(&ex.up.weight.value.shape());
+    s2.push_back(&ex.down.weight.value.shape());
+  }
+  const Shape x2_shape{x.size() / c, c};
+  const std::size_t first = m.first_expert();
+  const auto weight_name =
+      m.options().expert_names == ExpertNames::mixtral ? mixtral_weight_name : llama_weight_name;
+  detail::MoeDims dims =
+      detail::check_moe_shapes(k_sparse_moe, x2_shape, nullptr, s1, s3, s2,
+                               [first, weight_name](const char* role, std::size_t e) {
+                                 return weight_name(role, first + e);
+                               });
+  dims.k = m.options().top_k;
+  if (m.shared_expert) check_shared_expert(check, *m.shared_expert, *m.shared_expert_gate, c);
+  return dims;
+}
+
+// The routing statistics of the global batch (this batch's in one process).
+MoeStats global_stats(const MoeRouting& routing) {
+  std::size_t kept = 0;
+  for (const std::size_t count : routing.global_counts) kept += count;
+  return {routing.global_routed, routing.global_counts, routing.global_tokens,
+          routing.global_tokens * routing.k - kept};
+}
+
+// The auxiliary losses into `out` (see moe.hpp): E * sum_e f_e P_e, f_e =
+// routed_e / N (no gradient), P_e = mean_t p[t, e], and mean_t
+// logsumexp(logits[t])^2, with f_e and N of the global batch. With the
+// experts sharded over `ranks` processes (0: not sharded), this rank's
+// share: (P / N) sum over its tokens in place of the mean (P n / N times
+// its mean; 0, not 0 / 0, for a rank without tokens).
+template <class T>
+void auxiliary_losses(MoeOutput<T>& out, Tape<T>& tape, const Var<T>& logits, const Var<T>& probs,
+                      const MoeRouting& routing, std::size_t ranks) {
+  const std::size_t global_n = routing.global_tokens, e_count = routing.experts;
+  xt::xarray<T> f = xt::zeros<T>({e_count});
+  for (std::size_t e = 0; e < e_count && global_n > 0; ++e)
+    f(e) = static_cast<T>(e_count) * static_cast<T>(routing.global_routed[e]) /
+           static_cast<T>(global_n);
+  if (ranks == 0) {
+    out.load_balancing_loss = sum(mul(mean(probs, {0}), tape.leaf(f, false)));
+    out.z_loss = mean(square(logsumexp(logits, {1})));
+    return;
+  }
+  const T per_token =
+      global_n > 0 ? static_cast<T>(static_cast<double>(ranks) / static_cast<double>(global_n))
+                   : T(0);
+  out.load_balancing_loss = sum(mul(sum(probs, {0}), tape.leaf(f * per_token, false)));
+  out.z_loss = scale(sum(square(logsumexp(logits, {1}))), per_token);
+}
+
 }  // namespace
 
 template <class T>
@@ -154,47 +237,10 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
   // Every shape is checked before anything is recorded: a bad x or a
   // parameter reshaped since construction leaves the tape as it was.
   Tape<T>& tape = x.tape_for(k_sparse_moe, "x");
-  const detail::Check check(k_sparse_moe);
-  const std::size_t c = hidden_size(), e_count = options_.num_experts;
-  check.shape(!x.shape().empty() && x.shape().back() == c, "x", x.shape(), "[..., ", c,
-              "] (hidden_size)");
-  const Shape router{e_count, c};
-  check.shape(gate.weight.value.shape() == router, "gate.weight", gate.weight.value.shape(), router,
-              " ([num_experts, hidden_size])");
-  std::vector<const Shape*> s1, s3, s2;
-  for (const GatedExpert<T>& ex : experts) {
-    s1.push_back(&ex.gate.weight.value.shape());
-    s3.push_back(&ex.up.weight.value.shape());
-    s2.push_back(&ex.down.weight.value.shape());
-  }
-  const std::size_t n = x.size() / c;
-  const Shape x2_shape{n, c};
-  const std::size_t first = first_expert_;
-  const auto weight_name =
-      options_.expert_names == ExpertNames::mixtral ? mixtral_weight_name : llama_weight_name;
-  detail::MoeDims dims =
-      detail::check_moe_shapes(k_sparse_moe, x2_shape, nullptr, s1, s3, s2,
-                               [first, weight_name](const char* role, std::size_t e) {
-                                 return weight_name(role, first + e);
-                               });
-  dims.k = options_.top_k;
-  if (shared_expert) {
-    const GatedExpert<T>& s = *shared_expert;
-    const Shape& gp = s.gate.weight.value.shape();
-    const std::size_t hs = gp.size() == 2 ? gp[0] : 0;
-    const Shape hc{hs, c}, ch{c, hs}, gate_shape{1, c};
-    check.shape(gp.size() == 2 && gp[1] == c, "shared_expert.gate_proj.weight", gp, "[Hs, ", c,
-                "] (hidden_size)");
-    check.shape(s.up.weight.value.shape() == hc, "shared_expert.up_proj.weight",
-                s.up.weight.value.shape(), hc);
-    check.shape(s.down.weight.value.shape() == ch, "shared_expert.down_proj.weight",
-                s.down.weight.value.shape(), ch);
-    check.shape(shared_expert_gate->weight.value.shape() == gate_shape, "shared_expert_gate.weight",
-                shared_expert_gate->weight.value.shape(), gate_shape);
-  }
-
-  const auto rows = static_cast<std::int64_t>(n);
-  const Var<T> x2 = x.shape().size() == 2 ? x : reshape(x, {rows, static_cast<std::int64_t>(c)});
+  const detail::MoeDims dims = check_forward(*this, x);
+  const auto rows = static_cast<std::int64_t>(dims.tokens);
+  const Var<T> x2 =
+      x.shape().size() == 2 ? x : reshape(x, {rows, static_cast<std::int64_t>(hidden_size())});
   const Var<T> logits = gate.forward(x2);  // [N, E]
   const Var<T> probs = softmax(logits, -1);
   const MoeRouting routing =
@@ -218,39 +264,11 @@ MoeOutput<T> SparseMoe<T>::run(const Var<T>& x, bool losses) {
     std::vector<std::int64_t> shape(x.shape().begin(), x.shape().end());
     y = reshape(y, shape);
   }
-
-  // The global batch's counts (this batch's in one process).
-  const std::size_t global_n = routing.global_tokens;
-  std::size_t kept = 0;
-  for (const std::size_t count : routing.global_counts) kept += count;
-  MoeOutput<T> out{
-      y,
-      {},
-      {},
-      {routing.global_routed, routing.global_counts, global_n, global_n * dims.k - kept}};
+  MoeOutput<T> out{y, {}, {}, global_stats(routing)};
   // infer may run on several threads at once: it leaves the module as it was
   if (!detail::InferenceScope::active()) stats_ = out.stats;
-  if (!losses) return out;
-  // E * sum_e f_e P_e, f_e = routed_e / N (no gradient), P_e = mean_t p[t, e]
-  // (f_e and N of the global batch)
-  xt::xarray<T> f = xt::zeros<T>({e_count});
-  for (std::size_t e = 0; e < e_count && global_n > 0; ++e)
-    f(e) = static_cast<T>(e_count) * static_cast<T>(routing.global_routed[e]) /
-           static_cast<T>(global_n);
-  if (!exchange_) {
-    out.load_balancing_loss = sum(mul(mean(probs, {0}), tape.leaf(f, false)));
-    // mean_t logsumexp(logits[t])^2
-    out.z_loss = mean(square(logsumexp(logits, {1})));
-    return out;
-  }
-  // Sharded: this rank's share, (P / N) sum over its n tokens in place of
-  // the mean (P n / N times its mean; 0, not 0 / 0, for a rank without tokens)
-  const T per_token =
-      global_n > 0
-          ? static_cast<T>(static_cast<double>(exchange_->size()) / static_cast<double>(global_n))
-          : T(0);
-  out.load_balancing_loss = sum(mul(sum(probs, {0}), tape.leaf(f * per_token, false)));
-  out.z_loss = scale(sum(square(logsumexp(logits, {1}))), per_token);
+  if (losses)
+    auxiliary_losses(out, tape, logits, probs, routing, exchange_ ? exchange_->size() : 0);
   return out;
 }
 

@@ -37,9 +37,8 @@
 //   z_loss = mean over tokens of logsumexp(logits)^2   (ST-MoE, Zoph et al. 2022)
 // Router statistics of the last forward: router_stats().
 //
-// Memory: the experts op keeps only the N * k routed rows (x's, the two
-// hidden projections and the output: 2 (C + H) values each), never
-// [E, N, H]; see ops/moe.hpp.
+// Memory: the experts op keeps only the two hidden projections of the N * k
+// routed rows (2 H values each), never [E, N, H]; see ops/moe.hpp.
 //
 // Expert parallelism (ops/moe.hpp's MoeExchange; distributed/
 // expert_parallel.hpp sets it up over MPI): shard_experts(exchange) keeps

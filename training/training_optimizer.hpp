@@ -7,7 +7,9 @@
 // 1 or 2 under mpirun: distributed::ShardedOptimizer over the same groups
 // (ZeRO stage 1: optimizer state sharded; 2: gradients too; see
 // distributed/sharded_optimizer.hpp), the gradient norm clipped across the
-// shards. In a single process --zero 1|2 is the plain optimizer: the one
+// shards; experts sharded by expert parallelism (training/expert_parallel.hpp)
+// are rank-local there, stepped whole by their rank, and such a run saves
+// and resumes per rank (optimizer().state_dict(); save() and resume() refuse). In a single process --zero 1|2 is the plain optimizer: the one
 // rank's shard is the whole state, as with DeepSpeed's zero_optimization on
 // one GPU, so the same command line works with any number of processes.
 //
@@ -67,8 +69,10 @@ class TrainingOptimizer {
     };
 #if XTGRAD_HAVE_MPI
     if (zero > 0 && gradients.synchronizer() != nullptr) {
+      // rank-local: the groups' parameters outside the synchronizer are the
+      // experts sharded by expert parallelism, each rank's own
       auto sharded = std::make_unique<distributed::ShardedOptimizer<T>>(
-          *gradients.synchronizer(), groups, distributed::ZeroOptions{zero});
+          *gradients.synchronizer(), groups, distributed::ZeroOptions{zero, true});
       sharded_ = sharded.get();
       optimizer_ = std::move(sharded);
       return;
@@ -109,6 +113,7 @@ class TrainingOptimizer {
   void save(const std::function<void(const optim::Optimizer<T>&)>& write) {
 #if XTGRAD_HAVE_MPI
     if (sharded_ != nullptr) {
+      require_no_rank_local("save");
       const StateDict<T> state = sharded_->consolidated_state_dict();
       if (parallel_.quiet()) return;
       std::unique_ptr<optim::Optimizer<T>> full = make_full_();
@@ -128,6 +133,7 @@ class TrainingOptimizer {
   auto resume(optim::LRScheduler<T>& schedule, const MakeSchedule& make_schedule, Load load) {
 #if XTGRAD_HAVE_MPI
     if (sharded_ != nullptr) {
+      require_no_rank_local("resume");
       std::unique_ptr<optim::Optimizer<T>> full = make_full_();
       std::unique_ptr<optim::LRScheduler<T>> full_schedule = make_schedule(*full);
       auto loaded = load(*full, *full_schedule);
@@ -141,6 +147,16 @@ class TrainingOptimizer {
   }
 
  private:
+#if XTGRAD_HAVE_MPI
+  // The consolidated state covers the synchronizer's parameters only: a
+  // model with sharded experts saves and resumes per rank (state_dict()).
+  void require_no_rank_local(const char* function) const {
+    if (sharded_->rank_local_count() > 0)
+      throw std::logic_error(std::string("TrainingOptimizer::") + function +
+                             ": the experts are sharded over the ranks; save and resume each "
+                             "rank's own state (optimizer().state_dict())");
+  }
+#endif
   Parallel& parallel_;
   GradientAverager<T>& gradients_;
   std::function<std::unique_ptr<optim::Optimizer<T>>()> make_full_;

@@ -269,8 +269,6 @@ void check_modes(const CLI::App& app, const Options& o) {
       if (app.count(name) > 0)
         throw CLI::ValidationError(name,
                                    "applies to a mixture of experts only (--experts 2 or more)");
-  if (o.train.expert_parallel && o.train.zero != 0)
-    throw CLI::ValidationError("--expert-parallel", "trains with --zero 0 only");
 }
 
 }  // namespace

@@ -4,22 +4,28 @@
 //
 // Routing: the top-k experts of each token, then a counting sort of the
 // N * k choices by expert (stable: token order within an expert), cut at
-// the capacity. Experts: x's rows gathered once into the permuted layout,
-// then for each expert e over its n_e contiguous rows (W1, W3 [H, C] and
-// W2 [C, H], nn.Linear's [out, in], as Mixtral stores w1, w3, w2):
+// the capacity. Experts: for each expert e over its n_e rows of the
+// permuted layout, x_e[i] = x[t] for row i's token t (gathered a tile at a
+// time, never all at once), with W1, W3 [H, C] and W2 [C, H] (nn.Linear's
+// [out, in], as Mixtral stores w1, w3, w2):
 //   g = x_e . W1^T,  u = x_e . W3^T           [n_e, H]   (saved)
-//   o = (u * f(g)) . W2^T                     [n_e, C]   (saved)
+//   o = (u * f(g)) . W2^T                     [n_e, C]   (a block of rows at a time)
 //   y[t] = sum over t's kept choices c of w[c] * o[row_of[c]]
-// and backward in reverse:
-//   dw[c] = dy[t] . o[row_of[c]]   (0 for a dropped choice)
-//   do = w[c] * dy[t]                         [n_e, C]
-//   da = do . W2                              [n_e, H]
-//   du = da * f(g),  dg = da * u * f'(g)      (one pass, as gated_linear's)
-//   dW2 += do^T . a,  dW1 += dg^T . x_e,  dW3 += du^T . x_e
-//   dx_e = dg . W1 + du . W3, scattered back: dx[t] += dx_e[r]
-// What is stored is only the N * k routed rows (x_e, g, u, o: 2 (C + H)
-// values a kept choice), never [E, N, H]; a = u * f(g) and the backward's
-// hidden-wide buffers exist a block of rows at a time.
+// and backward in reverse, with dy_e[i] = dy[t] and w_i = w[c] of row i:
+//   dr = dy_e . W2                            [n_e, H]   (the gradient of a per unit w)
+//   du' = dr * f(g),  dg' = dr * u * f'(g)    (one pass, as gated_linear's; a again)
+//   dw[c] = dy[t] . o[i] = dr[i] . a[i]       (0 for a dropped choice)
+//   dW2 += dy_e^T . (w * a),  dW1 += dg'^T . (w * x_e),  dW3 += du'^T . (w * x_e)
+//   dx[t] += w_i * (dg' . W1 + du' . W3)[i]
+// (the gradient of o[i] is w_i dy[t], so da = w_i dr, du = w_i du', dg =
+// w_i dg': the weight moves to the operand it is cheapest on). What is
+// stored is g and u of the N * k routed rows (2 H values a kept choice),
+// never x's rows, o or [E, N, H]; x_e, a, o and the backward's hidden-wide
+// buffers exist a block of rows at a time.
+//
+// Expert parallelism (ops/moe_parallel.cpp) computes the experts' rows on
+// another process than the tokens', from rows received (MoeRows): the same
+// per-expert products, with x's rows and the gradient of o as buffers.
 
 #include <cstddef>
 #include <vector>
@@ -44,22 +50,28 @@ void moe_sort(MoeRouting& routing);
 // ranks before this one left of each expert's capacity).
 void moe_sort(MoeRouting& routing, const std::vector<std::size_t>& capacities);
 
-// The routed rows forward keeps for backward, in the permuted layout: four
-// consecutive parts of one buffer of moe_saved_size(rows, C, H) values
-// (the op keeps it in its node, Tape::save).
+// What the op keeps for backward: g and u of every routed row, in the
+// permuted layout, two consecutive parts of one buffer of size(rows, H)
+// values (the op keeps it in its node, Tape::save).
 template <class T>
-struct MoeSaved {
-  T* x_rows;  // [rows, C] x's rows, expert by expert
+struct MoeHidden {
+  T* g;  // [rows, H] x_e . W1^T
+  T* u;  // [rows, H] x_e . W3^T
+
+  static std::size_t size(std::size_t rows, std::size_t h) { return rows * 2 * h; }
+  static MoeHidden in(T* buffer, std::size_t rows, std::size_t h) {
+    return {buffer, buffer + rows * h};
+  }
+};
+
+// The experts' rows as buffers (expert parallelism: rows received from
+// every rank, expert by expert).
+template <class T>
+struct MoeRows {
+  T* x_rows;  // [rows, C] x's rows
   T* g;       // [rows, H] x_rows . W1^T
   T* u;       // [rows, H] x_rows . W3^T
   T* o;       // [rows, C] each row's expert output, before its weight
-
-  static std::size_t size(std::size_t rows, std::size_t c, std::size_t h) {
-    return rows * 2 * (c + h);
-  }
-  static MoeSaved in(T* buffer, std::size_t rows, std::size_t c, std::size_t h) {
-    return {buffer, buffer + rows * c, buffer + rows * (c + h), buffer + rows * (c + 2 * h)};
-  }
 };
 
 // One expert's weights: w1, w3 [H, C], w2 [C, H].
@@ -125,49 +137,45 @@ struct MoeExpertSet {
 // y [N, C] from x [N, C] and the gate weights w [N, k]; fills `saved`.
 template <class T>
 void moe_experts_forward(const char* op, const MoeRouting& routing, const MoeExpertSet<T>& experts,
-                         const T* x, const T* weights, const MoeSaved<T>& saved, T* y);
+                         const T* x, const T* weights, const MoeHidden<T>& saved, T* y);
 
-// The gradients of `grads` from dy [N, C]; a target no row reaches (an
-// expert with no rows) is zeroed when nothing wrote it before.
+// The gradients of `grads` from dy [N, C] (x and weights as forward had
+// them); a target no row reaches (an expert with no rows) is zeroed when
+// nothing wrote it before.
 template <class T>
 void moe_experts_backward(const char* op, const MoeRouting& routing, const MoeExpertSet<T>& experts,
-                          const T* weights, const MoeSaved<const T>& saved, const T* dy,
-                          MoeGrads<T>& grads);
+                          const T* x, const T* weights, const MoeHidden<const T>& saved,
+                          const T* dy, MoeGrads<T>& grads);
 
-// The steps of the two functions above, for expert parallelism
-// (ops/moe_parallel.cpp), where the expert rows are computed on another
-// process than the tokens':
+// The row passes (kernels/moe_row_kernels.cpp), and the experts over rows
+// as buffers for expert parallelism (ops/moe_parallel.cpp), where the
+// expert rows are computed on another process than the tokens':
 //
-// x_rows[r] = x[source[r] / k]                          [rows, C]
+// to[i] = s_i * from[source[first + i] / k] for i < rows, s_i =
+// weights[source[first + i]] (1 when weights is null); rows of C values.
 template <class T>
-void moe_gather_rows(const MoeRouting& routing, std::size_t c, const T* x, T* x_rows);
-// y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]   [N, C]
+void moe_gather_rows(const MoeRouting& routing, std::size_t c, const T* from, const T* weights,
+                     std::size_t first, std::size_t rows, T* to);
+// into[source[first + i] / k] += s_i * from[i] for i < rows (s_i as above;
+// an expert's rows are distinct tokens, so one expert's rows never meet).
 template <class T>
-void moe_combine_rows(const MoeRouting& routing, std::size_t c, const T* weights, const T* o, T* y);
-// rows.g, rows.u [rows, H] and rows.o [rows, C] of the experts' rows from rows.x_rows.
+void moe_scatter_rows(const MoeRouting& routing, std::size_t c, const T* from, const T* weights,
+                      std::size_t first, std::size_t rows, T* into);
+// rows.g, rows.u [rows, H] and rows.o [rows, C] (unweighted) of the
+// experts' rows from rows.x_rows.
 template <class T>
 void moe_expert_rows_forward(const char* op, const MoeExpertSet<T>& experts,
-                             const MoeSaved<T>& rows);
-// dweights[ch] (+)= dy[t] . o[row_of[ch]] (0 for a dropped choice), [N, k].
-template <class T>
-void moe_weights_backward(const MoeRouting& routing, std::size_t c, const T* o, const T* dy,
-                          MoeGradTarget<T>& dweights);
-// d_out[i] = scale * weights[ch] * dy[t] for the rows [first, first + rows),
-// ch = source[first + i]: the gradient of those rows of o.
-template <class T>
-void moe_out_grad_rows(const MoeRouting& routing, std::size_t c, const T* weights, const T* dy,
-                       T scale, std::size_t first, std::size_t rows, T* d_out);
-// dx[source[first + i] / k] += dx_rows[i] for i < rows.
-template <class T>
-void moe_scatter_rows(const MoeRouting& routing, std::size_t c, const T* dx_rows, std::size_t first,
-                      std::size_t rows, T* dx);
+                             const MoeRows<T>& rows);
 // The experts' backward over their rows (rows.x_rows, g, u as forward left
-// them; rows.o unused) from d_out [rows, C]: the weight gradients (targets
-// null where not wanted; zeroed when no row reaches them) and, unless null,
-// dx_rows [rows, C] (written, not added to).
+// them; rows.o unused), whose o rows count weights[i] times [rows] in y,
+// from d_out [rows, C], the gradient of the o rows divided by their
+// weights: the weight gradients (targets null where not wanted; zeroed
+// when no row reaches them) and, each unless null, dx_rows [rows, C] (the
+// gradient of the x rows divided by their weights) and dweights [rows]
+// (the weights' gradient, d_out . o), both written, not added to.
 template <class T>
 void moe_expert_rows_backward(const char* op, const MoeExpertSet<T>& experts,
-                              const MoeSaved<const T>& rows, const T* d_out,
-                              const MoeWeightGrads<T>& dw, T* dx_rows);
+                              const MoeRows<const T>& rows, const T* d_out, const T* weights,
+                              const MoeWeightGrads<T>& dw, T* dx_rows, T* dweights);
 
 }  // namespace xtgrad::detail

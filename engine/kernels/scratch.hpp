@@ -22,7 +22,9 @@ enum class ScratchSlot : std::size_t {
   attention_packed,   // kernels/attention_*: the key / value tiles of every head or of one task
   attention_rows,     // kernels/attention_kernels: backward's packed rows, row sums and partial dq
   attention_tiles,    // kernels/attention_*: one task's score, probability and accumulator tiles
-  moe_rows,           // kernels/moe_kernels: a block of weighted output gradients, [rows, C]
+  moe_rows,           // kernels/moe_kernels: a block of dy's rows (or o's, forward), [rows, C]
+  moe_x_rows,         // kernels/moe_kernels: the same block's rows of x, [rows, C]
+  moe_row_weights,    // kernels/moe_kernels: the rows' routing weights, their gradient [2 rows]
   moe_row_grad,       // kernels/moe_kernels: the same block's input gradient, [rows, C]
   moe_gate_grad,      // kernels/moe_kernels: the block's gradient of g = x W1^T, [rows, H]
   moe_up_grad,        // kernels/moe_kernels: the block's gradient of u = x W3^T, [rows, H]

@@ -215,11 +215,11 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   xt::xarray<T>& y = tape.value_mut(nd->yi);
   y.resize(dims.y_shape);
   const std::size_t rows = routing.rows();
-  T* const buffer = tape.template save<T>(nd->yi, detail::MoeSaved<T>::size(rows, dims.c, dims.h));
+  T* const buffer = tape.template save<T>(nd->yi, detail::MoeHidden<T>::size(rows, dims.h));
   const ExpertSet<T> experts(tape, *nd);
   detail::moe_experts_forward(k_moe_experts, routing, experts.set, tape.value(nd->xi).data(),
                               tape.value(nd->wi).data(),
-                              detail::MoeSaved<T>::in(buffer, rows, dims.c, dims.h), y.data());
+                              detail::MoeHidden<T>::in(buffer, rows, dims.h), y.data());
 
   // 3. set_backward: each input's gradient from the kernel (every line there)
   tape.set_backward(nd->yi, [nd](Tape<T>& t, const xt::xarray<T>& dy) {
@@ -232,9 +232,8 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
     grads.experts = target.experts(nd->w1, nd->w3, nd->w2);
     const ExpertSet<T> experts(t, *nd);
     detail::moe_experts_backward(
-        k_moe_experts, nd->routing, experts.set, t.value(nd->wi).data(),
-        detail::MoeSaved<const T>::in(t.template saved<T>(nd->yi), rows, nd->c, nd->h), dy.data(),
-        grads);
+        k_moe_experts, nd->routing, experts.set, t.value(nd->xi).data(), t.value(nd->wi).data(),
+        detail::MoeHidden<const T>::in(t.template saved<T>(nd->yi), rows, nd->h), dy.data(), grads);
   });
   // 4. create_graph: no GradRule. The permutation and the per-expert GEMMs
   // are not ops, so backward with create_graph refuses this node ("not

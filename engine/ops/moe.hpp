@@ -28,9 +28,10 @@
 //
 // Cost: the tokens are permuted once, each expert runs as three GEMMs
 // forward and six backward over its own contiguous rows (no padding, no
-// [E, N, H] tensor); the op keeps x's routed rows, g, u and the experts'
-// outputs (2 (C + H) values per kept choice) in its node for backward, and
-// recomputes u * f(g) there a block of rows at a time.
+// [E, N, H] tensor); the op keeps g and u (2 H values per kept choice) in
+// its node for backward, and there gathers x's and dy's rows again and
+// recomputes u * f(g) a block of rows at a time (the weights' gradient
+// dy[t] . o = (dy[t] . W2) . (u * f(g)) needs no stored o).
 //
 // Errors, before anything is recorded: std::invalid_argument naming the op,
 // the argument and both shapes or values: k or E zero, k > E, a capacity

@@ -79,6 +79,22 @@ struct Plan {
       }
     }
   }
+  // This rank's rows of `width` values (its permuted layout) to their
+  // experts' ranks; `theirs` gets the rows this rank's experts compute
+  // (expert-major).
+  template <class T>
+  void to_experts(const MoeExchange& exchange, const T* mine, T* theirs, std::size_t width) const {
+    std::vector<T> in(received * width);
+    exchange.all_to_all_v(mine, send_elements(width), in.data(), recv_elements(width));
+    reorder(in.data(), theirs, width, true);
+  }
+  // The other way: the experts' rows back to the ranks of their tokens.
+  template <class T>
+  void to_tokens(const MoeExchange& exchange, const T* theirs, T* mine, std::size_t width) const {
+    std::vector<T> in(received * width);
+    reorder(theirs, in.data(), width, false);
+    exchange.all_to_all_v(in.data(), recv_elements(width), mine, send_elements(width));
+  }
 };
 
 // What the backward rule reads besides the tape.
@@ -93,17 +109,134 @@ struct ParallelNode {
 };
 
 // The saved rows: x_e, g, u of the rows this rank's experts computed
-// (expert-major), and o of this rank's own kept choices (its permuted layout).
+// (expert-major).
 template <class T>
 struct ParallelSaved {
-  T *x_rows, *g, *u, *o;
-  static std::size_t size(std::size_t received, std::size_t rows, std::size_t c, std::size_t h) {
-    return received * (c + 2 * h) + rows * c;
+  T *x_rows, *g, *u;
+  static std::size_t size(std::size_t received, std::size_t c, std::size_t h) {
+    return received * (c + 2 * h);
   }
   static ParallelSaved in(T* b, std::size_t received, std::size_t c, std::size_t h) {
-    return {b, b + received * c, b + received * (c + h), b + received * (c + 2 * h)};
+    return {b, b + received * c, b + received * (c + h)};
   }
 };
+
+// The node of a parallel moe_experts: its parents x, weights and the
+// experts' weights, recorded as k_moe_experts_all_to_all.
+template <class T>
+std::shared_ptr<ParallelNode> record_parallel_node(const detail::MoeDims& dims, const Var<T>& x,
+                                                   const Var<T>& weights, const MoeRouting& routing,
+                                                   const std::vector<Var<T>>& w1,
+                                                   const std::vector<Var<T>>& w3,
+                                                   const std::vector<Var<T>>& w2, Activation f,
+                                                   std::shared_ptr<const MoeExchange> exchange) {
+  const std::size_t p = exchange->size();
+  Plan plan(routing, p, dims.experts, *exchange);
+  auto nd = std::make_shared<ParallelNode>(ParallelNode{routing,
+                                                        std::move(exchange),
+                                                        std::move(plan),
+                                                        x.index(),
+                                                        weights.index(),
+                                                        0,
+                                                        {},
+                                                        {},
+                                                        {},
+                                                        dims.c,
+                                                        dims.h,
+                                                        f});
+  std::vector<std::size_t> parents{nd->xi, nd->wi};
+  for (auto [list, indices] :
+       {std::pair{&w1, &nd->w1}, std::pair{&w3, &nd->w3}, std::pair{&w2, &nd->w2}})
+    for (const Var<T>& w : *list) {
+      indices->push_back(w.index());
+      parents.push_back(w.index());
+    }
+  // Its backward is collective: it runs on every rank whatever this rank's
+  // inputs require.
+  nd->yi = x.tape().record(k_moe_experts_all_to_all, parents, true);
+  return nd;
+}
+
+// This rank's experts: the rows of the plan's layout and their weights.
+template <class T>
+struct LocalExperts {
+  std::vector<detail::MoeExpertWeights<T>> weights;
+  detail::MoeExpertSet<T> set;
+
+  LocalExperts(const Tape<T>& t, const ParallelNode& nd)
+      : weights(detail::moe_expert_weights(t, nd.w1, nd.w3, nd.w2)),
+        set{nd.f, nd.c, nd.h, nd.plan.offsets, weights, detail::k_moe_tile_macs} {}
+};
+
+// Forward: this rank's x rows to their experts' ranks (kept in `saved`),
+// the experts over the rows they received, the o rows back, and y [N, C]
+// the weighted sum of each token's o rows, expert after expert (as in one
+// process).
+template <class T>
+void parallel_forward(const Tape<T>& tape, const ParallelNode& nd, const ParallelSaved<T>& saved,
+                      T* y) {
+  const MoeRouting& r = nd.routing;
+  const std::size_t c = nd.c, rows = r.rows();
+  const T* const none = nullptr;
+  std::vector<T> mine(rows * c), o_e(nd.plan.received * c);
+  // x_rows[r] = x[source[r] / k], rank q's range to rank q
+  detail::moe_gather_rows(r, c, tape.value(nd.xi).data(), none, 0, rows, mine.data());
+  nd.plan.to_experts(*nd.exchange, mine.data(), saved.x_rows, c);
+  // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
+  detail::moe_expert_rows_forward(k_moe_experts, LocalExperts<T>(tape, nd).set,
+                                  detail::MoeRows<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
+  nd.plan.to_tokens(*nd.exchange, o_e.data(), mine.data(), c);
+  // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]
+  std::fill(y, y + r.tokens * c, T(0));
+  detail::moe_scatter_rows(r, c, mine.data(), tape.value(nd.wi).data(), 0, rows, y);
+}
+
+// Backward, the same exchange in reverse: each kept choice's dy[t] / P and
+// weight to its expert's rank, the experts' backward over the rows they
+// received (the expert weights' gradient: the mean over ranks), the
+// gradients of the x rows and of the weights back, times P (exact for P a
+// power of two).
+template <class T>
+void parallel_backward(Tape<T>& t, const ParallelNode& nd, const T* dy) {
+  const Plan& plan = nd.plan;
+  const MoeRouting& r = nd.routing;
+  const std::size_t c = nd.c, rows = r.rows(), received = plan.received;
+  const T ranks = static_cast<T>(plan.ranks), *const none = nullptr;
+  const T* const weights = t.value(nd.wi).data();
+  // in the forward pass: y[t] += weights[ch] * o[r], so now the gradient of
+  // o[r] is weights[ch] dy[t]: dy[t] / P and weights[ch] go to the expert's rank
+  std::vector<T> mine(rows * c), w_mine(rows), d_e(received * c), w_e(received);
+  detail::moe_gather_rows(r, c, dy, none, 0, rows, mine.data());
+  for (T& v : mine) v /= ranks;
+  for (std::size_t i = 0; i < rows; ++i) w_mine[i] = weights[r.source[i]];
+  plan.to_experts(*nd.exchange, mine.data(), d_e.data(), c);
+  plan.to_experts(*nd.exchange, w_mine.data(), w_e.data(), 1);
+  // dW += (the experts' backward over their rows), the targets one per
+  // distinct node (grad_slot's rule); dx_e [R, C] and dw_e [R] of the rows
+  detail::MoeTargets<T> targets(t, 3 * nd.w1.size());
+  const detail::MoeWeightGrads<T> dw = targets.experts(nd.w1, nd.w3, nd.w2);
+  const auto saved = ParallelSaved<const T>::in(t.template saved<T>(nd.yi), received, c, nd.h);
+  std::vector<T> dx_e(received * c), dw_e(received);
+  detail::moe_expert_rows_backward<T>(
+      k_moe_experts, LocalExperts<T>(t, nd).set,
+      detail::MoeRows<const T>{saved.x_rows, saved.g, saved.u, nullptr}, d_e.data(), w_e.data(), dw,
+      dx_e.data(), dw_e.data());
+  for (std::vector<T>* v : {&dx_e, &dw_e})
+    for (T& e : *v) e *= ranks;
+  // in the forward pass: the x rows went to the experts' ranks, so now their
+  // gradients come back: dx[t] += weights[ch] dx_rows[r], dweights[ch] += dw_rows[r]
+  plan.to_tokens(*nd.exchange, dx_e.data(), mine.data(), c);
+  plan.to_tokens(*nd.exchange, dw_e.data(), w_mine.data(), 1);
+  detail::MoeTargets<T> home(t, 2);
+  if (detail::MoeGradTarget<T>* dx = home(nd.xi)) {
+    if (!dx->accumulate) std::fill(dx->data, dx->data + dx->size, T(0));
+    detail::moe_scatter_rows(r, c, static_cast<const T*>(mine.data()), weights, 0, rows, dx->data);
+  }
+  if (detail::MoeGradTarget<T>* dweights = home(nd.wi)) {
+    if (!dweights->accumulate) std::fill(dweights->data, dweights->data + dweights->size, T(0));
+    for (std::size_t i = 0; i < rows; ++i) dweights->data[r.source[i]] += w_mine[i];
+  }
+}
 
 }  // namespace
 
@@ -191,97 +324,18 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
 
   // 2. forward: the counts, the x rows out, the experts, the o rows back, the combine
   Tape<T>& tape = x.tape();
-  const std::size_t c = dims.c, h = dims.h, rows = routing.rows();
-  auto nd = std::make_shared<ParallelNode>(ParallelNode{routing,
-                                                        exchange,
-                                                        Plan(routing, p, local, *exchange),
-                                                        x.index(),
-                                                        weights.index(),
-                                                        0,
-                                                        {},
-                                                        {},
-                                                        {},
-                                                        c,
-                                                        h,
-                                                        f});
-  std::vector<std::size_t> parents{nd->xi, nd->wi};
-  for (auto [list, indices] :
-       {std::pair{&w1, &nd->w1}, std::pair{&w3, &nd->w3}, std::pair{&w2, &nd->w2}})
-    for (const Var<T>& w : *list) {
-      indices->push_back(w.index());
-      parents.push_back(w.index());
-    }
-  // Its backward is collective: it runs on every rank whatever this rank's
-  // inputs require.
-  nd->yi = tape.record(k_moe_experts_all_to_all, parents, true);
+  const std::shared_ptr<ParallelNode> nd =
+      record_parallel_node(dims, x, weights, routing, w1, w3, w2, f, std::move(exchange));
   xt::xarray<T>& y = tape.value_mut(nd->yi);
   y.resize(dims.y_shape);
-  const Plan& plan = nd->plan;
-  const std::size_t received = plan.received;
-  T* const buffer = tape.template save<T>(nd->yi, ParallelSaved<T>::size(received, rows, c, h));
-  const ParallelSaved<T> saved = ParallelSaved<T>::in(buffer, received, c, h);
-  std::vector<T> out(rows * c), in(received * c);
-  // x_rows[r] = x[source[r] / k], rank q's range to rank q
-  detail::moe_gather_rows(routing, c, tape.value(nd->xi).data(), out.data());
-  exchange->all_to_all_v(out.data(), plan.send_elements(c), in.data(), plan.recv_elements(c));
-  plan.reorder(in.data(), saved.x_rows, c, true);
-  // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
-  std::vector<T> o_e(received * c);
-  const std::vector<detail::MoeExpertWeights<T>> weights_e =
-      detail::moe_expert_weights(tape, nd->w1, nd->w3, nd->w2);
-  detail::moe_expert_rows_forward(k_moe_experts,
-                                  {f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
-                                  detail::MoeSaved<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
-  plan.reorder(o_e.data(), in.data(), c, false);
-  exchange->all_to_all_v(in.data(), plan.recv_elements(c), saved.o, plan.send_elements(c));
-  // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]
-  detail::moe_combine_rows(routing, c, tape.value(nd->wi).data(), static_cast<const T*>(saved.o),
-                           y.data());
+  T* const buffer =
+      tape.template save<T>(nd->yi, ParallelSaved<T>::size(nd->plan.received, dims.c, dims.h));
+  parallel_forward(tape, *nd, ParallelSaved<T>::in(buffer, nd->plan.received, dims.c, dims.h),
+                   y.data());
 
   // 3. set_backward: the same exchange in reverse
-  tape.set_backward(nd->yi, [nd](Tape<T>& t, const xt::xarray<T>& dy) {
-    const Plan& plan = nd->plan;
-    const MoeRouting& r = nd->routing;
-    const std::size_t c = nd->c, h = nd->h, rows = r.rows(), received = plan.received;
-    const ParallelSaved<const T> saved =
-        ParallelSaved<const T>::in(t.template saved<T>(nd->yi), received, c, h);
-    // in the forward pass: y[t] += weights[ch] * o[r], so now dweights[ch] (+)= dy[t] . o[r]
-    if (t.requires_grad(nd->wi)) {
-      const GradPointer<T> slot = t.grad_pointer(nd->wi);
-      detail::MoeGradTarget<T> dw{slot.data, t.value(nd->wi).size(), slot.accumulate};
-      detail::moe_weights_backward(r, c, saved.o, dy.data(), dw);
-    }
-    // d_out[r] = weights[ch] * dy[t] / P, to the expert's rank: the expert
-    // weights' gradient is the mean over ranks (the rows' gradients are
-    // multiplied by P again below, exactly when P is a power of two)
-    const T ranks = static_cast<T>(plan.ranks);
-    std::vector<T> out(rows * c), in(received * c), d_e(received * c);
-    detail::moe_out_grad_rows(r, c, t.value(nd->wi).data(), dy.data(), T(1) / ranks, 0, rows,
-                              out.data());
-    nd->exchange->all_to_all_v(out.data(), plan.send_elements(c), in.data(), plan.recv_elements(c));
-    plan.reorder(in.data(), d_e.data(), c, true);
-    // The expert weights' targets (one per distinct node, grad_slot's rule).
-    detail::MoeTargets<T> targets(t, 3 * nd->w1.size());
-    const detail::MoeWeightGrads<T> dw = targets.experts(nd->w1, nd->w3, nd->w2);
-    // dW += (the experts' backward over their rows); dx_e [R, C] (the x rows' gradients)
-    std::vector<T> dx_e(received * c);
-    const std::vector<detail::MoeExpertWeights<T>> weights_e =
-        detail::moe_expert_weights(t, nd->w1, nd->w3, nd->w2);
-    detail::moe_expert_rows_backward<T>(
-        k_moe_experts, {nd->f, c, h, plan.offsets, weights_e, detail::k_moe_tile_macs},
-        detail::MoeSaved<const T>{saved.x_rows, saved.g, saved.u, nullptr},
-        static_cast<const T*>(d_e.data()), dw, dx_e.data());
-    for (T& v : dx_e) v *= ranks;
-    // in the forward pass: the x rows went to the experts' ranks, so now
-    // their gradients come back, and dx[t] += dx_rows[r]
-    plan.reorder(dx_e.data(), in.data(), c, false);
-    nd->exchange->all_to_all_v(in.data(), plan.recv_elements(c), out.data(), plan.send_elements(c));
-    if (t.requires_grad(nd->xi)) {
-      const GradPointer<T> slot = t.grad_pointer(nd->xi);
-      if (!slot.accumulate) std::fill(slot.data, slot.data + t.value(nd->xi).size(), T(0));
-      detail::moe_scatter_rows(r, c, static_cast<const T*>(out.data()), 0, rows, slot.data);
-    }
-  });
+  tape.set_backward(
+      nd->yi, [nd](Tape<T>& t, const xt::xarray<T>& dy) { parallel_backward(t, *nd, dy.data()); });
   // 4. create_graph: no GradRule ("not twice differentiable"), as moe_experts.
   return tape.var(nd->yi);
 }

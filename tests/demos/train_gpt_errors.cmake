@@ -29,8 +29,6 @@ expect_refused("--generate with --steps" "--generate" ${TRAIN_GPT} --generate ${
 expect_refused("--top-k without --generate" "" ${TRAIN_GPT} --top-k 5)
 expect_refused("--expert-parallel of a dense model" "--expert-parallel" ${TRAIN_GPT} ${tiny}
                --expert-parallel)
-expect_refused("--expert-parallel with --zero 1" "--zero 0 only" ${TRAIN_GPT} ${tiny} --experts 4
-               --expert-parallel --zero 1)
 
 file(MAKE_DIRECTORY ${OUT}/empty)
 expect_refused("no fortunes" "holds 0 fortunes" ${TRAIN_GPT} ${base} --data-dir ${OUT}/empty

@@ -167,6 +167,51 @@ TEST_CASE("expert parallel: AdamW steps with ZeRO on the replicated parameters m
   sync.detach();
 }
 
+// One ShardedOptimizer over every parameter, the experts rank-local:
+// clip_grad_norm counts each expert once (the one-process norm) and clips
+// them too, and the steps (two groups) match one process's.
+TEST_CASE("expert parallel: ZeRO with the experts rank-local clips and steps as one process") {
+  const Config c{4, 2, 1.25, 3};
+  Net one(c, false), ranks(c, true);
+  distributed::shard_experts(world(), ranks.net);
+  distributed::GradientSynchronizer<double> sync(
+      world(), ranks.net, distributed::SynchronizerOptions().first_bucket(16).bucket(32));
+  sync.attach(ranks.tape);
+  const auto options = optim::AdamWOptions(1e-2).weight_decay(0.1);
+  const auto split = [&options](Module<double>& m) {  // the experts' w2 in a group of their own
+    std::vector<optim::ParamGroup<double, optim::AdamWOptions>> g(2);
+    for (auto& [name, p] : m.named_parameters())
+      g[name.find(".w2.") != std::string::npos].params.push_back(p);
+    g[0].options = options;
+    g[1].options = optim::AdamWOptions(5e-3);
+    return g;
+  };
+  optim::AdamW<double> one_opt(split(one.net));
+  distributed::ShardedOptimizer<double> zero(sync, split(ranks.net),
+                                             distributed::ZeroOptions{1, true});
+  CHECK(zero.rank_local_count() == 3 * (4 / static_cast<std::size_t>(world().size())));
+  for (int step = 0; step < 3; ++step) {
+    one_opt.zero_grad();
+    zero.zero_grad();
+    one.forward();
+    ranks.forward();
+    one.tape.backward(one.loss);
+    ranks.tape.backward(ranks.loss);
+    const double max_norm = 0.05;  // below the norm: both clip
+    const double expected = optim::clip_grad_norm(one.net.parameters(), max_norm);
+    const double norm = zero.clip_grad_norm(max_norm);
+    CHECK(expected > max_norm);
+    CHECK(std::abs(norm - expected) <= 1e-12 * expected);
+    one_opt.step();
+    zero.step();
+  }
+  check_parameters(ranks.net, one.net, false);
+  // Without rank_local, parameters outside the synchronizer are refused.
+  CHECK_THROWS_WITH_AS(distributed::ShardedOptimizer<double>(sync, split(ranks.net)),
+                       doctest::Contains("but the synchronizer holds"), std::invalid_argument);
+  sync.detach();
+}
+
 // Per-rank checkpoints: the model's state dict (its experts under their
 // global names), the ZeRO shard and the experts' optimizer; a run resumed
 // from them continues bit for bit.

@@ -60,11 +60,11 @@ struct Problem {
   Result run(std::size_t tile_macs) const {
     const std::size_t rows = routing.rows();
     Result r{Array::from_shape({n, c}),
-             Array::from_shape({detail::MoeSaved<double>::size(rows, c, h)}),
+             Array::from_shape({detail::MoeHidden<double>::size(rows, h)}),
              Array::from_shape({n, c}),
              Array::from_shape({n, k}),
              {}};
-    const auto saved = detail::MoeSaved<double>::in(r.saved.data(), rows, c, h);
+    const auto saved = detail::MoeHidden<double>::in(r.saved.data(), rows, h);
     detail::moe_experts_forward("test", routing, set(tile_macs), x.data(), weights.data(), saved,
                                 r.y.data());
     std::vector<detail::MoeGradTarget<double>> targets(3 * e);
@@ -80,8 +80,8 @@ struct Problem {
                                 : grads.experts.dw2;
       role.push_back(&targets[i]);
     }
-    detail::moe_experts_backward("test", routing, set(tile_macs), weights.data(),
-                                 detail::MoeSaved<const double>::in(r.saved.data(), rows, c, h),
+    detail::moe_experts_backward("test", routing, set(tile_macs), x.data(), weights.data(),
+                                 detail::MoeHidden<const double>::in(r.saved.data(), rows, h),
                                  dy.data(), grads);
     return r;
   }
@@ -107,18 +107,20 @@ TEST_CASE("moe kernels: the expert-parallel row kernels equal the routed ones, b
   const Problem p;
   const Result routed = p.run(0);
   const std::size_t rows = p.routing.rows(), c = p.c, h = p.h;
-  const auto in = detail::MoeSaved<const double>::in(routed.saved.data(), rows, c, h);
-  // d_out[r] = weights[ch] * dy[t], as the routed backward computes it
-  Array d_out = Array::from_shape({rows, c});
-  detail::moe_out_grad_rows(p.routing, c, p.weights.data(), p.dy.data(), 1.0, 0, rows,
-                            d_out.data());
+  const auto in = detail::MoeHidden<const double>::in(routed.saved.data(), rows, h);
+  // the rows as buffers: x's and dy's rows, and each row's weight
+  const double* const none = nullptr;
+  Array x_rows = Array::from_shape({rows, c}), d_out = x_rows, w = Array::from_shape({rows});
+  detail::moe_gather_rows(p.routing, c, p.x.data(), none, 0, rows, x_rows.data());
+  detail::moe_gather_rows(p.routing, c, p.dy.data(), none, 0, rows, d_out.data());
+  for (std::size_t i = 0; i < rows; ++i) w(i) = p.weights.data()[p.routing.source[i]];
   for (const std::size_t tile_macs : {k_all, std::size_t(0)}) {
     Array g = Array::from_shape({rows, h}), u = g, o = Array::from_shape({rows, c});
-    detail::moe_expert_rows_forward<double>(
-        "test", p.set(tile_macs), {const_cast<double*>(in.x_rows), g.data(), u.data(), o.data()});
-    Array o_routed = Array::from_shape({rows, c});
-    std::copy(in.o, in.o + rows * c, o_routed.begin());
-    check_close(o, o_routed);
+    detail::moe_expert_rows_forward<double>("test", p.set(tile_macs),
+                                            {x_rows.data(), g.data(), u.data(), o.data()});
+    Array y = xt::zeros<double>({p.n, c});
+    detail::moe_scatter_rows(p.routing, c, o.data(), p.weights.data(), 0, rows, y.data());
+    check_close(y, routed.y);
     std::vector<Array> dw;
     std::vector<detail::MoeGradTarget<double>> targets(3 * p.e);
     detail::MoeWeightGrads<double> grads;
@@ -128,10 +130,14 @@ TEST_CASE("moe kernels: the expert-parallel row kernels equal the routed ones, b
       (i % 3 == 0 ? grads.dw1 : i % 3 == 1 ? grads.dw3 : grads.dw2).push_back(&targets[i]);
     }
     Array dx_rows = Array::from_shape({rows, c}), dx = xt::zeros<double>({p.n, c});
-    detail::moe_expert_rows_backward("test", p.set(tile_macs), in, d_out.data(), grads,
-                                     dx_rows.data());
-    detail::moe_scatter_rows(p.routing, c, dx_rows.data(), 0, rows, dx.data());
+    Array dw_rows = Array::from_shape({rows}), dweights = xt::zeros<double>({p.n, p.k});
+    detail::moe_expert_rows_backward<double>("test", p.set(tile_macs),
+                                             {x_rows.data(), in.g, in.u, nullptr}, d_out.data(),
+                                             w.data(), grads, dx_rows.data(), dw_rows.data());
+    detail::moe_scatter_rows(p.routing, c, dx_rows.data(), p.weights.data(), 0, rows, dx.data());
+    for (std::size_t i = 0; i < rows; ++i) dweights.data()[p.routing.source[i]] = dw_rows(i);
     check_close(dx, routed.dx);
+    check_close(dweights, routed.dweights);
     for (std::size_t i = 0; i < dw.size(); ++i) check_close(dw[i], routed.dw[i]);
   }
 }
