@@ -51,7 +51,9 @@ void keep_top_p(std::vector<double>& z, double top_p) {
 std::int64_t draw(std::vector<double>& z, Generator& rng) {
   const double m = *std::max_element(z.begin(), z.end());
   double total = 0.0;
-  for (double& v : z) total += (v = std::exp(v - m));
+  // exp(-inf) is 0: the tokens top_k or top_p cut cost no exp
+  for (double& v : z)
+    total += (v = v == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(v - m));
   const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
   const double target = u * total;
   double cumulative = 0.0;
