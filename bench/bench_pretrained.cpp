@@ -5,7 +5,7 @@
 //   build/release/bench/bench_pretrained [--section generate|lora|all]
 //       [--layers 6 --embd 512 --heads 8 --kv-heads 4 --vocab 8192 --threads 1]
 //       [--prompts 8 --new-tokens 64 --rounds 5 --stop-tokens 0]
-//       [--tokens 128 --steps 5 --rank 8]
+//       [--tokens 128 --steps 5 --rank 8 --targets q_proj,k_proj,v_proj,o_proj]
 //
 // generate: GPT::generate over --prompts prompts of different lengths (8 ..
 //   8 + 3 (P - 1) tokens) in one batch, against P calls of the single-prompt
@@ -18,8 +18,9 @@
 //     forward      inference forward (GPT::infer) of [1, --tokens] tokens
 //     no-weight    forward + cross-entropy + backward with every weight frozen
 //                  but the embedding table: the gradients of the activations only
-//     lora         a LoRA training step: apply_lora on q/k/v/o_proj (rank
-//                  --rank), forward + cross-entropy + backward + AdamW step
+//     lora         a LoRA training step: apply_lora on --targets (default
+//                  q/k/v/o_proj; the MLP's are gate_proj, up_proj, down_proj)
+//                  at rank --rank, forward + cross-entropy + backward + AdamW step
 //   Printed: peak RSS, median step time (first step excluded), the bytes of
 //   gradient buffers held by frozen parameters after the steps (0 expected),
 //   and the ratios lora / forward (memory) and lora / no-weight (time).
@@ -52,6 +53,7 @@ struct Config {
   std::size_t layers = 6, embd = 512, heads = 8, kv_heads = 4, vocab = 8192;
   std::size_t prompts = 8, new_tokens = 64, tokens = 128, steps = 5, rank = 8;
   std::size_t rounds = 5, stop_tokens = 0;
+  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   int threads = 1;
 };
 
@@ -161,7 +163,7 @@ Result lora_case(const Config& c, const std::string& kind) {
   y(c.tokens - 1) = 0;
   std::optional<optim::AdamW<float>> optimizer;
   if (kind == "lora") {
-    apply_lora(model, {"q_proj", "k_proj", "v_proj", "o_proj"}, c.rank, 2.0 * double(c.rank));
+    apply_lora(model, c.targets, c.rank, 2.0 * double(c.rank));
     optimizer.emplace(model.parameters(), optim::AdamWOptions(1e-3));
   } else if (kind == "no-weight") {
     for (Parameter<float>* p : model.parameters()) p->set_requires_grad(false);
@@ -196,12 +198,13 @@ Result lora_case(const Config& c, const std::string& kind) {
 // One configuration in a process of its own (this program with --child), so
 // that its peak resident memory is its own; its result read from its output.
 Result in_child(const Config& c, const std::string& kind) {
-  const std::string command =
+  std::string command =
       self_executable() + " --child " + kind + " --layers " + std::to_string(c.layers) +
       " --embd " + std::to_string(c.embd) + " --heads " + std::to_string(c.heads) + " --kv-heads " +
       std::to_string(c.kv_heads) + " --vocab " + std::to_string(c.vocab) + " --tokens " +
       std::to_string(c.tokens) + " --steps " + std::to_string(c.steps) + " --rank " +
-      std::to_string(c.rank) + " --threads " + std::to_string(c.threads);
+      std::to_string(c.rank) + " --threads " + std::to_string(c.threads) + " --targets ";
+  for (std::size_t i = 0; i < c.targets.size(); ++i) command += (i ? "," : "") + c.targets[i];
   std::FILE* child = popen(command.c_str(), "r");
   if (child == nullptr) throw std::runtime_error("cannot run " + command);
   Result r;
@@ -216,8 +219,10 @@ void run_lora(const Config& c) {
   std::vector<Result> results;
   for (const char* kind : {"forward", "no-weight", "lora"}) results.push_back(in_child(c, kind));
   const std::size_t n = results[0].parameters;
-  std::printf("lora: %zu parameters (%.1f MiB of float), %zu tokens per step, rank %zu\n", n,
-              double(n * 4) / 1048576.0, c.tokens, c.rank);
+  std::string targets;
+  for (const std::string& t : c.targets) targets += (targets.empty() ? "" : ",") + t;
+  std::printf("lora: %zu parameters (%.1f MiB of float), %zu tokens per step, rank %zu on %s\n", n,
+              double(n * 4) / 1048576.0, c.tokens, c.rank, targets.c_str());
   std::printf("  %-10s %12s %10s %16s\n", "", "peak MiB", "step s", "frozen grads MiB");
   const char* kinds[] = {"forward", "no-weight", "lora"};
   for (std::size_t i = 0; i < 3; ++i)
@@ -250,6 +255,9 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", c.tokens, "lora: tokens per step")->capture_default_str();
   app.add_option("--steps", c.steps)->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--rank", c.rank)->capture_default_str();
+  app.add_option("--targets", c.targets, "lora: the adapted layers (PEFT's target_modules)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--threads", c.threads)->capture_default_str()->check(CLI::Range(1, 256));
   std::string child;  // one lora configuration, its result on stdout (in_child)
   app.add_option("--child", child)->group("");
