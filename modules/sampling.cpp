@@ -20,10 +20,18 @@ void apply_temperature(std::vector<double>& z, double temperature) {
 // Every value below the k-th largest becomes -inf (ties at the k-th value stay).
 void keep_top_k(std::vector<double>& z, std::size_t k) {
   if (k >= z.size()) return;
-  std::vector<double> sorted = z;
-  std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(),
-                   std::greater<double>());
-  const double threshold = sorted[k - 1];
+  // The k largest values so far in a min-heap: its top is the k-th largest
+  // (duplicates counted), as nth_element finds it, in one pass that for
+  // k << V mostly compares against the top.
+  std::vector<double> largest(z.begin(), z.begin() + std::ptrdiff_t(k));
+  std::make_heap(largest.begin(), largest.end(), std::greater<double>());
+  for (std::size_t i = k; i < z.size(); ++i)
+    if (z[i] > largest.front()) {
+      std::pop_heap(largest.begin(), largest.end(), std::greater<double>());
+      largest.back() = z[i];
+      std::push_heap(largest.begin(), largest.end(), std::greater<double>());
+    }
+  const double threshold = largest.front();
   for (double& v : z)
     if (v < threshold) v = -std::numeric_limits<double>::infinity();
 }
