@@ -100,11 +100,6 @@ std::string owner_name(const std::map<std::string, Module<T>*>& by_name, const s
   return owner;
 }
 
-template <class T>
-Module<T>* owner_of(const std::map<std::string, Module<T>*>& by_name, const std::string& name) {
-  return by_name.at(owner_name(by_name, name));
-}
-
 // Whether the module `name` is one of a SparseMoe's routed experts, which
 // the MoE's fused kernels run without calling their forwards (a shared
 // expert, and a GatedExpert that is a model's MLP, run their own forward).
@@ -112,7 +107,7 @@ template <class T>
 bool routed_expert(const std::map<std::string, Module<T>*>& by_name, const std::string& name) {
   const auto* expert = dynamic_cast<GatedExpert<T>*>(by_name.at(name));
   if (!expert || name.empty()) return false;
-  const auto* moe = dynamic_cast<SparseMoe<T>*>(owner_of(by_name, name));
+  const auto* moe = dynamic_cast<SparseMoe<T>*>(by_name.at(owner_name(by_name, name)));
   return moe && std::any_of(moe->experts.begin(), moe->experts.end(),
                             [&](const GatedExpert<T>& e) { return &e == expert; });
 }
@@ -139,9 +134,9 @@ std::vector<Layer<T>> plan_lora(const char* function, Module<T>& model,
     const std::optional<Layer<T>> layer = as_layer(name, module);
     check.argument(layer.has_value(), "target_modules", "matches ", detail::quoted(name), ", a ",
                    module->config().type, "; LoRA adapts Linear and Conv1D layers only");
-    Module<T>* parent = owner_of(by_name, name);
-    const bool fused =
-        dynamic_cast<Mlp<T>*>(parent) || routed_expert(by_name, owner_name(by_name, name));
+    const std::string owner = owner_name(by_name, name);
+    Module<T>* parent = by_name.at(owner);
+    const bool fused = dynamic_cast<Mlp<T>*>(parent) || routed_expert(by_name, owner);
     check.argument(!fused, "target_modules", "matches ", detail::quoted(name), ", a layer of ",
                    parent->config().type,
                    ", whose fused forward never calls the layer's; LoRA cannot adapt it");

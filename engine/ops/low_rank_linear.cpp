@@ -1,5 +1,7 @@
 #include "low_rank_linear.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 
 #include "../check.hpp"
