@@ -23,6 +23,7 @@
 #include "ops/index.hpp"
 #include "ops/linear.hpp"
 #include "ops/loss.hpp"
+#include "ops/low_rank_linear.hpp"
 #include "ops/mask.hpp"
 #include "ops/math.hpp"
 #include "ops/matmul.hpp"

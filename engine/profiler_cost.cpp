@@ -4,9 +4,11 @@
 // GEMM ops (FLOPs, 2 M N K per GEMM, the count of torch.profiler's
 // with_flops; bias adds and fused activations are not counted):
 //   linear(x [..., K], W, b), matmul(a [..., K], b), activation_linear(h
-//   [..., K], W, b), gated_linear(u [..., K], g, W, b): the forward is one
-//   GEMM, 2 * y.size() * K. The backward is one such GEMM per gradient it
-//   computes: the input's (da = dy . W, shared by u and g) and the weight's.
+//   [..., K], W, b), gated_linear(u [..., K], g, W, b), low_rank_linear(x
+//   [..., K], W, b, h, B) (its rank-r product, 2 * y.size() * r, not
+//   counted): the forward is one GEMM, 2 * y.size() * K. The backward is one
+//   such GEMM per gradient it computes: the input's (da = dy . W, shared by u
+//   and g) and the weight's.
 // Attention (FLOPs, as torch.utils.flop_counter counts
 // scaled_dot_product_attention: sdpa_flop_count and
 // sdpa_backward_flop_count of torch/utils/flop_counter.py): with q
@@ -33,10 +35,11 @@ namespace xtgrad::detail {
 
 namespace {
 
-// The GEMM ops: linear, matmul and activation_linear read their input at
-// parent 0 and their weight at parent 1; gated_linear reads u, g at 0, 1 and
-// the weight at 2.
-constexpr std::array<std::string_view, 3> k_gemm_ops{{"linear", "matmul", "activation_linear"}};
+// The GEMM ops: linear, matmul, activation_linear and low_rank_linear read
+// their input at parent 0 and their weight at parent 1; gated_linear reads
+// u, g at 0, 1 and the weight at 2.
+constexpr std::array<std::string_view, 4> k_gemm_ops{
+    {"linear", "matmul", "activation_linear", "low_rank_linear"}};
 constexpr std::string_view k_gated_gemm_op = "gated_linear";
 
 // Every op whose forward and backward are one memory-bound pass each.

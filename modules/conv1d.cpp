@@ -35,10 +35,10 @@ Var<T> Conv1D<T>::forward(const Var<T>& x) {
   const Shape bias_shape = bias.value.shape();
   const detail::LinearDims dims = detail::check_linear_shapes(
       "linear", "x", x.shape(), weight.value.shape(), &bias_shape, WeightLayout::in_out);
-  const Var<T> y =
-      detail::record_linear<T>(dims, x, tape.param(weight), tape.param(bias), WeightLayout::in_out);
-  if (!lora || lora->merged()) return y;
-  return add(y, lora->forward(x));  // + (dropout(x) A^T B^T) * scaling
+  const Var<T> w = tape.param(weight), b = tape.param(bias);
+  if (lora && !lora->merged())  // x W + b + (dropout(x) A^T B^T) * scaling, one node
+    return lora->forward(x, w, b, WeightLayout::in_out);
+  return detail::record_linear<T>(dims, x, w, b, WeightLayout::in_out);
 }
 
 template <class T>

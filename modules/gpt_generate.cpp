@@ -124,28 +124,40 @@ std::vector<std::vector<std::int64_t>> GPT<T>::generate(
   KvCache<T> cache = make_cache(rows);
   std::vector<Generator> rng;
   for (std::size_t b = 0; b < rows; ++b) rng.emplace_back(options.seed + b * k_row_seed_step);
-  std::vector<bool> stopped(rows, false);
   const auto& stops = options.stop_tokens;
+  // live[i]: the prompt of the batch's row i. A row that stops leaves the
+  // batch (KvCache::keep_rows), so that the others run as a smaller one.
+  std::vector<std::size_t> live(rows);
+  for (std::size_t b = 0; b < rows; ++b) live[b] = b;
+  const auto live_sequences = [&] {
+    std::vector<std::vector<std::int64_t>> sequences;
+    for (const std::size_t b : live) sequences.push_back(out[b]);
+    return sequences;
+  };
   xt::xarray<T> logits = self.last_logits(tape, windows(out, config_.block_size, cache), cache);
   for (std::size_t n = 0; n < options.max_new_tokens; ++n) {
-    bool running = false;
-    for (std::size_t b = 0; b < rows; ++b) {
-      if (stopped[b]) continue;
-      const T* row = logits.data() + b * v;
+    std::vector<std::size_t> kept;  // the batch's rows that go on
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const std::size_t b = live[i];
+      const T* row = logits.data() + i * v;
       const std::int64_t next = sample_token(std::vector<double>(row, row + v), options.temperature,
                                              options.top_k, options.top_p, rng[b]);
       out[b].push_back(next);
-      stopped[b] = std::find(stops.begin(), stops.end(), next) != stops.end();
-      running = running || !stopped[b];
+      if (std::find(stops.begin(), stops.end(), next) == stops.end()) kept.push_back(i);
     }
-    if (!running || n + 1 == options.max_new_tokens) break;
+    if (kept.empty() || n + 1 == options.max_new_tokens) break;
     tape.clear();
+    if (kept.size() < live.size()) {
+      cache.keep_rows(kept);
+      for (std::size_t i = 0; i < kept.size(); ++i) live[i] = live[kept[i]];
+      live.resize(kept.size());
+    }
     if (cache.length(0) == config_.block_size) {  // the window slides: encode it afresh
-      logits = self.last_logits(tape, windows(out, config_.block_size, cache), cache);
+      logits = self.last_logits(tape, windows(live_sequences(), config_.block_size, cache), cache);
       continue;
     }
-    Indices step = xt::empty<std::int64_t>(std::vector<std::size_t>{rows, 1});
-    for (std::size_t b = 0; b < rows; ++b) step(b, 0) = out[b].back();  // a stopped row idles
+    Indices step = xt::empty<std::int64_t>(std::vector<std::size_t>{live.size(), 1});
+    for (std::size_t i = 0; i < live.size(); ++i) step(i, 0) = out[live[i]].back();
     logits = self.last_logits(tape, step, cache);
   }
   return out;

@@ -11,7 +11,8 @@
 // as the single-prompt generate(prompt, n, temperature, top_k, seed) does
 // and a batch of one equals it token for token (up to the rounding of the
 // last-row-only head). A row that draws one of stop_tokens keeps it and
-// stops; the others go on. A sequence longer than block_size is continued
+// stops; the others go on, without it: its keys and values leave the cache
+// (KvCache::keep_rows), so that each step computes the running rows only. A sequence longer than block_size is continued
 // from its last block_size tokens (nanoGPT's idx[:, -block_size:]): when the
 // cache is full, every row's window is encoded afresh (positions from 0),
 // which costs a forward of block_size tokens per new token from then on.

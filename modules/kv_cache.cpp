@@ -157,6 +157,32 @@ void KvCache<T>::clear() {
   std::fill(start_.begin(), start_.end(), std::size_t(0));
 }
 
+template <class T>
+void KvCache<T>::keep_rows(const std::vector<std::size_t>& rows) {
+  const detail::Check check("KvCache::keep_rows");
+  check.argument(!rows.empty(), "rows", "is empty, expected at least one row");
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    check.argument(rows[i] < batch_ && (i == 0 || rows[i - 1] < rows[i]), "rows", "holds ", rows[i],
+                   " at index ", i, ", expected strictly increasing rows below the batch ", batch_);
+  // Row rows[i] moves down to row i <= rows[i]: in increasing order no
+  // block is overwritten before it has moved.
+  const std::size_t block = capacity_ * head_dim_;  // one (row, head) of a layer
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    start_[i] = start_[rows[i]];
+    if (rows[i] == i) continue;
+    for (std::size_t l = 0; l < length_.size(); ++l)
+      for (std::size_t h = 0; h < n_kv_heads_; ++h) {
+        const std::size_t src = (rows[i] * n_kv_heads_ + h) * block;
+        const std::size_t dst = (i * n_kv_heads_ + h) * block;
+        const std::size_t filled = length_[l] * head_dim_;
+        std::copy_n(k_[l].data() + src, filled, k_[l].data() + dst);
+        std::copy_n(v_[l].data() + src, filled, v_[l].data() + dst);
+      }
+  }
+  batch_ = rows.size();
+  start_.resize(batch_);
+}
+
 template class KvCache<float>;
 template class KvCache<double>;
 

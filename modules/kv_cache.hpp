@@ -62,6 +62,12 @@ class KvCache {
 
   // Every layer back to length 0 and every start to 0 (the memory is kept).
   void clear();
+  // Keeps only the rows `rows` (strictly increasing, each < batch()), as rows
+  // 0 .. rows.size() - 1 in that order, with their keys, values and starts:
+  // a batch whose finished sequences leave it. The memory is kept.
+  // std::invalid_argument (nothing changes) for no rows, a row out of range
+  // or rows not strictly increasing.
+  void keep_rows(const std::vector<std::size_t>& rows);
 
   std::size_t batch() const { return batch_; }
   std::size_t n_layers() const { return length_.size(); }

@@ -36,11 +36,10 @@ Var<T> Linear<T>::forward(const Var<T>& x) {
       detail::check_linear_shapes("linear", "x", x.shape(), weight.value.shape(),
                                   has_bias_ ? &bias_shape : nullptr, WeightLayout::out_in);
   const Var<T> w = tape.param(weight);
-  const Var<T> y =
-      has_bias_ ? detail::record_linear<T>(dims, x, w, tape.param(bias), WeightLayout::out_in)
-                : detail::record_linear<T>(dims, x, w, std::nullopt, WeightLayout::out_in);
-  if (!lora || lora->merged()) return y;
-  return add(y, lora->forward(x));  // + (dropout(x) A^T B^T) * scaling
+  const std::optional<Var<T>> b = has_bias_ ? std::optional(tape.param(bias)) : std::nullopt;
+  if (lora && !lora->merged())  // x W^T + b + (dropout(x) A^T B^T) * scaling, one node
+    return lora->forward(x, w, b, WeightLayout::out_in);
+  return detail::record_linear<T>(dims, x, w, b, WeightLayout::out_in);
 }
 
 template <class T>

@@ -92,6 +92,26 @@ std::string peft_key(const std::string& layer, const char* what) {
   return k_key_prefix + (layer.empty() ? std::string() : layer + ".") + what;
 }
 
+// The dotted name of the nearest listed module above `name`.
+template <class T>
+std::string owner_name(const std::map<std::string, Module<T>*>& by_name, const std::string& name) {
+  std::string owner = parent_name(name);
+  while (!by_name.count(owner)) owner = parent_name(owner);
+  return owner;
+}
+
+// Whether the module `name` is one of a SparseMoe's routed experts, which
+// the MoE's fused kernels run without calling their forwards (a shared
+// expert, and a GatedExpert that is a model's MLP, run their own forward).
+template <class T>
+bool routed_expert(const std::map<std::string, Module<T>*>& by_name, const std::string& name) {
+  const auto* expert = dynamic_cast<GatedExpert<T>*>(by_name.at(name));
+  if (!expert || name.empty()) return false;
+  const auto* moe = dynamic_cast<SparseMoe<T>*>(by_name.at(owner_name(by_name, name)));
+  return moe && std::any_of(moe->experts.begin(), moe->experts.end(),
+                            [&](const GatedExpert<T>& e) { return &e == expert; });
+}
+
 // The layers apply_lora would adapt, after every check (nothing changes).
 template <class T>
 std::vector<Layer<T>> plan_lora(const char* function, Module<T>& model,
@@ -114,10 +134,9 @@ std::vector<Layer<T>> plan_lora(const char* function, Module<T>& model,
     const std::optional<Layer<T>> layer = as_layer(name, module);
     check.argument(layer.has_value(), "target_modules", "matches ", detail::quoted(name), ", a ",
                    module->config().type, "; LoRA adapts Linear and Conv1D layers only");
-    std::string owner = parent_name(name);  // the nearest listed module above the layer
-    while (!by_name.count(owner)) owner = parent_name(owner);
+    const std::string owner = owner_name(by_name, name);
     Module<T>* parent = by_name.at(owner);
-    const bool fused = dynamic_cast<Mlp<T>*>(parent) || dynamic_cast<GatedExpert<T>*>(parent);
+    const bool fused = dynamic_cast<Mlp<T>*>(parent) || routed_expert(by_name, owner);
     check.argument(!fused, "target_modules", "matches ", detail::quoted(name), ", a layer of ",
                    parent->config().type,
                    ", whose fused forward never calls the layer's; LoRA cannot adapt it");

@@ -23,8 +23,13 @@
 // dotted name equals it or ends with "." + it ("q_proj" matches
 // "h.0.attn.q_proj"; "attn.c_attn" matches "h.3.attn.c_attn"). Layers whose
 // owner fuses their weights into a larger op and never calls their forward
-// (Mlp's layers, GatedExpert's projections) are refused; FeedForward falls
-// back to composing its layers when one has an adapter. Parameters that are
+// (Mlp's layers, the projections of a SparseMoe's routed experts) are
+// refused; FeedForward and GatedExpert (LLaMA's MLP: "gate_proj", "up_proj",
+// "down_proj") fall back to their layers' forwards when one has an adapter.
+// An adapted Linear or Conv1D records its output as one node
+// (ops/low_rank_linear.hpp), so that an adapter keeps only its rank-r
+// intermediate on the tape, not three more arrays of the layer's outputs.
+// Parameters that are
 // not Linear or Conv1D layers (MultiheadAttention's in_proj_weight,
 // GatedFFN's w_up) cannot be targeted.
 

@@ -4,6 +4,7 @@
 
 #include "../engine/errors.hpp"
 #include "../engine/ops/elementwise.hpp"
+#include "../engine/ops/low_rank_linear.hpp"
 
 namespace xtgrad {
 
@@ -52,6 +53,16 @@ Var<T> LoRALayer<T>::forward(const Var<T>& x) {
   // h[..., r] = dropout(x)[..., in] . A^T;  d[..., out] = h . B^T
   const Var<T> h = linear(lora_dropout.forward(x), a);
   return scale(linear(h, b), static_cast<T>(scaling()));
+}
+
+template <class T>
+Var<T> LoRALayer<T>::forward(const Var<T>& x, const Var<T>& weight,
+                             const std::optional<Var<T>>& bias, WeightLayout layout) {
+  Tape<T>& tape = x.tape_for("LoRALayer", "x");
+  const Var<T> a = tape.param(lora_A), b = tape.param(lora_B);
+  // h[..., r] = dropout(x)[..., in] . A^T;  y = x op(W) + bias + (h . B^T) * scaling
+  const Var<T> h = linear(lora_dropout.forward(x), a);
+  return low_rank_linear(x, weight, bias, layout, h, b, static_cast<T>(scaling()));
 }
 
 template <class T>

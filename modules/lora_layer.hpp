@@ -22,6 +22,7 @@
 // PEFT's merged layer; unmerge_from subtracts it again (exact up to rounding).
 
 #include <cstddef>
+#include <optional>
 
 #include "../engine/ops/linear.hpp"
 #include "dropout.hpp"
@@ -62,6 +63,12 @@ class LoRALayer {
   // delta = (dropout(x) A^T B^T) * scaling, recorded on x's tape; x [..., in].
   // The dropout applies in a training forward (lora_dropout's mode).
   Var<T> forward(const Var<T>& x);
+  // The adapted layer's output x op(weight) + bias + delta as one node
+  // (ops/low_rank_linear.hpp), with weight and bias recorded by the layer:
+  // the values of add(linear(x, weight, bias, layout), forward(x)) without
+  // their [..., out] intermediates on the tape.
+  Var<T> forward(const Var<T>& x, const Var<T>& weight, const std::optional<Var<T>>& bias,
+                 WeightLayout layout);
 
   const LoRAOptions& options() const { return options_; }
   double scaling() const { return options_.lora_alpha / static_cast<double>(options_.r); }

@@ -8,6 +8,7 @@
 #include "../engine/errors.hpp"
 #include "../engine/ops/elementwise.hpp"
 #include "../engine/ops/fused_linear.hpp"
+#include "../engine/ops/gated.hpp"
 #include "../engine/ops/index.hpp"
 #include "../engine/ops/math.hpp"
 #include "../engine/ops/moe.hpp"
@@ -165,6 +166,16 @@ Var<T> GatedExpert<T>::forward(const Var<T>& x) {
   detail::Check("GatedExpert")
       .shape(u.y_shape == g.y_shape, projection_name(names_, 1), up.weight.value.shape(),
              gate.weight.value.shape(), " (the shape of ", projection_name(names_, 0), ")");
+  const auto adapted = [](const Linear<T>& l) { return l.lora && !l.lora->merged(); };
+  if (adapted(gate) || adapted(up) || adapted(down)) {
+    // LoRA adapters add to their layers' outputs: gate and up through their
+    // own forwards; down's input, the hidden, is then formed (and stored)
+    // only when down has an adapter too.
+    const Var<T> gv = gate.forward(x), uv = up.forward(x);
+    if (adapted(down)) return down.forward(gated(uv, gv, activation_));  // down(u * f(g))
+    return detail::record_gated_linear<T>(d, uv, gv, activation_, tape.param(down.weight),
+                                          std::nullopt, WeightLayout::out_in);
+  }
   const Var<T> gv =
       detail::record_linear<T>(g, x, tape.param(gate.weight), std::nullopt, WeightLayout::out_in);
   const Var<T> uv =

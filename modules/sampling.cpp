@@ -20,10 +20,18 @@ void apply_temperature(std::vector<double>& z, double temperature) {
 // Every value below the k-th largest becomes -inf (ties at the k-th value stay).
 void keep_top_k(std::vector<double>& z, std::size_t k) {
   if (k >= z.size()) return;
-  std::vector<double> sorted = z;
-  std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(),
-                   std::greater<double>());
-  const double threshold = sorted[k - 1];
+  // The k largest values so far in a min-heap: its top is the k-th largest
+  // (duplicates counted), as nth_element finds it, in one pass that for
+  // k << V mostly compares against the top.
+  std::vector<double> largest(z.begin(), z.begin() + std::ptrdiff_t(k));
+  std::make_heap(largest.begin(), largest.end(), std::greater<double>());
+  for (std::size_t i = k; i < z.size(); ++i)
+    if (z[i] > largest.front()) {
+      std::pop_heap(largest.begin(), largest.end(), std::greater<double>());
+      largest.back() = z[i];
+      std::push_heap(largest.begin(), largest.end(), std::greater<double>());
+    }
+  const double threshold = largest.front();
   for (double& v : z)
     if (v < threshold) v = -std::numeric_limits<double>::infinity();
 }
@@ -51,7 +59,9 @@ void keep_top_p(std::vector<double>& z, double top_p) {
 std::int64_t draw(std::vector<double>& z, Generator& rng) {
   const double m = *std::max_element(z.begin(), z.end());
   double total = 0.0;
-  for (double& v : z) total += (v = std::exp(v - m));
+  // exp(-inf) is 0: the tokens top_k or top_p cut cost no exp
+  for (double& v : z)
+    total += (v = v == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(v - m));
   const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
   const double target = u * total;
   double cumulative = 0.0;

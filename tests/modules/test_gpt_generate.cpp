@@ -1,6 +1,7 @@
 // GPT::generate over a batch of prompts (gpt_generate.hpp): against the
 // single-prompt generate row by row (gpt2 and llama styles, greedy and
-// sampled, prompts of different lengths), stop tokens, the sliding window
+// sampled, prompts of different lengths), stop tokens (rows leaving the
+// batch, KvCache::keep_rows), the sliding window
 // past block_size against the full forward by hand, top-p, seeds, the
 // LlamaForCausalLM wrapper, and the bad-input rows.
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xbuilder.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/modules/gpt.hpp>
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
@@ -133,6 +135,61 @@ TEST_CASE("GPT::generate (batch): a row that draws a stop token stops, the other
     CHECK(stopped[b] == expected);
   }
   CHECK(model.generate(k_prompts, options(0, 0.0)) == k_prompts);
+}
+
+TEST_CASE("GPT::generate (batch): rows leave the batch as they stop, each as generated alone") {
+  const GPT<double> model = spread_model<double>(GPTStyle::llama);
+  GenerationOptions o = options(8, 1.1, 7);
+  o.top_k = 5;
+  o.stop_tokens = {2, 5};
+  const std::vector<Ids> out = model.generate(k_prompts, o);
+  std::vector<std::size_t> lengths;
+  for (std::size_t b = 0; b < k_prompts.size(); ++b) {
+    INFO("row " << b);
+    GenerationOptions alone = o;
+    alone.seed = o.seed + b * k_row_seed_step;
+    CHECK(out[b] == model.generate({k_prompts[b]}, alone).at(0));
+    lengths.push_back(out[b].size() - k_prompts[b].size());
+  }
+  // rows stopped at different steps, one ran to the end
+  CHECK(*std::min_element(lengths.begin(), lengths.end()) < 8);
+  CHECK(*std::max_element(lengths.begin(), lengths.end()) == 8);
+}
+
+TEST_CASE("KvCache::keep_rows: the kept rows move down with their keys, values and starts") {
+  KvCache<double> cache(3, 2, 1, 2, 4);
+  cache.set_start(2, 1);
+  const xt::xarray<double> k = xt::arange<double>(12).reshape({3, 1, 2, 2}), v = k + 100.0;
+  for (std::size_t layer = 0; layer < 2; ++layer) cache.append(layer, k, v);
+  std::vector<Row> rows;
+  auto bad = row_adder(rows);
+  bad("keep_rows: none", [&] { cache.keep_rows({}); }, Expect::invalid_argument,
+      {"KvCache::keep_rows", "'rows'", "is empty"});
+  bad("keep_rows: not increasing",
+      [&] {
+        cache.keep_rows({1, 1});
+      },
+      Expect::invalid_argument, {"KvCache::keep_rows", "'rows'", "holds 1 at index 1", "batch 3"});
+  bad("keep_rows: past the batch",
+      [&] {
+        cache.keep_rows({0, 3});
+      },
+      Expect::invalid_argument, {"KvCache::keep_rows", "'rows'", "holds 3 at index 1"});
+  report("KvCache::keep_rows", run_rows(rows, [&] {
+           State s;
+           s.add(cache.batch());
+           s.add(cache.start(2));
+           return s;
+         }));
+  cache.keep_rows({0, 2});
+  REQUIRE(cache.batch() == 2);
+  CHECK(cache.start(0) == 0);
+  CHECK(cache.start(1) == 1);
+  const auto kept = [](const xt::xarray<double>& a) {
+    return xt::xarray<double>(xt::view(a, xt::keep(0, 2), xt::all(), xt::all(), xt::all()));
+  };
+  CHECK(cache.keys(1) == kept(k));
+  CHECK(cache.values(0) == kept(v));
 }
 
 TEST_CASE("GPT::generate (batch): past block_size the window slides") {

@@ -1,0 +1,167 @@
+#include "low_rank_linear.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+
+#include "../check.hpp"
+#include "../errors.hpp"
+#include "../kernels/gemm.hpp"
+#include "elementwise.hpp"
+#include "matmul.hpp"
+#include "reduce.hpp"
+#include "shape.hpp"
+#include "support/broadcast.hpp"
+
+namespace xtgrad {
+
+namespace {
+
+constexpr const char* op_name = "low_rank_linear";
+
+template <class T>
+detail::MatrixRef<const T> matrix(const xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
+  return {a.data(), rows, cols};
+}
+template <class T>
+detail::MatrixRef<T> matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
+  return {a.data(), rows, cols};
+}
+
+}  // namespace
+
+template <class T>
+Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
+                       const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
+                       const Var<NoDeduce<T>>& h, const Var<NoDeduce<T>>& b_low_rank,
+                       NoDeduce<T> scaling) {
+  const detail::Check check(op_name);
+  Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x},
+                                                   {"weight", &weight},
+                                                   {"bias", bias ? &*bias : nullptr},
+                                                   {"h", &h},
+                                                   {"b_low_rank", &b_low_rank}});
+  const Shape bias_shape = bias ? bias->shape() : Shape{};
+  const detail::LinearDims dims = detail::check_linear_shapes(
+      op_name, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
+  const Shape& hs = h.shape();
+  const bool h_ok = hs.size() == x.shape().size() &&
+                    std::equal(hs.begin(), hs.end() - 1, x.shape().begin()) && hs.back() > 0;
+  check.shape(h_ok, "h", hs, "x's leading axes and a rank >= 1, x has shape ", x.shape());
+  const std::size_t r = hs.back();
+  check.shape(b_low_rank.shape() == Shape{dims.out, r}, "b_low_rank", b_low_rank.shape(),
+              Shape{dims.out, r});
+
+  const bool out_in = layout == WeightLayout::out_in;
+  const std::size_t in = dims.in, out = dims.out, n = dims.rows;
+  const std::size_t xi = x.index(), wi = weight.index(), hi = h.index(), li = b_low_rank.index();
+  const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
+  const bool needs_grad = tape.requires_grad(xi) || tape.requires_grad(wi) ||
+                          (bi && tape.requires_grad(*bi)) || tape.requires_grad(hi) ||
+                          tape.requires_grad(li);
+
+  const std::size_t yi = tape.record(op_name, {xi, wi, bi.value_or(xi), hi, li}, needs_grad);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(dims.y_shape);
+  const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
+  const detail::WeightTag tag = detail::weight_tag(tape.node_param(wi));
+  // y[N,out] = x[N,in] . op(W) + b, as linear computes it
+  if (bi)
+    detail::gemm_bias<T>(op_name, matrix(tape.value(xi), n, in), false,
+                         matrix(tape.value(wi), w_rows, w_cols), out_in, matrix(y, n, out),
+                         tape.value(*bi).data(), tag);
+  else
+    detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false,
+                    matrix(tape.value(wi), w_rows, w_cols), out_in, matrix(y, n, out), false, tag);
+  {
+    // d[N,out] = h[N,r] . B^T[r,out];  y += d * s  (scale, then add: the composition's bits)
+    xt::xarray<T> d = xt::empty<T>(std::vector<std::size_t>{n, out});
+    detail::gemm<T>(op_name, matrix(tape.value(hi), n, r), false, matrix(tape.value(li), out, r),
+                    true, matrix(d, n, out), false);
+    detail::binary_run(d.data(), d.data(), true, &scaling, false, d.size(), std::multiplies<T>());
+    detail::binary_run(y.data(), y.data(), true, d.data(), true, y.size(), std::plus<T>());
+  }
+
+  tape.set_backward(yi, [xi, wi, bi, hi, li, n, in, out, r, out_in, w_rows, w_cols, scaling](
+                            Tape<T>& t, const xt::xarray<T>& dy) {
+    const xt::xarray<T>& w = t.value(wi);
+    if (t.requires_grad(xi)) {
+      GradSlot<T> dx = t.grad_slot(xi);
+      // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T
+      detail::gemm<T>(op_name, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
+                      matrix(dx.buffer, n, in), dx.accumulate,
+                      detail::weight_tag(t.node_param(wi)));
+    }
+    if (t.requires_grad(wi)) {
+      GradSlot<T> dw = t.grad_slot(wi);
+      const xt::xarray<T>& x = t.value(xi);
+      if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
+        detail::gemm<T>(op_name, matrix(dy, n, out), true, matrix(x, n, in), false,
+                        matrix(dw.buffer, out, in), dw.accumulate);
+      else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
+        detail::gemm<T>(op_name, matrix(x, n, in), true, matrix(dy, n, out), false,
+                        matrix(dw.buffer, in, out), dw.accumulate);
+    }
+    if (bi && t.requires_grad(*bi)) {
+      GradSlot<T> db = t.grad_slot(*bi);
+      // db[out] (+)= sum_r dy[r, out]
+      detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
+    }
+    if (!t.requires_grad(hi) && !t.requires_grad(li)) return;
+    // g[N,out] = s * dy: in the forward pass this was y += s * (h . B^T)
+    xt::xarray<T> g_buffer = xt::empty<T>(std::vector<std::size_t>{n, out});
+    detail::binary_run(g_buffer.data(), &scaling, false, dy.data(), true, g_buffer.size(),
+                       std::multiplies<T>());
+    const xt::xarray<T>& g = g_buffer;
+    if (t.requires_grad(hi)) {
+      GradSlot<T> dh = t.grad_slot(hi);
+      // dh[N,r] (+)= g[N,out] . B[out,r]
+      detail::gemm<T>(op_name, matrix(g, n, out), false, matrix(t.value(li), out, r), false,
+                      matrix(dh.buffer, n, r), dh.accumulate);
+    }
+    if (t.requires_grad(li)) {
+      GradSlot<T> db = t.grad_slot(li);
+      // dB[out,r] (+)= g^T[out,N] . h[N,r]
+      detail::gemm<T>(op_name, matrix(g, n, out), true, matrix(t.value(hi), n, r), false,
+                      matrix(db.buffer, out, r), db.accumulate);
+    }
+  });
+  // The same products as ops, on dy, x and h seen as [N, out], [N, in] and [N, r].
+  tape.set_grad_rule(
+      yi, [n, in, out, r, out_in, scaling, has_bias = bi.has_value()](GradSink<T>& g) {
+        const auto rows = static_cast<std::int64_t>(n);
+        const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
+        const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(out)});
+        if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
+          const Var<T> dx = matmul(dy2, out_in ? w : transpose(w, 0, 1));
+          g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+        }
+        if (g.needs_grad(1)) {
+          const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(in)});
+          if (out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
+            g.add(1, matmul(transpose(dy2, 0, 1), x2));
+          else  // dW[in,out] = x^T[in,N] . dy[N,out]
+            g.add(1, matmul(transpose(x2, 0, 1), dy2));
+        }
+        if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
+          g.add(2, sum(dy2, 0));
+        if (!g.needs_grad(3) && !g.needs_grad(4)) return;
+        const Var<T> g2 = scale(dy2, scaling);  // g[N,out] = s * dy
+        const Var<T> h = g.input(3), b = g.input(4);
+        if (g.needs_grad(3))  // dh[N,r] = g[N,out] . B[out,r]
+          g.add(3, reshape(matmul(g2, b),
+                           std::vector<std::int64_t>(h.shape().begin(), h.shape().end())));
+        if (g.needs_grad(4))  // dB[out,r] = g^T[out,N] . h[N,r]
+          g.add(4, matmul(transpose(g2, 0, 1), reshape(h, {rows, static_cast<std::int64_t>(r)})));
+      });
+  return tape.var(yi);
+}
+
+#define XTGRAD_LOW_RANK_LINEAR(T)                                                             \
+  template Var<T> low_rank_linear(const Var<T>&, const Var<T>&, const std::optional<Var<T>>&, \
+                                  WeightLayout, const Var<T>&, const Var<T>&, T);
+XTGRAD_LOW_RANK_LINEAR(float)
+XTGRAD_LOW_RANK_LINEAR(double)
+#undef XTGRAD_LOW_RANK_LINEAR
+
+}  // namespace xtgrad
