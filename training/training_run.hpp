@@ -96,7 +96,7 @@ class TrainingRun {
   TrainingOptimizer<float> optimizer;
   std::unique_ptr<optim::LRScheduler<float>> schedule;
   // Every rank saves and resumes its own state in <dir>/rank<r> (a model
-  // whose experts are sharded, training/expert_parallel.hpp; --zero 0).
+  // whose experts are sharded, training/expert_parallel.hpp).
   bool per_rank = false;
 
   // Collective: training::resume_run from `dir` into the model, the optimizer

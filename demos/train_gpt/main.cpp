@@ -228,7 +228,7 @@ void add_options(demos::Program& program, Options& o) {
   program.add_stop_after(o.train.stop_after, "step", "steps", 10000000);
   app.add_flag("--expert-parallel", o.train.expert_parallel,
                "under mpirun, shard the experts of every --experts layer over the processes "
-               "(--experts a multiple of their count; --zero 0), the rest data-parallel; --save "
+               "(--experts a multiple of their count), the rest data-parallel; --save "
                "writes each process's own state to DIR/rank<r>, --resume reads it with as many");
   program.add_zero(o.train.zero,
                    "0 each process a full AdamW (data-parallel); 1 AdamW's state sharded across "

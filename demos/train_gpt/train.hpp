@@ -55,7 +55,7 @@ struct TrainOptions : xtgrad::training::RunOptions {
   std::size_t sample_chars = 200;  // generated at each evaluation (0: none)
   std::string sample_prompt = "%\n";
   double sample_temperature = 0.8;
-  bool expert_parallel = false;  // under mpirun the experts sharded over the ranks (--zero 0)
+  bool expert_parallel = false;  // under mpirun the experts sharded over the ranks
 };
 
 struct HistoryRecord {
