@@ -11,22 +11,23 @@
 namespace xtgrad::distributed {
 
 namespace {
-constexpr const char* k_name = "distributed::DistributedSampler";
+constexpr const char* k_sampler_name = "distributed::DistributedSampler";
 }  // namespace
 
 DistributedSampler::DistributedSampler(std::size_t n, DistributedSamplerOptions options, int rank,
                                        int ranks)
     : n_(n), options_(options) {
   if (ranks < 1)
-    xtgrad::detail::fail_argument(k_name, "ranks",
+    xtgrad::detail::fail_argument(k_sampler_name, "ranks",
                                   "is " + std::to_string(ranks) + ", expected >= 1");
   if (rank < 0 || rank >= ranks)
     xtgrad::detail::fail_argument(
-        k_name, "rank",
+        k_sampler_name, "rank",
         "is " + std::to_string(rank) + ", expected a rank in [0, " + std::to_string(ranks) + ")");
-  xtgrad::detail::check_positive_size(k_name, "global_batch_size", options.global_batch_size);
+  xtgrad::detail::check_positive_size(k_sampler_name, "global_batch_size",
+                                      options.global_batch_size);
   if (options.global_batch_size % static_cast<std::size_t>(ranks) != 0)
-    xtgrad::detail::fail_argument(k_name, "global_batch_size",
+    xtgrad::detail::fail_argument(k_sampler_name, "global_batch_size",
                                   "is " + std::to_string(options.global_batch_size) +
                                       ", not divisible by the " + std::to_string(ranks) +
                                       " ranks; each rank takes global_batch_size / ranks rows");
@@ -34,8 +35,8 @@ DistributedSampler::DistributedSampler(std::size_t n, DistributedSamplerOptions 
   ranks_ = static_cast<std::size_t>(ranks);
   // The epoch's order: n rows, padded up to a multiple of the ranks.
   const std::size_t padded =
-      xtgrad::detail::checked_add(k_name, "arguments 'n' and 'ranks'", n, ranks_);
-  xtgrad::detail::checked_allocation<std::size_t>(k_name, "argument 'n'", {padded});
+      xtgrad::detail::checked_add(k_sampler_name, "arguments 'n' and 'ranks'", n, ranks_);
+  xtgrad::detail::checked_allocation<std::size_t>(k_sampler_name, "argument 'n'", {padded});
   start_epoch(0);
 }
 

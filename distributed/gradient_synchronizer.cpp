@@ -15,7 +15,7 @@
 namespace xtgrad::distributed {
 
 namespace {
-constexpr const char* k_name = "distributed::GradientSynchronizer";
+constexpr const char* k_synchronizer_name = "distributed::GradientSynchronizer";
 constexpr std::size_t k_none = std::numeric_limits<std::size_t>::max();
 }  // namespace
 
@@ -111,20 +111,21 @@ GradientSynchronizer<T>::GradientSynchronizer(Communicator& comm,
                                               SynchronizerOptions options)
     : comm_(comm), options_(options), shared_(std::make_shared<Shared>()) {
   if (parameters.empty())
-    xtgrad::detail::fail_argument(k_name, "parameters", "is empty, expected a model's parameters");
+    xtgrad::detail::fail_argument(k_synchronizer_name, "parameters",
+                                  "is empty, expected a model's parameters");
   if (options.first_bucket_bytes == 0 || options.bucket_bytes == 0)
-    xtgrad::detail::fail_argument(k_name, "options", "has a bucket limit of 0 bytes");
+    xtgrad::detail::fail_argument(k_synchronizer_name, "options", "has a bucket limit of 0 bytes");
   for (std::size_t j = 0; j < parameters.size(); ++j) {
     const Parameter<T>* p = parameters[j].second;
     if (p == nullptr)
-      xtgrad::detail::fail_argument(k_name, "parameters",
+      xtgrad::detail::fail_argument(k_synchronizer_name, "parameters",
                                     "holds a null Parameter at position " + std::to_string(j));
     if (!index_of_.emplace(p, j).second)
       xtgrad::detail::fail_argument(
-          k_name, "parameters",
+          k_synchronizer_name, "parameters",
           "holds Parameter " + xtgrad::detail::quoted(parameters[j].first) + " twice");
   }
-  detail::check_same_parameters(comm, parameters, 0, k_name);
+  detail::check_same_parameters(comm, parameters, 0, k_synchronizer_name);
 
   // Reverse order, closing a bucket once it reaches its limit
   // (compute_bucket_assignment_by_size).
@@ -153,7 +154,7 @@ GradientSynchronizer<T>::GradientSynchronizer(Communicator& comm,
       slots_[bucket_members_[b][k]].flag = elements[b] + k;
     const std::size_t total = elements[b] + bucket_members_[b].size();
     if (total > static_cast<std::size_t>(INT_MAX))
-      xtgrad::detail::fail_argument(k_name, "parameters",
+      xtgrad::detail::fail_argument(k_synchronizer_name, "parameters",
                                     "make a bucket of " + std::to_string(total) +
                                         " elements, more than one MPI call takes (2^31 - 1)");
     shared_->buffers[b].assign(total, T(0));
@@ -192,7 +193,7 @@ GradientSynchronizer<T>::~GradientSynchronizer() {
 template <class T>
 void GradientSynchronizer<T>::attach(Tape<T>& tape) {
   if (tape_ != nullptr)
-    xtgrad::detail::fail_logic(k_name + std::string("::attach"),
+    xtgrad::detail::fail_logic(k_synchronizer_name + std::string("::attach"),
                                "a tape is attached already; detach() it first");
   tape.add_backward_observer(this);
   tape_ = &tape;
@@ -255,15 +256,16 @@ bool GradientSynchronizer<T>::find_earliest_readers(const Tape<T>& tape, std::si
 template <class T>
 void GradientSynchronizer<T>::check_round_can_start() const {
   if (round_active_)
-    xtgrad::detail::fail_logic(k_name,
+    xtgrad::detail::fail_logic(k_synchronizer_name,
                                "a backward reached the parameters again before finish() "
                                "of the previous one; call finish() after every backward");
   for (const Slot& s : slots_)
     if (s.parameter->value.size() != s.size)
-      xtgrad::detail::fail_logic(k_name, "Parameter " + xtgrad::detail::quoted(s.parameter->name) +
-                                             " has " + std::to_string(s.parameter->value.size()) +
-                                             " elements but had " + std::to_string(s.size) +
-                                             " when the synchronizer was built");
+      xtgrad::detail::fail_logic(
+          k_synchronizer_name, "Parameter " + xtgrad::detail::quoted(s.parameter->name) + " has " +
+                                   std::to_string(s.parameter->value.size()) +
+                                   " elements but had " + std::to_string(s.size) +
+                                   " when the synchronizer was built");
 }
 
 template <class T>
@@ -364,7 +366,7 @@ template <class T>
 void GradientSynchronizer<T>::finish() {
   if (!round_active_) return;
   if (participating_)
-    xtgrad::detail::fail_logic(k_name + std::string("::finish"),
+    xtgrad::detail::fail_logic(k_synchronizer_name + std::string("::finish"),
                                "the backward of this round did not complete (a backward rule "
                                "threw), so the ranks cannot agree on the gradients; end the job "
                                "with Communicator::abort");
@@ -395,7 +397,7 @@ void GradientSynchronizer<T>::finish() {
 
 template <class T>
 void GradientSynchronizer<T>::reduce_scatter(ReduceScatterPlan plan) {
-  const std::string function = k_name + std::string("::reduce_scatter");
+  const std::string function = k_synchronizer_name + std::string("::reduce_scatter");
   if (round_active_)
     xtgrad::detail::fail_logic(function, "a round is in flight; finish() it first");
   const auto ranks = static_cast<std::size_t>(comm_.size());
@@ -427,7 +429,7 @@ void GradientSynchronizer<T>::reduce_scatter(ReduceScatterPlan plan) {
 template <class T>
 const std::vector<T>& GradientSynchronizer<T>::shard(std::size_t bucket) const {
   if (!shared_->scatter || bucket >= shared_->shards.size())
-    throw std::out_of_range(std::string("xtgrad::") + k_name +
+    throw std::out_of_range(std::string("xtgrad::") + k_synchronizer_name +
                             "::shard: not in reduce-scatter mode, or no bucket " +
                             std::to_string(bucket));
   return shared_->shards[bucket];

@@ -17,7 +17,7 @@ namespace xtgrad::distributed {
 
 namespace {
 
-constexpr const char* k_name = "distributed::ShardedOptimizer";
+constexpr const char* k_sharded_name = "distributed::ShardedOptimizer";
 constexpr double k_clip_eps = 1e-6;  // optim::clip_grad_norm's constant
 
 template <class T>
@@ -45,7 +45,7 @@ ShardedOptimizer<T>::ShardedOptimizer(GradientSynchronizer<T>& sync,
       layout_(sizes_of(sync), sync.buckets(),
               static_cast<std::size_t>(sync.communicator().size())) {
   if (zero.stage != 1 && zero.stage != 2)
-    xtgrad::detail::fail_argument(k_name, "zero.stage",
+    xtgrad::detail::fail_argument(k_sharded_name, "zero.stage",
                                   "is " + std::to_string(zero.stage) + ", expected 1 or 2");
   match_parameters();
   inner_ = factory(shard_groups());  // the wrapped optimizer's own checks
@@ -62,7 +62,7 @@ void ShardedOptimizer<T>::match_parameters() {
   for (const Parameter<T>* p : synced)
     if (position.count(p) == 0)
       xtgrad::detail::fail_argument(
-          k_name, "groups",
+          k_sharded_name, "groups",
           "miss the synchronizer's parameter " + xtgrad::detail::quoted(p->name) +
               "; shard the optimizer of exactly the synchronizer's parameters");
   const std::unordered_set<const Parameter<T>*> held(synced.begin(), synced.end());
@@ -70,12 +70,12 @@ void ShardedOptimizer<T>::match_parameters() {
     if (held.count(mine[i]) == 0) local_.push_back(i);
   if (!zero_.rank_local && mine.size() != synced.size())
     xtgrad::detail::fail_argument(
-        k_name, "groups",
+        k_sharded_name, "groups",
         "hold " + std::to_string(mine.size()) + " parameters, but the synchronizer holds " +
             std::to_string(synced.size()) + "; shard the optimizer of exactly its parameters");
   if (layout_.elements() < layout_.ranks())
     xtgrad::detail::fail_argument(
-        k_name, "sync",
+        k_sharded_name, "sync",
         "holds " + std::to_string(layout_.elements()) + " elements, fewer than the " +
             std::to_string(layout_.ranks()) + " ranks to shard them over");
   for (const Parameter<T>* p : synced) index_in_optimizer_.push_back(position.at(p));
@@ -116,7 +116,7 @@ void ShardedOptimizer<T>::check_groups_agree() const {
   for (std::size_t r = 1; r < hashes.size(); ++r)
     if (hashes[r] != hashes[0])
       xtgrad::detail::fail_argument(
-          k_name, "groups",
+          k_sharded_name, "groups",
           "differ across ranks: rank " + std::to_string(r) +
               " assigns the parameters to groups (or chose a stage) unlike rank 0");
 }
@@ -155,7 +155,7 @@ void ShardedOptimizer<T>::step() {
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const Parameter<T>& p = *synced[pieces_[i].parameter];
     if (p.value.size() != layout_.size(pieces_[i].parameter))
-      xtgrad::detail::fail_logic(k_name + std::string("::step"),
+      xtgrad::detail::fail_logic(k_sharded_name + std::string("::step"),
                                  "parameter " + xtgrad::detail::quoted(p.name) +
                                      " changed its size since the optimizer was built");
     std::copy_n(p.value.data() + pieces_[i].offset, pieces_[i].length,

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using detail::InputFile;
 
-constexpr const char* k_function = "load_idx";
+constexpr const char* k_idx_function = "load_idx";
 constexpr auto k_max_offset = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
 constexpr std::size_t k_chunk = std::size_t{1} << 16;  // compressed bytes read at a time
 
@@ -226,7 +226,7 @@ IdxHeader read_idx_header(const fs::path& path, std::size_t max_elements) {
 
 template <class V>
 xt::xarray<V> load_idx(const fs::path& path, std::size_t max_elements) {
-  InputFile file = detail::open_regular_file(k_function, "", path);
+  InputFile file = detail::open_regular_file(k_idx_function, "", path);
   ByteSource source(file);
   const IdxHeader header = parse_header(source, file, max_elements);
   if (header.type != idx_type_of<V>())

@@ -15,11 +15,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr std::size_t k_max_config_bytes = 1'000'000;
+constexpr std::size_t k_max_module_config_bytes = 1'000'000;
 // How much of one name or value a message quotes.
 constexpr std::size_t k_max_shown = 200;
 
-std::string shown(const std::string& text) {
+std::string shown_value(const std::string& text) {
   return detail::escaped(text, k_max_shown);
 }
 
@@ -47,7 +47,7 @@ struct Parser {
     if (!j.is_object()) fail(at + "is not a JSON object");
     for (const auto& item : j.items())
       if (item.key() != "type" && item.key() != "options" && item.key() != "children")
-        fail(at + "has the unknown key " + detail::quoted(shown(item.key())) +
+        fail(at + "has the unknown key " + detail::quoted(shown_value(item.key())) +
              ", expected type, options and children");
     const auto type = j.find("type");
     if (type == j.end()) fail(at + "has no \"type\"");
@@ -58,7 +58,7 @@ struct Parser {
     if (options == j.end() || !options->is_object()) fail(at + "has no \"options\" object");
     for (const auto& item : options->items()) {
       if (!item.value().is_string())
-        fail(at + "option " + detail::quoted(shown(item.key())) + " is not a string");
+        fail(at + "option " + detail::quoted(shown_value(item.key())) + " is not a string");
       out.add(item.key(), item.value().get<std::string>());
     }
     const auto children = j.find("children");
@@ -70,9 +70,9 @@ struct Parser {
         fail(at + "has a child that is not a [name, config] pair");
       const std::string name = child[0].get<std::string>();
       if (!names.insert(name).second)
-        fail(at + "has the child " + detail::quoted(shown(name)) + " twice");
+        fail(at + "has the child " + detail::quoted(shown_value(name)) + " twice");
       out.children.emplace_back(
-          name, config(child[1], at + "child " + detail::quoted(shown(name)) + " "));
+          name, config(child[1], at + "child " + detail::quoted(shown_value(name)) + " "));
     }
     return out;
   }
@@ -100,14 +100,14 @@ ModuleConfig& ModuleConfig::add(std::string key, double value) {
 }
 
 std::string ModuleConfig::describe() const {
-  std::string out = shown(type) + "(";
+  std::string out = shown_value(type) + "(";
   bool first = true;
   for (const auto& [key, value] : options) {
-    out += (first ? "" : ", ") + shown(key) + "=" + shown(value);
+    out += (first ? "" : ", ") + shown_value(key) + "=" + shown_value(value);
     first = false;
   }
   for (const auto& [name, child] : children) {
-    out += (first ? "" : ", ") + shown(name) + "=" + child.describe();
+    out += (first ? "" : ", ") + shown_value(name) + "=" + child.describe();
     first = false;
   }
   return out + ")";
@@ -124,7 +124,7 @@ ModuleConfig parse_module_config(const std::string& text, const std::string& fun
                                  const std::string& where) {
   const Parser parser{function, where};
   return parser.config(
-      detail::read_json(text, function, where + ": module config ", k_max_config_bytes), "");
+      detail::read_json(text, function, where + ": module config ", k_max_module_config_bytes), "");
 }
 
 }  // namespace xtgrad

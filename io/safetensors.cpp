@@ -353,7 +353,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr char k_function[] = "write_safetensors";
+constexpr char k_safetensors_function[] = "write_safetensors";
 constexpr std::size_t k_alignment = 8;
 
 // A JSON string literal, escaped as serde_json escapes it; refuses text
@@ -362,7 +362,7 @@ std::string json_string(const std::string& text, const std::string& arg, const s
   try {
     return nlohmann::json(text).dump();
   } catch (const nlohmann::json::exception&) {
-    detail::fail_argument(k_function, arg,
+    detail::fail_argument(k_safetensors_function, arg,
                           "has " + what + " " + detail::quoted_name(text) +
                               " that is not valid UTF-8; safetensors headers are JSON");
   }
@@ -399,11 +399,11 @@ std::string header_json(const std::vector<Planned>& tensors, const SafetensorsMe
   std::size_t offset = 0;
   for (const Planned& p : tensors) {
     if (*p.name == detail::k_safetensors_metadata_key)
-      detail::fail_argument(k_function, "tensors",
+      detail::fail_argument(k_safetensors_function, "tensors",
                             "has a tensor named '__metadata__', a name the format reserves");
     const std::vector<std::size_t> shape = p.tensor->shape();
     if (shape.size() > detail::k_safetensors_max_dims)
-      detail::fail_argument(k_function, "tensors",
+      detail::fail_argument(k_safetensors_function, "tensors",
                             "has tensor " + detail::quoted_name(*p.name) + " with " +
                                 std::to_string(shape.size()) + " dimensions, at most " +
                                 std::to_string(detail::k_safetensors_max_dims) + " are supported");
@@ -434,7 +434,7 @@ void write_safetensors(const fs::path& path, const TensorMap& tensors,
                        const SafetensorsMetadata& metadata) {
   if (path.filename().empty() || path.filename() == "." || path.filename() == "..")
     detail::fail_argument(
-        k_function, "path",
+        k_safetensors_function, "path",
         detail::path_str(path) +
             " names a directory, expected a file path such as 'model.safetensors'");
   std::vector<detail::ByteSpan> data;
@@ -448,11 +448,11 @@ void write_safetensors(const fs::path& path, const TensorMap& tensors,
   // Atomic: a temporary sibling, fsynced, then renamed over `path`.
   const fs::path temporary =
       path.parent_path() / (path.filename().string() + ".tmp-" + detail::random_suffix());
-  detail::write_new_file(temporary, parts, k_function);
+  detail::write_new_file(temporary, parts, k_safetensors_function);
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
-    detail::fail_errno(k_function, "", "rename a temporary file onto", path, error);
+    detail::fail_errno(k_safetensors_function, "", "rename a temporary file onto", path, error);
   }
   detail::fsync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
 }

@@ -15,23 +15,23 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_owner = "CausalSelfAttention";
+constexpr const char* k_attention_owner = "CausalSelfAttention";
 // HF's initializer_range for GPT-2 and LLaMA.
-constexpr double k_init_std = 0.02;
+constexpr double k_attention_init_std = 0.02;
 
-constexpr const char* k_size_names = "arguments 'n_embd', 'n_heads' and 'n_kv_heads'";
+constexpr const char* k_attention_sizes = "arguments 'n_embd', 'n_heads' and 'n_kv_heads'";
 
 // The options checked, n_kv_heads filled in, the parameters' bytes of
 // `element_size` each within memory; returns them.
 CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOptions options,
                                    std::size_t element_size) {
-  detail::check_positive_size(k_owner, "n_embd", n_embd);
-  detail::check_positive_size(k_owner, "n_heads", options.n_heads);
-  const detail::Check check(k_owner);
+  detail::check_positive_size(k_attention_owner, "n_embd", n_embd);
+  detail::check_positive_size(k_attention_owner, "n_heads", options.n_heads);
+  const detail::Check check(k_attention_owner);
   check.argument(n_embd % options.n_heads == 0, "n_heads", "is ", options.n_heads,
                  ", which does not divide n_embd ", n_embd);
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
-  detail::check_positive_size(k_owner, "n_kv_heads", *options.n_kv_heads);
+  detail::check_positive_size(k_attention_owner, "n_kv_heads", *options.n_kv_heads);
   check.argument(options.n_heads % *options.n_kv_heads == 0, "n_kv_heads", "is ",
                  *options.n_kv_heads, ", which does not divide n_heads ", options.n_heads);
   check.argument(
@@ -41,14 +41,14 @@ CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOption
                  "needs an even head size, but n_embd / n_heads is ", n_embd / options.n_heads);
   check.argument(options.rope_theta > 0.0 && std::isfinite(options.rope_theta), "rope_theta", "is ",
                  options.rope_theta, ", expected a finite theta > 0");
-  detail::check_rope_scaling(k_owner, "rope_scaling", options.rope_scaling);
+  detail::check_rope_scaling(k_attention_owner, "rope_scaling", options.rope_scaling);
   check.argument(options.layout == AttentionLayout::llama || !(options.qkv_bias || options.o_bias),
                  "qkv_bias",
                  "or o_bias is set, but the gpt2 layout has its own biases (c_attn, "
                  "c_proj); expected them in the llama layout only");
-  detail::check_probability(k_owner, "attn_dropout", options.attn_dropout);
-  detail::check_probability(k_owner, "resid_dropout", options.resid_dropout);
-  detail::check_bytes(k_owner, k_size_names, "parameters",
+  detail::check_probability(k_attention_owner, "attn_dropout", options.attn_dropout);
+  detail::check_probability(k_attention_owner, "resid_dropout", options.resid_dropout);
+  detail::check_bytes(k_attention_owner, k_attention_sizes, "parameters",
                       detail::causal_self_attention_parameters(n_embd, options), element_size);
   return options;
 }
@@ -56,7 +56,7 @@ CausalSelfAttentionOptions checked(std::size_t n_embd, CausalSelfAttentionOption
 template <class T>
 Linear<T> projection(std::size_t in, std::size_t out, bool bias, Generator& generator) {
   Linear<T> linear(in, out, bias, generator);
-  linear.weight.set_value(detail::normal<T>({out, in}, k_init_std, generator));
+  linear.weight.set_value(detail::normal<T>({out, in}, k_attention_init_std, generator));
   if (bias) linear.bias.set_value(xt::zeros<T>({out}));
   return linear;
 }
@@ -113,8 +113,8 @@ CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttent
     : n_embd_(n_embd), options_(checked(n_embd, options, sizeof(T))) {
   const std::size_t dh = head_dim(), h = n_heads(), hkv = n_kv_heads();
   if (options_.layout == AttentionLayout::gpt2) {
-    c_attn.emplace((h + 2 * hkv) * dh, n_embd, generator, k_init_std);
-    c_proj.emplace(n_embd, n_embd, generator, k_init_std);
+    c_attn.emplace((h + 2 * hkv) * dh, n_embd, generator, k_attention_init_std);
+    c_proj.emplace(n_embd, n_embd, generator, k_attention_init_std);
   } else {
     q_proj.emplace(projection<T>(n_embd, h * dh, options_.qkv_bias, generator));
     k_proj.emplace(projection<T>(n_embd, hkv * dh, options_.qkv_bias, generator));
@@ -124,7 +124,7 @@ CausalSelfAttention<T>::CausalSelfAttention(std::size_t n_embd, CausalSelfAttent
   attn_dropout = Dropout<T>(options_.attn_dropout, generator);
   resid_dropout = Dropout<T>(options_.resid_dropout, generator);
 } catch (const std::bad_alloc& e) {
-  detail::rethrow_out_of_memory(k_owner, "parameters",
+  detail::rethrow_out_of_memory(k_attention_owner, "parameters",
                                 detail::causal_self_attention_parameters(n_embd, options),
                                 sizeof(T), e);
 }
@@ -160,8 +160,8 @@ Var<T> CausalSelfAttention<T>::output(const Var<T>& y, std::size_t batch, std::s
 
 template <class T>
 Var<T> CausalSelfAttention<T>::forward(const Var<T>& x) {
-  x.tape_for(k_owner, "x");
-  check_input(k_owner, x);
+  x.tape_for(k_attention_owner, "x");
+  check_input(k_attention_owner, x);
   const std::size_t b = x.shape()[0], t = x.shape()[1], h = n_heads();
   const std::optional<DropoutKey> key =
       attn_dropout.next_key(detail::elements_per_row({b, h, t, t}, t));
@@ -186,18 +186,18 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x) {
 
 template <class T>
 Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::size_t layer) {
-  const detail::Check check(k_owner);
-  Tape<T>& tape = x.tape_for(k_owner, "x");
+  const detail::Check check(k_attention_owner);
+  Tape<T>& tape = x.tape_for(k_attention_owner, "x");
   check.logic(!tape.grad_enabled(),
               "forward with a KvCache is inference: record on a tape whose recording is off "
               "(NoGradGuard)");
-  check_input(k_owner, x);
+  check_input(k_attention_owner, x);
   const std::size_t b = x.shape()[0], t = x.shape()[1], h = n_heads();
   check.argument(
       cache.batch() == b && cache.n_kv_heads() == n_kv_heads() && cache.head_dim() == head_dim(),
       "cache", "holds batch ", cache.batch(), ", ", cache.n_kv_heads(), " key/value heads of size ",
       cache.head_dim(), ", expected batch ", b, ", ", n_kv_heads(), " heads of size ", head_dim());
-  cache.check_append(k_owner, layer, t);
+  cache.check_append(k_attention_owner, layer, t);
   const std::size_t past = cache.length(layer);
   Heads heads = project(x);
   if (heads.packed) {  // the split the packed path does in place

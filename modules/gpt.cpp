@@ -16,9 +16,9 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_owner = "GPT";
+constexpr const char* k_gpt_owner = "GPT";
 constexpr double k_init_std = 0.02;  // HF's initializer_range
-constexpr const char* k_size_names =
+constexpr const char* k_gpt_sizes =
     "arguments 'vocab_size', 'block_size', 'n_layer', 'n_embd' and 'ffn_hidden'";
 
 TransformerBlockOptions block_options(const GPTConfig& c, bool sparse = false);
@@ -47,7 +47,7 @@ detail::WideCount gpt_parameters(const GPTConfig& c) {
 
 // The MoE options of a config with num_experts > 0 and n_layer > 0.
 void check_moe(const GPTConfig& c) {
-  const detail::Check check(k_owner);
+  const detail::Check check(k_gpt_owner);
   check.argument(c.num_experts >= 2, "num_experts", "is ", c.num_experts,
                  ", expected 0 (dense) or at least 2 (a mixture of one expert is the dense FFN)");
   check.argument(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts,
@@ -58,7 +58,7 @@ void check_moe(const GPTConfig& c) {
                  ", expected 1 .. n_layer = ", c.n_layer,
                  " (layer l is sparse when (l + 1) % decoder_sparse_step == 0)");
   if (c.moe_intermediate_size)
-    detail::check_positive_size(k_owner, "moe_intermediate_size", *c.moe_intermediate_size);
+    detail::check_positive_size(k_gpt_owner, "moe_intermediate_size", *c.moe_intermediate_size);
   const double cf = c.capacity_factor.value_or(1.0);
   check.argument(std::isfinite(cf) && cf > 0.0, "capacity_factor", "is ", cf,
                  ", expected a finite value > 0 (or none: dropless)");
@@ -73,47 +73,47 @@ void check_moe(const GPTConfig& c) {
 // The config checked, n_kv_head and ffn_hidden filled in, the parameters'
 // bytes of `element_size` each within memory.
 GPTConfig checked(GPTConfig c, std::size_t element_size) {
-  detail::check_positive_size(k_owner, "vocab_size", c.vocab_size);
-  detail::check_positive_size(k_owner, "block_size", c.block_size);
-  detail::check_positive_size(k_owner, "n_layer", c.n_layer);
-  detail::check_positive_size(k_owner, "n_head", c.n_head);
-  detail::check_positive_size(k_owner, "n_embd", c.n_embd);
+  detail::check_positive_size(k_gpt_owner, "vocab_size", c.vocab_size);
+  detail::check_positive_size(k_gpt_owner, "block_size", c.block_size);
+  detail::check_positive_size(k_gpt_owner, "n_layer", c.n_layer);
+  detail::check_positive_size(k_gpt_owner, "n_head", c.n_head);
+  detail::check_positive_size(k_gpt_owner, "n_embd", c.n_embd);
   if (c.style != GPTStyle::gpt2 && c.style != GPTStyle::llama)
-    detail::fail_argument(k_owner, "style", "is not gpt2 or llama");
+    detail::fail_argument(k_gpt_owner, "style", "is not gpt2 or llama");
   if (c.n_embd % c.n_head != 0)
-    detail::fail_argument(k_owner, "n_head",
+    detail::fail_argument(k_gpt_owner, "n_head",
                           "is " + std::to_string(c.n_head) + ", which does not divide n_embd " +
                               std::to_string(c.n_embd));
   if (c.style == GPTStyle::gpt2 && c.n_kv_head && *c.n_kv_head != c.n_head)
-    detail::fail_argument(k_owner, "n_kv_head",
+    detail::fail_argument(k_gpt_owner, "n_kv_head",
                           "is " + std::to_string(*c.n_kv_head) +
                               ", but the gpt2 style has n_kv_head = n_head (" +
                               std::to_string(c.n_head) + ")");
   if (!c.n_kv_head) c.n_kv_head = c.n_head;
-  detail::check_positive_size(k_owner, "n_kv_head", *c.n_kv_head);
+  detail::check_positive_size(k_gpt_owner, "n_kv_head", *c.n_kv_head);
   if (c.n_head % *c.n_kv_head != 0)
-    detail::fail_argument(k_owner, "n_kv_head",
+    detail::fail_argument(k_gpt_owner, "n_kv_head",
                           "is " + std::to_string(*c.n_kv_head) + ", which does not divide n_head " +
                               std::to_string(c.n_head));
-  if (c.ffn_hidden) detail::check_positive_size(k_owner, "ffn_hidden", *c.ffn_hidden);
-  if (!c.ffn_hidden) c.ffn_hidden = detail::default_ffn_hidden(k_owner, c.style, c.n_embd);
-  detail::check_probability(k_owner, "dropout", c.dropout);
+  if (c.ffn_hidden) detail::check_positive_size(k_gpt_owner, "ffn_hidden", *c.ffn_hidden);
+  if (!c.ffn_hidden) c.ffn_hidden = detail::default_ffn_hidden(k_gpt_owner, c.style, c.n_embd);
+  detail::check_probability(k_gpt_owner, "dropout", c.dropout);
   if (!(c.eps >= 0.0 && std::isfinite(c.eps)))
-    detail::fail_argument(k_owner, "eps",
+    detail::fail_argument(k_gpt_owner, "eps",
                           "is " + detail::number_str(c.eps) + ", expected a finite eps >= 0");
   if (c.style == GPTStyle::llama && (c.n_embd / c.n_head) % 2 != 0)
-    detail::fail_argument(k_owner, "n_head",
+    detail::fail_argument(k_gpt_owner, "n_head",
                           "gives the head size " + std::to_string(c.n_embd / c.n_head) +
                               ", but rotary embeddings (llama style) need an even one");
   if (!(c.rope_theta > 0.0 && std::isfinite(c.rope_theta)))
     detail::fail_argument(
-        k_owner, "rope_theta",
+        k_gpt_owner, "rope_theta",
         "is " + detail::number_str(c.rope_theta) + ", expected a finite theta > 0");
   if (c.num_experts > 0) {
     check_moe(c);
     if (!c.moe_intermediate_size) c.moe_intermediate_size = c.ffn_hidden;
   }
-  detail::check_bytes(k_owner, k_size_names, "parameters", gpt_parameters(c), element_size);
+  detail::check_bytes(k_gpt_owner, k_gpt_sizes, "parameters", gpt_parameters(c), element_size);
   return c;
 }
 
@@ -168,7 +168,7 @@ GPT<T>::GPT(const GPTConfig& config, Generator& generator) try
     lm_head.emplace(config_.n_embd, config_.vocab_size, false, generator);
   initialize(generator);
 } catch (const std::bad_alloc& e) {
-  detail::rethrow_out_of_memory(k_owner, "parameters", gpt_parameters(config), sizeof(T), e);
+  detail::rethrow_out_of_memory(k_gpt_owner, "parameters", gpt_parameters(config), sizeof(T), e);
 }
 
 template <class T>

@@ -10,8 +10,8 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_owner = "KvCache";
-constexpr const char* k_size_names =
+constexpr const char* k_cache_owner = "KvCache";
+constexpr const char* k_cache_sizes =
     "arguments 'batch', 'n_layers', 'n_kv_heads', 'head_dim' and 'capacity'";
 
 // The elements of all keys and values: 2 n_layers [batch, n_kv_heads,
@@ -27,20 +27,20 @@ template <class T>
 KvCache<T>::KvCache(std::size_t batch, std::size_t n_layers, std::size_t n_kv_heads,
                     std::size_t head_dim, std::size_t capacity) try
     : batch_(batch), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
-  detail::check_positive_size(k_owner, "batch", batch);
-  detail::check_positive_size(k_owner, "n_layers", n_layers);
-  detail::check_positive_size(k_owner, "n_kv_heads", n_kv_heads);
-  detail::check_positive_size(k_owner, "head_dim", head_dim);
-  detail::check_positive_size(k_owner, "capacity", capacity);
+  detail::check_positive_size(k_cache_owner, "batch", batch);
+  detail::check_positive_size(k_cache_owner, "n_layers", n_layers);
+  detail::check_positive_size(k_cache_owner, "n_kv_heads", n_kv_heads);
+  detail::check_positive_size(k_cache_owner, "head_dim", head_dim);
+  detail::check_positive_size(k_cache_owner, "capacity", capacity);
   const std::vector<std::size_t> shape = {batch, n_kv_heads, capacity, head_dim};
-  detail::check_bytes(k_owner, k_size_names, "keys and values",
+  detail::check_bytes(k_cache_owner, k_cache_sizes, "keys and values",
                       cache_elements(batch, n_layers, n_kv_heads, head_dim, capacity), sizeof(T));
   k_.assign(n_layers, xt::zeros<T>(shape));
   v_.assign(n_layers, xt::zeros<T>(shape));
   length_.assign(n_layers, 0);
   start_.assign(batch, 0);
 } catch (const std::bad_alloc& e) {
-  detail::rethrow_out_of_memory(k_owner, "keys and values",
+  detail::rethrow_out_of_memory(k_cache_owner, "keys and values",
                                 cache_elements(batch, n_layers, n_kv_heads, head_dim, capacity),
                                 sizeof(T), e);
 }

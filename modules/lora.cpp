@@ -27,7 +27,7 @@ constexpr const char* k_key_prefix = "base_model.model.";
 constexpr const char* k_weights_file = "adapter_model.safetensors";
 constexpr const char* k_config_file = "adapter_config.json";
 // An adapter_config.json is a few hundred bytes; a larger file is not one.
-constexpr std::size_t k_max_config_bytes = std::size_t(1) << 20;
+constexpr std::size_t k_max_adapter_config_bytes = std::size_t(1) << 20;
 
 // A Linear or Conv1D of a model, seen as the place of an adapter.
 template <class T>
@@ -311,7 +311,7 @@ AdapterConfig read_adapter_config(const fs::path& path) {
   const std::string function = "load_lora_adapter";
   const std::string where = "adapter config " + detail::path_str(path) + ": ";
   const nlohmann::ordered_json json = detail::read_json_file(
-      path, function, where, k_max_config_bytes, detail::JsonKeys::last_wins);
+      path, function, where, k_max_adapter_config_bytes, detail::JsonKeys::last_wins);
   const auto fail = [&](const std::string& what) { detail::fail_value(function, where + what); };
   if (!json.is_object()) fail("is not a JSON object");
   const auto field = [&](const char* key) -> const nlohmann::ordered_json* {

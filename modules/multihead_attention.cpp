@@ -16,7 +16,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_owner = "MultiheadAttention";
+constexpr const char* k_mha_owner = "MultiheadAttention";
 
 template <class T>
 xt::xarray<T> xavier_uniform(std::size_t fan_out, std::size_t fan_in, Generator& generator) {
@@ -37,21 +37,21 @@ detail::WideCount mha_parameters(std::size_t embed_dim, bool bias) {
 // The arguments checked, the parameters' bytes of `element_size` each within memory.
 std::size_t checked_width(std::size_t embed_dim, std::size_t num_heads,
                           const MultiheadAttentionOptions& options, std::size_t element_size) {
-  detail::check_positive_size(k_owner, "embed_dim", embed_dim);
-  detail::check_positive_size(k_owner, "num_heads", num_heads);
+  detail::check_positive_size(k_mha_owner, "embed_dim", embed_dim);
+  detail::check_positive_size(k_mha_owner, "num_heads", num_heads);
   if (embed_dim % num_heads != 0)
-    detail::fail_argument(k_owner, "num_heads",
+    detail::fail_argument(k_mha_owner, "num_heads",
                           "is " + std::to_string(num_heads) + ", which does not divide embed_dim " +
                               std::to_string(embed_dim));
-  detail::check_probability(k_owner, "dropout", options.dropout);
-  detail::check_bytes(k_owner, "argument 'embed_dim'", "parameters",
+  detail::check_probability(k_mha_owner, "dropout", options.dropout);
+  detail::check_bytes(k_mha_owner, "argument 'embed_dim'", "parameters",
                       mha_parameters(embed_dim, options.bias), element_size);
   return embed_dim;
 }
 
 void check_input(const char* name, const Shape& shape, std::size_t batch, std::size_t e) {
   if (shape.size() != 3 || shape[2] != e || (batch != 0 && shape[0] != batch))
-    detail::fail_shape(k_owner, name, shape,
+    detail::fail_shape(k_mha_owner, name, shape,
                        "[" + (batch ? std::to_string(batch) : std::string("B")) + ", T, " +
                            std::to_string(e) + "]");
 }
@@ -63,7 +63,7 @@ void check_masks(const MhaMasks<T>& masks, std::size_t b, std::size_t h, std::si
   if (masks.key_padding_mask) {
     const auto& kpm = *masks.key_padding_mask;
     if (kpm.dimension() != 2 || kpm.shape()[0] != b || kpm.shape()[1] != tk)
-      detail::fail_shape(k_owner, "key_padding_mask", kpm.shape(),
+      detail::fail_shape(k_mha_owner, "key_padding_mask", kpm.shape(),
                          "[" + std::to_string(b) + ", " + std::to_string(tk) + "] (batch, keys)");
   }
   const auto check_attn = [&](const auto& mask) {
@@ -71,7 +71,7 @@ void check_masks(const MhaMasks<T>& masks, std::size_t b, std::size_t h, std::si
     const bool two_d = s.size() == 2 && s[0] == tq && s[1] == tk;
     const bool three_d = s.size() == 3 && s[0] == b * h && s[1] == tq && s[2] == tk;
     if (!two_d && !three_d)
-      detail::fail_shape(k_owner, "attn_mask", s,
+      detail::fail_shape(k_mha_owner, "attn_mask", s,
                          "[" + std::to_string(tq) + ", " + std::to_string(tk) + "] or [" +
                              std::to_string(b * h) + ", " + std::to_string(tq) + ", " +
                              std::to_string(tk) + "] (batch * heads, queries, keys)");
@@ -168,7 +168,7 @@ MultiheadAttention<T>::MultiheadAttention(std::size_t embed_dim, std::size_t num
     out_proj.bias.mark_changed();
   }
 } catch (const std::bad_alloc& e) {
-  detail::rethrow_out_of_memory(k_owner, "parameters", mha_parameters(embed_dim, options.bias),
+  detail::rethrow_out_of_memory(k_mha_owner, "parameters", mha_parameters(embed_dim, options.bias),
                                 sizeof(T), e);
 }
 
@@ -186,7 +186,7 @@ template <class T>
 Var<T> MultiheadAttention<T>::forward(const Var<T>& query, const Var<T>& key, const Var<T>& value,
                                       const MhaMasks<NoDeduce<T>>& masks) {
   Tape<T>& tape =
-      detail::common_tape<T>(k_owner, {{"query", &query}, {"key", &key}, {"value", &value}});
+      detail::common_tape<T>(k_mha_owner, {{"query", &query}, {"key", &key}, {"value", &value}});
   const std::size_t e = embed_dim(), h = num_heads_;
   if (query.dimension() == 2) return unbatched(query, key, value, masks);
   check_input("query", query.shape(), 0, e);
@@ -195,7 +195,7 @@ Var<T> MultiheadAttention<T>::forward(const Var<T>& query, const Var<T>& key, co
   check_input("value", value.shape(), b, e);
   const std::size_t tk = key.shape()[1];
   if (value.shape()[1] != tk)
-    detail::fail_shape(k_owner, "value", value.shape(),
+    detail::fail_shape(k_mha_owner, "value", value.shape(),
                        detail::shape_str(key.shape()) + " (key's shape)");
   check_masks(masks, b, h, tq, tk);
   // Every check done: from here on the tape is written.
@@ -235,7 +235,7 @@ Var<T> MultiheadAttention<T>::unbatched(const Var<T>& query, const Var<T>& key, 
   const std::size_t e = embed_dim(), h = num_heads_;
   const auto check_2d = [e](const char* name, const Shape& shape) {
     if (shape.size() != 2 || shape[1] != e)
-      detail::fail_shape(k_owner, name, shape,
+      detail::fail_shape(k_mha_owner, name, shape,
                          "[T, " + std::to_string(e) + "] (unbatched, as query)");
   };
   check_2d("query", query.shape());
@@ -243,13 +243,13 @@ Var<T> MultiheadAttention<T>::unbatched(const Var<T>& query, const Var<T>& key, 
   check_2d("value", value.shape());
   const std::size_t tq = query.shape()[0], tk = key.shape()[0];
   if (value.shape()[0] != tk)
-    detail::fail_shape(k_owner, "value", value.shape(),
+    detail::fail_shape(k_mha_owner, "value", value.shape(),
                        detail::shape_str(key.shape()) + " (key's shape)");
   MhaMasks<T> batched = masks;
   if (masks.key_padding_mask) {
     const xt::xarray<bool>& kpm = *masks.key_padding_mask;
     if (kpm.dimension() != 1 || kpm.size() != tk)
-      detail::fail_shape(k_owner, "key_padding_mask", kpm.shape(),
+      detail::fail_shape(k_mha_owner, "key_padding_mask", kpm.shape(),
                          "[" + std::to_string(tk) + "] (keys; unbatched)");
     batched.key_padding_mask->reshape({std::size_t(1), tk});
   }

@@ -12,37 +12,37 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_owner = "PreNormResidual";
+constexpr const char* k_residual_owner = "PreNormResidual";
 
 // The options with their defaults filled in, every one checked before any
 // module is built (the norm and the FFN check their own again, naming
 // themselves: these name the block).
 PreNormResidualOptions resolved(std::size_t d_model, std::size_t d_ff, PreNormResidualOptions o) {
-  detail::check_positive_size(k_owner, "d_model", d_model);
-  detail::check_positive_size(k_owner, "d_ff", d_ff);
+  detail::check_positive_size(k_residual_owner, "d_model", d_model);
+  detail::check_positive_size(k_residual_owner, "d_ff", d_ff);
   if (o.norm != NormKind::layer_norm && o.norm != NormKind::rms_norm)
-    detail::fail_argument(k_owner, "norm",
+    detail::fail_argument(k_residual_owner, "norm",
                           "is NormKind(" + std::to_string(static_cast<int>(o.norm)) +
                               "), expected layer_norm or rms_norm");
   if (o.ffn != FFNKind::feed_forward && o.ffn != FFNKind::positionwise && o.ffn != FFNKind::gated)
-    detail::fail_argument(k_owner, "ffn",
+    detail::fail_argument(k_residual_owner, "ffn",
                           "is FFNKind(" + std::to_string(static_cast<int>(o.ffn)) +
                               "), expected feed_forward, positionwise or gated");
   if (!o.eps) o.eps = o.norm == NormKind::layer_norm ? 1e-5 : 1e-6;
   if (!(*o.eps >= 0.0 && std::isfinite(*o.eps)))
-    detail::fail_argument(k_owner, "eps",
+    detail::fail_argument(k_residual_owner, "eps",
                           "is " + detail::number_str(*o.eps) + ", expected a finite eps >= 0");
   if (!o.activation)
     o.activation = o.ffn == FFNKind::positionwise ? Activation::relu
                    : o.ffn == FFNKind::gated      ? Activation::silu
                                                   : Activation::gelu;
-  detail::activation_name(*o.activation, k_owner, "activation");
+  detail::activation_name(*o.activation, k_residual_owner, "activation");
   if (o.ffn == FFNKind::positionwise && *o.activation != Activation::relu)
-    detail::fail_argument(k_owner, "activation",
+    detail::fail_argument(k_residual_owner, "activation",
                           "is " + std::string(to_string(*o.activation)) +
                               ", but FFNKind::positionwise is relu; use FFNKind::feed_forward");
-  detail::check_probability(k_owner, "dropout", o.dropout);
-  detail::check_probability(k_owner, "ffn_dropout", o.ffn_dropout);
+  detail::check_probability(k_residual_owner, "dropout", o.dropout);
+  detail::check_probability(k_residual_owner, "ffn_dropout", o.ffn_dropout);
   return o;
 }
 
@@ -84,11 +84,11 @@ PreNormResidual<T>::PreNormResidual(std::size_t d_model, std::size_t d_ff,
 
 template <class T>
 Var<T> PreNormResidual<T>::forward(const Var<T>& x) {
-  x.tape_for(k_owner, "x");
+  x.tape_for(k_residual_owner, "x");
   // The only input that can misfit: checked before anything is recorded.
   const Shape& shape = x.shape();
   if (shape.empty() || shape.back() != d_model_)
-    detail::fail_shape(k_owner, "x", shape, "[..., " + std::to_string(d_model_) + "]");
+    detail::fail_shape(k_residual_owner, "x", shape, "[..., " + std::to_string(d_model_) + "]");
   if (recompute_ && x.tape().grad_enabled())
     return recompute_module<T>(
         *this, [this](const Var<T>& h) { return block(h); }, x);

@@ -9,21 +9,23 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_owner = "TransformerBlock";
+constexpr const char* k_block_owner = "TransformerBlock";
 constexpr std::size_t k_llama_multiple_of = 256;
-constexpr const char* k_size_names = "arguments 'n_embd', 'n_heads', 'n_kv_heads' and 'ffn_hidden'";
+constexpr const char* k_block_sizes =
+    "arguments 'n_embd', 'n_heads', 'n_kv_heads' and 'ffn_hidden'";
 
 // The options checked and filled in, the parameters' bytes of `element_size`
 // each within memory (the attention's own checks come later, in its constructor).
 TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions options,
                                 std::size_t element_size) {
-  const detail::Check check(k_owner);
+  const detail::Check check(k_block_owner);
   check.argument(options.style == GPTStyle::gpt2 || options.style == GPTStyle::llama, "style",
                  "is not gpt2 or llama");
-  detail::check_positive_size(k_owner, "n_embd", n_embd);
-  if (options.ffn_hidden) detail::check_positive_size(k_owner, "ffn_hidden", *options.ffn_hidden);
+  detail::check_positive_size(k_block_owner, "n_embd", n_embd);
+  if (options.ffn_hidden)
+    detail::check_positive_size(k_block_owner, "ffn_hidden", *options.ffn_hidden);
   if (!options.ffn_hidden)
-    options.ffn_hidden = detail::default_ffn_hidden(k_owner, options.style, n_embd);
+    options.ffn_hidden = detail::default_ffn_hidden(k_block_owner, options.style, n_embd);
   check.argument(options.style != GPTStyle::gpt2 || !options.n_kv_heads ||
                      *options.n_kv_heads == options.n_heads,
                  "n_kv_heads", "is ", options.n_kv_heads.value_or(0),
@@ -33,7 +35,7 @@ TransformerBlockOptions checked(std::size_t n_embd, TransformerBlockOptions opti
                  "style only");
   if (!options.n_kv_heads) options.n_kv_heads = options.n_heads;
   if (options.n_heads != 0 && n_embd % options.n_heads == 0)  // else the attention refuses them
-    detail::check_bytes(k_owner, k_size_names, "parameters",
+    detail::check_bytes(k_block_owner, k_block_sizes, "parameters",
                         detail::transformer_block_parameters(n_embd, options), element_size);
   return options;
 }
@@ -71,7 +73,8 @@ std::variant<GPT2MLP<T>, GatedFFN<T>, GatedExpert<T>, SparseMoe<T>> make_mlp(
 
 // x [B, T, C], checked before the norm records anything.
 void check_input(const Shape& x, std::size_t n_embd) {
-  detail::Check(k_owner).shape(x.size() == 3 && x[2] == n_embd, "x", x, "[B, T, ", n_embd, "]");
+  detail::Check(k_block_owner)
+      .shape(x.size() == 3 && x[2] == n_embd, "x", x, "[B, T, ", n_embd, "]");
 }
 
 }  // namespace
@@ -130,8 +133,9 @@ TransformerBlock<T>::TransformerBlock(std::size_t n_embd, TransformerBlockOption
       mlp(make_mlp<T>(options_, n_embd, generator)),
       dropout(options_.dropout, generator) {
 } catch (const std::bad_alloc& e) {
-  detail::rethrow_out_of_memory(
-      k_owner, "parameters", detail::transformer_block_parameters(n_embd, options), sizeof(T), e);
+  detail::rethrow_out_of_memory(k_block_owner, "parameters",
+                                detail::transformer_block_parameters(n_embd, options), sizeof(T),
+                                e);
 }
 
 template <class T>
@@ -154,7 +158,7 @@ BlockOutput<T> TransformerBlock<T>::forward_with_losses(const Var<T>& x) {
 template <class T>
 BlockOutput<T> TransformerBlock<T>::run(const Var<T>& x, KvCache<T>* cache, std::size_t layer,
                                         bool losses) {
-  x.tape_for(k_owner, "x");
+  x.tape_for(k_block_owner, "x");
   check_input(x.shape(), n_embd_);
   const Var<T> normed_x = std::visit([&](auto& n) { return n.forward(x); }, ln_1);
   const Var<T> h = add(x, cache ? attn.forward(normed_x, *cache, layer) : attn.forward(normed_x));

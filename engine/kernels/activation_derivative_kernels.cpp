@@ -83,7 +83,7 @@ void with_order(int order, const char* op, Body&& body) {
 }
 
 // relu's derivatives cost a compare, the others erf or exp.
-std::size_t min_per_thread(Activation activation) {
+std::size_t derivative_min_per_thread(Activation activation) {
   return activation == Activation::relu ? k_parallel_light : k_parallel_heavy;
 }
 
@@ -95,7 +95,7 @@ void activation_derivative_forward(Activation activation, int order, const T* x,
   static constexpr const char* op = "activation_derivative_forward";
   with_order<1, 3>(order, op, [&](auto order_c) {
     dispatch(activation, op, [&](auto act) {
-      parallel_for(n, min_per_thread(activation), [&](std::size_t b, std::size_t e) {
+      parallel_for(n, derivative_min_per_thread(activation), [&](std::size_t b, std::size_t e) {
         derivative_pass<decltype(order_c)::value, decltype(act)>(x + b, y + b, e - b);
       });
     });
@@ -111,7 +111,7 @@ void activation_derivative_backward(Activation activation, int order, const T* x
     dispatch(activation, op, [&](auto act) {
       constexpr int k = decltype(order_c)::value + 1;
       using Act = decltype(act);
-      parallel_for(n, min_per_thread(activation), [&](std::size_t b, std::size_t e) {
+      parallel_for(n, derivative_min_per_thread(activation), [&](std::size_t b, std::size_t e) {
         if (accumulate)
           product_pass<k, Act, true>(x + b, dy + b, dx + b, e - b);
         else

@@ -31,8 +31,7 @@
 
 namespace xtgrad::detail::attention {
 
-template <class T>
-using Batch = simd_math::Batch<T>;
+using simd_math::Batch;
 
 template <class T>
 constexpr std::size_t k_lanes = Batch<T>::size;

@@ -26,7 +26,7 @@ namespace xtgrad::detail {
 namespace {
 
 template <class T>
-using Batch = xsimd::batch<T>;
+using GemmBatch = xsimd::batch<T>;
 
 // Rows shorter than this are broadcast by doubling (broadcast_rows).
 constexpr std::size_t k_short_row_bytes = 256;
@@ -38,16 +38,18 @@ constexpr std::size_t k_short_row_bytes = 256;
 
 // sum_p coefficient(p) * rows[p * stride, +lanes) for p < k, as one batch.
 template <class T, class Coefficient>
-Batch<T> combine_rows(const T* rows, std::size_t stride, std::size_t k, Coefficient coefficient) {
-  Batch<T> acc[4] = {Batch<T>(T(0)), Batch<T>(T(0)), Batch<T>(T(0)), Batch<T>(T(0))};
+GemmBatch<T> combine_rows(const T* rows, std::size_t stride, std::size_t k,
+                          Coefficient coefficient) {
+  GemmBatch<T> acc[4] = {GemmBatch<T>(T(0)), GemmBatch<T>(T(0)), GemmBatch<T>(T(0)),
+                         GemmBatch<T>(T(0))};
   std::size_t p = 0;
   for (; p + 4 <= k; p += 4)
     for (std::size_t q = 0; q < 4; ++q)
-      acc[q] = xsimd::fma(Batch<T>(coefficient(p + q)),
-                          Batch<T>::load_unaligned(rows + (p + q) * stride), acc[q]);
+      acc[q] = xsimd::fma(GemmBatch<T>(coefficient(p + q)),
+                          GemmBatch<T>::load_unaligned(rows + (p + q) * stride), acc[q]);
   for (; p < k; ++p)
-    acc[0] =
-        xsimd::fma(Batch<T>(coefficient(p)), Batch<T>::load_unaligned(rows + p * stride), acc[0]);
+    acc[0] = xsimd::fma(GemmBatch<T>(coefficient(p)),
+                        GemmBatch<T>::load_unaligned(rows + p * stride), acc[0]);
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
@@ -71,14 +73,14 @@ void put(T* c, T value, bool accumulate) {
 template <class T, class A>
 void rows_form(const T* rows, std::size_t m, std::size_t n, std::size_t k, T* c, bool accumulate,
                A op_a) {
-  constexpr std::size_t lanes = Batch<T>::size;
+  constexpr std::size_t lanes = GemmBatch<T>::size;
   for (std::size_t i = 0; i < m; ++i) {
     const auto coefficient = [&](std::size_t p) { return op_a(i, p); };
     T* line = c + i * n;
     std::size_t j = 0;
     for (; j + lanes <= n; j += lanes) {
-      Batch<T> sum = combine_rows(rows + j, n, k, coefficient);
-      if (accumulate) sum += Batch<T>::load_unaligned(line + j);
+      GemmBatch<T> sum = combine_rows(rows + j, n, k, coefficient);
+      if (accumulate) sum += GemmBatch<T>::load_unaligned(line + j);
       sum.store_unaligned(line + j);
     }
     for (; j < n; ++j) put(line + j, combine_scalars(rows + j, n, k, coefficient), accumulate);
@@ -89,7 +91,7 @@ void rows_form(const T* rows, std::size_t m, std::size_t n, std::size_t k, T* c,
 template <class T, class B>
 void columns_form(const T* a, std::size_t m, std::size_t n, std::size_t k, T* c, bool accumulate,
                   B op_b) {
-  constexpr std::size_t lanes = Batch<T>::size;
+  constexpr std::size_t lanes = GemmBatch<T>::size;
   for (std::size_t j = 0; j < n; ++j) {
     const auto coefficient = [&](std::size_t p) { return op_b(p, j); };
     std::size_t i = 0;
@@ -108,17 +110,17 @@ void columns_form(const T* a, std::size_t m, std::size_t n, std::size_t k, T* c,
 // of distinct powers of two; nullopt unless every output is the exact sum of
 // all lanes of one row, each row in one output.
 template <class T>
-std::optional<std::array<std::size_t, Batch<T>::size>> probe_haddp_order() {
-  constexpr std::size_t lanes = Batch<T>::size;
+std::optional<std::array<std::size_t, GemmBatch<T>::size>> probe_haddp_order() {
+  constexpr std::size_t lanes = GemmBatch<T>::size;
   alignas(64) T powers[lanes];
   T all = T(0);
   for (std::size_t q = 0; q < lanes; ++q) all += powers[q] = T(std::size_t(1) << q);
   std::array<std::size_t, lanes> order{};
   std::array<bool, lanes> taken{};
   for (std::size_t r = 0; r < lanes; ++r) {
-    Batch<T> rows[lanes];
+    GemmBatch<T> rows[lanes];
     for (std::size_t q = 0; q < lanes; ++q)
-      rows[q] = q == r ? Batch<T>::load_aligned(powers) : Batch<T>(T(0));
+      rows[q] = q == r ? GemmBatch<T>::load_aligned(powers) : GemmBatch<T>(T(0));
     alignas(64) T sums[lanes];
     xsimd::haddp(rows).store_aligned(sums);
     std::size_t found = lanes;
@@ -137,19 +139,20 @@ std::optional<std::array<std::size_t, Batch<T>::size>> probe_haddp_order() {
 
 // probe_haddp_order, once; null if haddp is not a permutation.
 template <class T>
-const std::array<std::size_t, Batch<T>::size>* haddp_order() {
-  static const std::optional<std::array<std::size_t, Batch<T>::size>> order =
+const std::array<std::size_t, GemmBatch<T>::size>* haddp_order() {
+  static const std::optional<std::array<std::size_t, GemmBatch<T>::size>> order =
       probe_haddp_order<T>();
   return order ? &*order : nullptr;
 }
 
 // x[0, k_vector) . y[0, k_vector) as a batch of partial sums.
 template <class T>
-Batch<T> partial_dot(const T* x, const T* y, std::size_t k_vector) {
-  constexpr std::size_t lanes = Batch<T>::size;
-  Batch<T> partial(T(0));
+GemmBatch<T> partial_dot(const T* x, const T* y, std::size_t k_vector) {
+  constexpr std::size_t lanes = GemmBatch<T>::size;
+  GemmBatch<T> partial(T(0));
   for (std::size_t p = 0; p < k_vector; p += lanes)
-    partial = xsimd::fma(Batch<T>::load_unaligned(x + p), Batch<T>::load_unaligned(y + p), partial);
+    partial = xsimd::fma(GemmBatch<T>::load_unaligned(x + p), GemmBatch<T>::load_unaligned(y + p),
+                         partial);
   return partial;
 }
 
@@ -171,7 +174,7 @@ T rest_dot(const T* x, const T* y, std::size_t k_vector, std::size_t k) {
 template <class T>
 void dots_form(const T* a, const T* columns, std::size_t m, std::size_t n, std::size_t k, T* c,
                bool accumulate) {
-  constexpr std::size_t lanes = Batch<T>::size;
+  constexpr std::size_t lanes = GemmBatch<T>::size;
   const std::size_t k_vector = k - k % lanes;
   const auto* order = k_vector > 0 ? haddp_order<T>() : nullptr;
   std::size_t i0 = 0;
@@ -180,12 +183,12 @@ void dots_form(const T* a, const T* columns, std::size_t m, std::size_t n, std::
       for (std::size_t j = 0; j < n; ++j) {
         const T* y = columns + j * k;
         const T* x = a + i0 * k;
-        Batch<T> partial[lanes];
-        for (std::size_t q = 0; q < lanes; ++q) partial[q] = Batch<T>(T(0));
+        GemmBatch<T> partial[lanes];
+        for (std::size_t q = 0; q < lanes; ++q) partial[q] = GemmBatch<T>(T(0));
         for (std::size_t p = 0; p < k_vector; p += lanes) {
-          const Batch<T> yv = Batch<T>::load_unaligned(y + p);
+          const GemmBatch<T> yv = GemmBatch<T>::load_unaligned(y + p);
           for (std::size_t q = 0; q < lanes; ++q)
-            partial[q] = xsimd::fma(Batch<T>::load_unaligned(x + q * k + p), yv, partial[q]);
+            partial[q] = xsimd::fma(GemmBatch<T>::load_unaligned(x + q * k + p), yv, partial[q]);
         }
         alignas(64) T sums[lanes];
         xsimd::haddp(partial).store_aligned(sums);
@@ -215,7 +218,7 @@ void small_gemm(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c
   const auto op_b = [&](std::size_t p, std::size_t j) {
     return transpose_b ? b[j * k + p] : b[p * n + j];
   };
-  if (n >= Batch<T>::size || n >= m) {
+  if (n >= GemmBatch<T>::size || n >= m) {
     const T* rows = b;  // op(b) as [k, n]
     if (transpose_b) {
       T* packed = thread_scratch<T>(ScratchSlot::gemm_pack, k * n);
@@ -348,7 +351,7 @@ void broadcast_rows(const T* b, T* y, std::size_t n, std::size_t cols) {
 template <class T>
 void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumulate) {
   if (!accumulate) std::fill(db, db + cols, T(0));
-  if (cols < Batch<T>::size) {
+  if (cols < GemmBatch<T>::size) {
     // Narrow: each column is one strided sum, four partial sums deep (a row
     // loop over so few columns would be all loop overhead).
     for (std::size_t j = 0; j < cols; ++j) {

@@ -1,14 +1,15 @@
 #pragma once
 // What the few-row GEMM kernels (gemm_streaming.cpp) share (internal).
 
-#include "simd.hpp"  // first: see simd.hpp
+#include "vector_math.hpp"  // first (through simd.hpp): see simd.hpp
 
 #include <cstddef>
 
 namespace xtgrad::detail::streaming {
 
-template <class T>
-using Batch = xsimd::batch<T>;
+// simd_math's own alias, not a second one: a file that sees both names (a
+// using-directive, or a unity batch) finds one entity.
+using simd_math::Batch;
 
 constexpr std::size_t k_line_bytes = 64;
 

@@ -10,7 +10,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "activation_derivative";
+constexpr const char* k_derivative_op = "activation_derivative";
 
 // The tape name of the op of `order` for activation `a` (checked by the caller).
 const char* derivative_name(Activation a, int order) {
@@ -28,10 +28,10 @@ const char* derivative_name(Activation a, int order) {
 
 template <class T>
 Var<T> activation_derivative(const Var<T>& x, Activation a, int order) {
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x}});
-  detail::activation_name(a, op_name, "a");  // validates `a`
-  detail::Check(op_name).argument(order == 1 || order == 2, "order", "is ", order,
-                                  ", expected 1 (f') or 2 (f'')");
+  Tape<T>& tape = detail::common_tape<T>(k_derivative_op, {{"x", &x}});
+  detail::activation_name(a, k_derivative_op, "a");  // validates `a`
+  detail::Check(k_derivative_op)
+      .argument(order == 1 || order == 2, "order", "is ", order, ", expected 1 (f') or 2 (f'')");
 
   const std::size_t xi = x.index();
   const std::size_t yi = tape.record(derivative_name(a, order), {xi}, x.requires_grad());

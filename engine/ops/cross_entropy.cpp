@@ -110,12 +110,12 @@ struct SavedRow {
 // Rows per group of the class-target loss: each group's losses are summed on
 // their own (in parallel), then the groups in order, a partition fixed by the
 // row count alone, so that the loss does not depend on the thread count.
-constexpr std::size_t k_rows_per_group = 256;
+constexpr std::size_t k_loss_rows_per_group = 256;
 // Elements a thread must have before a second one pays (an exp each).
-constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 14;
+constexpr std::size_t k_loss_min_elements = std::size_t(1) << 14;
 
 std::size_t min_rows_per_thread(std::size_t c) {
-  return std::max<std::size_t>(k_min_elements_per_thread / std::max<std::size_t>(c, 1), 1);
+  return std::max<std::size_t>(k_loss_min_elements / std::max<std::size_t>(c, 1), 1);
 }
 
 struct GroupSum {
@@ -147,16 +147,16 @@ double class_target_forward(const T* x, const std::int64_t* t, std::size_t n, st
   const std::int64_t ignore = options.ignore_index;
   // Groups of rows split over the threads: each row's loss into y (no
   // reduction) or its group's sum.
-  const std::size_t groups = (n + k_rows_per_group - 1) / k_rows_per_group;
+  const std::size_t groups = (n + k_loss_rows_per_group - 1) / k_loss_rows_per_group;
   GroupSum* const sums = group_sums(groups);
   T* const row_losses = options.reduction == Reduction::none ? y.data() : nullptr;
   detail::parallel_for_rows(
-      groups, std::max<std::size_t>(min_rows_per_thread(c) / k_rows_per_group, 1),
+      groups, std::max<std::size_t>(min_rows_per_thread(c) / k_loss_rows_per_group, 1),
       [&](std::size_t g0, std::size_t g1) {
         for (std::size_t g = g0; g < g1; ++g) {
           GroupSum sum;
-          for (std::size_t r = g * k_rows_per_group; r < std::min(n, (g + 1) * k_rows_per_group);
-               ++r) {
+          for (std::size_t r = g * k_loss_rows_per_group;
+               r < std::min(n, (g + 1) * k_loss_rows_per_group); ++r) {
             if (saved) saved[r].target = t[r];
             double loss = 0.0;  // l_n = 0 for an ignored target
             if (t[r] != ignore) {

@@ -12,14 +12,14 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "dropout";
+constexpr const char* k_dropout_op = "dropout";
 
 }  // namespace
 
 template <class T>
 Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) {
-  const detail::Check check(op_name);
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x}});
+  const detail::Check check(k_dropout_op);
+  Tape<T>& tape = detail::common_tape<T>(k_dropout_op, {{"x", &x}});
   check.argument(p >= 0.0 && p <= 1.0, "p", "is ", p, ", expected a probability in [0, 1]");
 
   const detail::DropoutMask<T> mask = detail::dropout_mask<T>(p, training);
@@ -28,7 +28,7 @@ Var<T> dropout(const Var<T>& x, double p, bool training, const DropoutKey& key) 
   const T scale = mask.scale;
 
   const std::size_t xi = x.index();
-  const std::size_t yi = tape.record(op_name, {xi}, x.requires_grad());
+  const std::size_t yi = tape.record(k_dropout_op, {xi}, x.requires_grad());
   const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(xv.shape());

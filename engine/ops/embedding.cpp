@@ -14,7 +14,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "embedding";
+constexpr const char* k_embedding_op = "embedding";
 
 // The positions of indices grouped by row of weight (a counting sort), which
 // backward walks row by row: the positions of row v are
@@ -113,9 +113,9 @@ Var<T> record_embedding(Tape<T>& tape, const Indices& indices, const Var<T>& wei
   const std::size_t rows = weight.shape()[0], dim = weight.shape()[1];
   Shape y_shape(indices.shape().begin(), indices.shape().end());
   y_shape.push_back(dim);
-  detail::checked_allocation<T>(op_name, "arguments 'indices' and 'weight'", y_shape);
+  detail::checked_allocation<T>(k_embedding_op, "arguments 'indices' and 'weight'", y_shape);
   const std::size_t wi = weight.index();
-  const std::size_t yi = tape.record(op_name, {wi}, weight.requires_grad());
+  const std::size_t yi = tape.record(k_embedding_op, {wi}, weight.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
   const T* w = tape.value(wi).data();
@@ -208,12 +208,12 @@ Var<T> record_dense_backward(Tape<T>& tape, const Var<T>& grad_output, const Ind
 template <class T>
 Var<T> embedding(const Indices& indices, const Var<T>& weight,
                  std::optional<std::int64_t> padding_idx) {
-  const detail::Check check(op_name);
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"weight", &weight}});
+  const detail::Check check(k_embedding_op);
+  Tape<T>& tape = detail::common_tape<T>(k_embedding_op, {{"weight", &weight}});
   const Shape& w_shape = weight.shape();
   check.shape(w_shape.size() == 2, "weight", w_shape, "[num_embeddings, embedding_dim]");
   const std::int64_t padding = padding_row(check, padding_idx, w_shape[0], " of weight ", w_shape);
-  detail::check_indices(op_name, "indices", indices, w_shape[0]);
+  detail::check_indices(k_embedding_op, "indices", indices, w_shape[0]);
   return record_embedding(tape, indices, weight, padding);
 }
 

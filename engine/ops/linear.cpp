@@ -14,7 +14,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "linear";
+constexpr const char* k_linear_op = "linear";
 
 template <class T>
 detail::MatrixRef<const T> matrix(const xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
@@ -39,10 +39,11 @@ template <class T>
 void linear_forward(const LinearGeometry& d, const xt::xarray<T>& x, const xt::xarray<T>& w,
                     const T* bias, xt::xarray<T>& y, detail::WeightTag tag) {
   if (bias)
-    detail::gemm_bias<T>(op_name, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()),
-                         d.out_in, matrix(y, d.n, d.out), bias, tag);
+    detail::gemm_bias<T>(k_linear_op, matrix(x, d.n, d.in), false,
+                         matrix(w, d.w_rows(), d.w_cols()), d.out_in, matrix(y, d.n, d.out), bias,
+                         tag);
   else
-    detail::gemm<T>(op_name, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()),
+    detail::gemm<T>(k_linear_op, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()),
                     d.out_in, matrix(y, d.n, d.out), false, tag);
 }
 
@@ -50,7 +51,7 @@ void linear_forward(const LinearGeometry& d, const xt::xarray<T>& x, const xt::x
 template <class T>
 void linear_input_grad(const LinearGeometry& d, const xt::xarray<T>& dy, const xt::xarray<T>& w,
                        GradSlot<T> dx, detail::WeightTag tag) {
-  detail::gemm<T>(op_name, matrix(dy, d.n, d.out), false, matrix(w, d.w_rows(), d.w_cols()),
+  detail::gemm<T>(k_linear_op, matrix(dy, d.n, d.out), false, matrix(w, d.w_rows(), d.w_cols()),
                   !d.out_in, matrix(dx.buffer, d.n, d.in), dx.accumulate, tag);
 }
 
@@ -59,10 +60,10 @@ template <class T>
 void linear_weight_grad(const LinearGeometry& d, const xt::xarray<T>& dy, const xt::xarray<T>& x,
                         GradSlot<T> dw) {
   if (d.out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-    detail::gemm<T>(op_name, matrix(dy, d.n, d.out), true, matrix(x, d.n, d.in), false,
+    detail::gemm<T>(k_linear_op, matrix(dy, d.n, d.out), true, matrix(x, d.n, d.in), false,
                     matrix(dw.buffer, d.out, d.in), dw.accumulate);
   else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-    detail::gemm<T>(op_name, matrix(x, d.n, d.in), true, matrix(dy, d.n, d.out), false,
+    detail::gemm<T>(k_linear_op, matrix(x, d.n, d.in), true, matrix(dy, d.n, d.out), false,
                     matrix(dw.buffer, d.in, d.out), dw.accumulate);
 }
 
@@ -127,11 +128,11 @@ std::size_t leading_rows(const Shape& shape) {
 template <class T>
 Var<T> linear(const Var<T>& x, const Var<T>& weight, const std::optional<Var<NoDeduce<T>>>& bias,
               WeightLayout layout) {
-  detail::common_tape<T>(op_name,
+  detail::common_tape<T>(k_linear_op,
                          {{"x", &x}, {"weight", &weight}, {"bias", bias ? &*bias : nullptr}});
   const Shape bias_shape = bias ? bias->shape() : Shape{};
   const detail::LinearDims dims = detail::check_linear_shapes(
-      op_name, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
+      k_linear_op, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
   return detail::record_linear(dims, x, weight, bias, layout);
 }
 
@@ -145,7 +146,7 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
   const bool needs_grad =
       tape.requires_grad(xi) || tape.requires_grad(wi) || (bi && tape.requires_grad(*bi));
 
-  const std::size_t yi = tape.record(op_name, {xi, wi, bi.value_or(xi)}, needs_grad);
+  const std::size_t yi = tape.record(k_linear_op, {xi, wi, bi.value_or(xi)}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(dims.y_shape);
   // A Parameter's weight is read packed (kernels/onednn_packed_weights.hpp).

@@ -17,14 +17,15 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "low_rank_linear";
+constexpr const char* k_low_rank_op = "low_rank_linear";
 
 template <class T>
-detail::MatrixRef<const T> matrix(const xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
+detail::MatrixRef<const T> low_rank_matrix(const xt::xarray<T>& a, std::size_t rows,
+                                           std::size_t cols) {
   return {a.data(), rows, cols};
 }
 template <class T>
-detail::MatrixRef<T> matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
+detail::MatrixRef<T> low_rank_matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols) {
   return {a.data(), rows, cols};
 }
 
@@ -35,15 +36,15 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
                        const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
                        const Var<NoDeduce<T>>& h, const Var<NoDeduce<T>>& b_low_rank,
                        NoDeduce<T> scaling) {
-  const detail::Check check(op_name);
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"x", &x},
-                                                   {"weight", &weight},
-                                                   {"bias", bias ? &*bias : nullptr},
-                                                   {"h", &h},
-                                                   {"b_low_rank", &b_low_rank}});
+  const detail::Check check(k_low_rank_op);
+  Tape<T>& tape = detail::common_tape<T>(k_low_rank_op, {{"x", &x},
+                                                         {"weight", &weight},
+                                                         {"bias", bias ? &*bias : nullptr},
+                                                         {"h", &h},
+                                                         {"b_low_rank", &b_low_rank}});
   const Shape bias_shape = bias ? bias->shape() : Shape{};
   const detail::LinearDims dims = detail::check_linear_shapes(
-      op_name, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
+      k_low_rank_op, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
   const Shape& hs = h.shape();
   const bool h_ok = hs.size() == x.shape().size() &&
                     std::equal(hs.begin(), hs.end() - 1, x.shape().begin()) && hs.back() > 0;
@@ -60,24 +61,26 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
                           (bi && tape.requires_grad(*bi)) || tape.requires_grad(hi) ||
                           tape.requires_grad(li);
 
-  const std::size_t yi = tape.record(op_name, {xi, wi, bi.value_or(xi), hi, li}, needs_grad);
+  const std::size_t yi = tape.record(k_low_rank_op, {xi, wi, bi.value_or(xi), hi, li}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(dims.y_shape);
   const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
   const detail::WeightTag tag = detail::weight_tag(tape.node_param(wi));
   // y[N,out] = x[N,in] . op(W) + b, as linear computes it
   if (bi)
-    detail::gemm_bias<T>(op_name, matrix(tape.value(xi), n, in), false,
-                         matrix(tape.value(wi), w_rows, w_cols), out_in, matrix(y, n, out),
-                         tape.value(*bi).data(), tag);
+    detail::gemm_bias<T>(k_low_rank_op, low_rank_matrix(tape.value(xi), n, in), false,
+                         low_rank_matrix(tape.value(wi), w_rows, w_cols), out_in,
+                         low_rank_matrix(y, n, out), tape.value(*bi).data(), tag);
   else
-    detail::gemm<T>(op_name, matrix(tape.value(xi), n, in), false,
-                    matrix(tape.value(wi), w_rows, w_cols), out_in, matrix(y, n, out), false, tag);
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(tape.value(xi), n, in), false,
+                    low_rank_matrix(tape.value(wi), w_rows, w_cols), out_in,
+                    low_rank_matrix(y, n, out), false, tag);
   {
     // d[N,out] = h[N,r] . B^T[r,out];  y += d * s  (scale, then add: the composition's bits)
     xt::xarray<T> d = xt::empty<T>(std::vector<std::size_t>{n, out});
-    detail::gemm<T>(op_name, matrix(tape.value(hi), n, r), false, matrix(tape.value(li), out, r),
-                    true, matrix(d, n, out), false);
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(tape.value(hi), n, r), false,
+                    low_rank_matrix(tape.value(li), out, r), true, low_rank_matrix(d, n, out),
+                    false);
     detail::binary_run(d.data(), d.data(), true, &scaling, false, d.size(), std::multiplies<T>());
     detail::binary_run(y.data(), y.data(), true, d.data(), true, y.size(), std::plus<T>());
   }
@@ -88,19 +91,20 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
     if (t.requires_grad(xi)) {
       GradSlot<T> dx = t.grad_slot(xi);
       // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T
-      detail::gemm<T>(op_name, matrix(dy, n, out), false, matrix(w, w_rows, w_cols), !out_in,
-                      matrix(dx.buffer, n, in), dx.accumulate,
+      detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, n, out), false,
+                      low_rank_matrix(w, w_rows, w_cols), !out_in,
+                      low_rank_matrix(dx.buffer, n, in), dx.accumulate,
                       detail::weight_tag(t.node_param(wi)));
     }
     if (t.requires_grad(wi)) {
       GradSlot<T> dw = t.grad_slot(wi);
       const xt::xarray<T>& x = t.value(xi);
       if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-        detail::gemm<T>(op_name, matrix(dy, n, out), true, matrix(x, n, in), false,
-                        matrix(dw.buffer, out, in), dw.accumulate);
+        detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, n, out), true, low_rank_matrix(x, n, in),
+                        false, low_rank_matrix(dw.buffer, out, in), dw.accumulate);
       else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-        detail::gemm<T>(op_name, matrix(x, n, in), true, matrix(dy, n, out), false,
-                        matrix(dw.buffer, in, out), dw.accumulate);
+        detail::gemm<T>(k_low_rank_op, low_rank_matrix(x, n, in), true, low_rank_matrix(dy, n, out),
+                        false, low_rank_matrix(dw.buffer, in, out), dw.accumulate);
     }
     if (bi && t.requires_grad(*bi)) {
       GradSlot<T> db = t.grad_slot(*bi);
@@ -116,14 +120,16 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
     if (t.requires_grad(hi)) {
       GradSlot<T> dh = t.grad_slot(hi);
       // dh[N,r] (+)= g[N,out] . B[out,r]
-      detail::gemm<T>(op_name, matrix(g, n, out), false, matrix(t.value(li), out, r), false,
-                      matrix(dh.buffer, n, r), dh.accumulate);
+      detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, n, out), false,
+                      low_rank_matrix(t.value(li), out, r), false, low_rank_matrix(dh.buffer, n, r),
+                      dh.accumulate);
     }
     if (t.requires_grad(li)) {
       GradSlot<T> db = t.grad_slot(li);
       // dB[out,r] (+)= g^T[out,N] . h[N,r]
-      detail::gemm<T>(op_name, matrix(g, n, out), true, matrix(t.value(hi), n, r), false,
-                      matrix(db.buffer, out, r), db.accumulate);
+      detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, n, out), true,
+                      low_rank_matrix(t.value(hi), n, r), false, low_rank_matrix(db.buffer, out, r),
+                      db.accumulate);
     }
   });
   // The same products as ops, on dy, x and h seen as [N, out], [N, in] and [N, r].

@@ -14,7 +14,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "matmul";
+constexpr const char* k_matmul_op = "matmul";
 
 // One matmul seen as batch_count products [m, k] . [k, n]. The batch axes are
 // the broadcast leading axes of the result; along each, an operand steps
@@ -58,7 +58,7 @@ std::size_t batch_size_at(const Shape& shape, std::size_t batch_rank, std::size_
 }
 
 MatmulDims check_matmul_shapes(const Shape& a, const Shape& b) {
-  const detail::Check check(op_name);
+  const detail::Check check(k_matmul_op);
   check.shape(!a.empty() && !b.empty(), a.empty() ? "a" : "b", a.empty() ? a : b,
               "at least 1 axis (a 0-d tensor is neither a vector nor a matrix), with argument '",
               a.empty() ? "b" : "a", "' of shape ", a.empty() ? b : a);
@@ -124,14 +124,14 @@ void matmul_forward(const MatmulDims& d, const xt::xarray<T>& av, const xt::xarr
   if (d.b_count == 1) {
     // One b for every batch: y[batch*M,N] = a[batch*M,K] . b[K,N], one GEMM.
     const std::size_t rows = d.batch_count * m;
-    detail::gemm<T>(op_name, matrix(av, 0, rows, k), false, matrix(bv, 0, k, n), false,
+    detail::gemm<T>(k_matmul_op, matrix(av, 0, rows, k), false, matrix(bv, 0, k, n), false,
                     matrix(y, 0, rows, n), false);
     return;
   }
   for (std::size_t i = 0; i < d.batch_count; ++i) {
     const BatchSource s = batch_source(d, i);
     // y_i[M,N] = a_s[M,K] . b_s[K,N]
-    detail::gemm<T>(op_name, matrix(av, s.a, m, k), false, matrix(bv, s.b, k, n), false,
+    detail::gemm<T>(k_matmul_op, matrix(av, s.a, m, k), false, matrix(bv, s.b, k, n), false,
                     matrix(y, i, m, n), false);
   }
 }
@@ -143,7 +143,7 @@ void matmul_backward_a(const MatmulDims& d, const xt::xarray<T>& dy, const xt::x
   if (d.b_count == 1) {
     const std::size_t rows = d.batch_count * m;
     // da[batch*M,K] (+)= dy[batch*M,N] . b^T[N,K]
-    detail::gemm<T>(op_name, matrix(dy, 0, rows, n), false, matrix(bv, 0, k, n), true,
+    detail::gemm<T>(k_matmul_op, matrix(dy, 0, rows, n), false, matrix(bv, 0, k, n), true,
                     matrix(da.buffer, 0, rows, k), da.accumulate);
     return;
   }
@@ -151,7 +151,7 @@ void matmul_backward_a(const MatmulDims& d, const xt::xarray<T>& dy, const xt::x
   for (std::size_t i = 0; i < d.batch_count; ++i) {
     const BatchSource s = batch_source(d, i);
     // da_s[M,K] (+)= dy_i[M,N] . b_s^T[N,K]   (summed over the batches sharing a_s)
-    detail::gemm<T>(op_name, matrix(dy, i, m, n), false, matrix(bv, s.b, k, n), true,
+    detail::gemm<T>(k_matmul_op, matrix(dy, i, m, n), false, matrix(bv, s.b, k, n), true,
                     matrix(da.buffer, s.a, m, k), da.accumulate || !s.a_first);
   }
 }
@@ -163,7 +163,7 @@ void matmul_backward_b(const MatmulDims& d, const xt::xarray<T>& dy, const xt::x
   if (d.b_count == 1) {
     const std::size_t rows = d.batch_count * m;
     // db[K,N] (+)= a^T[K,batch*M] . dy[batch*M,N]   (every batch in one sum)
-    detail::gemm<T>(op_name, matrix(av, 0, rows, k), true, matrix(dy, 0, rows, n), false,
+    detail::gemm<T>(k_matmul_op, matrix(av, 0, rows, k), true, matrix(dy, 0, rows, n), false,
                     matrix(db.buffer, 0, k, n), db.accumulate);
     return;
   }
@@ -171,7 +171,7 @@ void matmul_backward_b(const MatmulDims& d, const xt::xarray<T>& dy, const xt::x
   for (std::size_t i = 0; i < d.batch_count; ++i) {
     const BatchSource s = batch_source(d, i);
     // db_s[K,N] (+)= a_s^T[K,M] . dy_i[M,N]   (summed over the batches sharing b_s)
-    detail::gemm<T>(op_name, matrix(av, s.a, m, k), true, matrix(dy, i, m, n), false,
+    detail::gemm<T>(k_matmul_op, matrix(av, s.a, m, k), true, matrix(dy, i, m, n), false,
                     matrix(db.buffer, s.b, k, n), db.accumulate || !s.b_first);
   }
 }
@@ -180,11 +180,11 @@ void matmul_backward_b(const MatmulDims& d, const xt::xarray<T>& dy, const xt::x
 
 template <class T>
 Var<T> matmul(const Var<T>& a, const Var<T>& b) {
-  Tape<T>& tape = detail::common_tape<T>(op_name, {{"a", &a}, {"b", &b}});
+  Tape<T>& tape = detail::common_tape<T>(k_matmul_op, {{"a", &a}, {"b", &b}});
   const MatmulDims d = check_matmul_shapes(a.shape(), b.shape());
-  detail::checked_allocation<T>(op_name, "arguments 'a' and 'b'", d.y_shape);
+  detail::checked_allocation<T>(k_matmul_op, "arguments 'a' and 'b'", d.y_shape);
   const std::size_t ai = a.index(), bi = b.index();
-  const std::size_t yi = tape.record(op_name, {ai, bi}, a.requires_grad() || b.requires_grad());
+  const std::size_t yi = tape.record(k_matmul_op, {ai, bi}, a.requires_grad() || b.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(d.y_shape);
   matmul_forward(d, tape.value(ai), tape.value(bi), y);

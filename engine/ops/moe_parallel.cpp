@@ -15,8 +15,8 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_moe_route = "moe_route";
-constexpr const char* k_moe_experts = "moe_experts";
+constexpr const char* k_parallel_route = "moe_route";
+constexpr const char* k_parallel_experts = "moe_experts";
 
 // How this rank's rows travel. Rank r's permuted layout (moe_route's) lists
 // the rows of experts 0..E-1 in order, so the rows for rank q, experts
@@ -183,7 +183,7 @@ void parallel_forward(const Tape<T>& tape, const ParallelNode& nd, const Paralle
   detail::moe_gather_rows(r, c, tape.value(nd.xi).data(), none, 0, rows, mine.data());
   nd.plan.to_experts(*nd.exchange, mine.data(), saved.x_rows, c);
   // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
-  detail::moe_expert_rows_forward(k_moe_experts, LocalExperts<T>(tape, nd).set,
+  detail::moe_expert_rows_forward(k_parallel_experts, LocalExperts<T>(tape, nd).set,
                                   detail::MoeRows<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
   nd.plan.to_tokens(*nd.exchange, o_e.data(), mine.data(), c);
   // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]
@@ -218,7 +218,7 @@ void parallel_backward(Tape<T>& t, const ParallelNode& nd, const T* dy) {
   const auto saved = ParallelSaved<const T>::in(t.template saved<T>(nd.yi), received, c, nd.h);
   std::vector<T> dx_e(received * c), dw_e(received);
   detail::moe_expert_rows_backward<T>(
-      k_moe_experts, LocalExperts<T>(t, nd).set,
+      k_parallel_experts, LocalExperts<T>(t, nd).set,
       detail::MoeRows<const T>{saved.x_rows, saved.g, saved.u, nullptr}, d_e.data(), w_e.data(), dw,
       dx_e.data(), dw_e.data());
   for (std::vector<T>* v : {&dx_e, &dw_e})
@@ -243,11 +243,11 @@ void parallel_backward(Tape<T>& t, const ParallelNode& nd, const T* dy) {
 template <class T>
 MoeRouting moe_route(const xt::xarray<T>& probs, std::size_t k,
                      std::optional<double> capacity_factor, const MoeExchange& exchange) {
-  const detail::Check check(k_moe_route);
+  const detail::Check check(k_parallel_route);
   check.shape(probs.dimension() >= 1, "probs", probs.shape(), "[..., E], at least one axis");
   const std::size_t experts = probs.shape().back();
   check.argument(experts >= 1, "probs", "has 0 experts (its last axis), expected at least 1");
-  detail::check_moe_route(k_moe_route, k, experts, capacity_factor);
+  detail::check_moe_route(k_parallel_route, k, experts, capacity_factor);
 
   MoeRouting r;
   r.tokens = probs.size() / experts;
@@ -299,7 +299,7 @@ Var<T> moe_experts(const Var<T>& x, const Var<T>& weights, const MoeRouting& rou
                    const std::vector<Var<T>>& w2, Activation f,
                    std::shared_ptr<const MoeExchange> exchange) {
   // 1. checks
-  const detail::Check check(k_moe_experts);
+  const detail::Check check(k_parallel_experts);
   check.argument(exchange != nullptr, "exchange", "is null, expected the ranks' MoeExchange");
   const detail::MoeDims dims = detail::check_moe_experts(x, weights, w1, w3, w2, f);
   return detail::record_moe_experts_parallel(dims, x, weights, routing, w1, w3, w2, f,
@@ -313,7 +313,7 @@ Var<T> detail::record_moe_experts_parallel(const MoeDims& dims, const Var<T>& x,
                                            const std::vector<Var<T>>& w3,
                                            const std::vector<Var<T>>& w2, Activation f,
                                            std::shared_ptr<const MoeExchange> exchange) {
-  const detail::Check check(k_moe_experts);
+  const detail::Check check(k_parallel_experts);
   const std::size_t p = exchange->size(), local = dims.experts;
   check.argument(routing.experts == local * p, "routing", "is for ", routing.experts,
                  " experts, expected ", local * p, " (the length of 'w1', ", local, ", times ", p,

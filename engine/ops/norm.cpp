@@ -61,9 +61,9 @@ constexpr std::size_t k_rows_per_flush = 16;
 // Rows per group of the weight and bias sums: groups are summed on their
 // own (in parallel) and then added in group order, a partition fixed by the
 // row count alone, so that the sums do not depend on the thread count.
-constexpr std::size_t k_rows_per_group = 256;
+constexpr std::size_t k_norm_rows_per_group = 256;
 // Elements a thread must have before a second one pays.
-constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 15;
+constexpr std::size_t k_norm_min_elements = std::size_t(1) << 15;
 
 // The rows [r0, r1) of the backward (norm_backward_row per row), their
 // weight and bias shares summed into sums[2, D] (dw then db; when wanted): in
@@ -103,27 +103,28 @@ void norm_backward_rows(const T* x, const T* w, const T* dy, const double* stats
   flush();
 }
 
-// The backward of both ops over all rows, in groups of k_rows_per_group
+// The backward of both ops over all rows, in groups of k_norm_rows_per_group
 // rows split over the threads in use; the weight and bias gradients are the
 // groups' sums added in group order, written once at the end.
 template <bool Centered, bool HasWeight, class T>
 void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std::size_t rows,
                    std::size_t d, GradPointer<T> dx, GradPointer<T> dw, GradPointer<T> db) {
   const bool want_sums = dw.data || db.data;
-  const std::size_t groups = (rows + k_rows_per_group - 1) / k_rows_per_group;
+  const std::size_t groups = (rows + k_norm_rows_per_group - 1) / k_norm_rows_per_group;
   // every group's sums and T shares in the caller's scratch, so that the
   // threads that run the groups need no memory of their own
   double* const group_sums =
       want_sums ? row_scratch<double, Slot::group_sums>(groups * 2 * d) : nullptr;
   T* const group_shares = want_sums ? row_scratch<T, Slot::shares>(groups * 2 * d) : nullptr;
   const std::size_t min_groups = std::max<std::size_t>(
-      k_min_elements_per_thread / (k_rows_per_group * std::max<std::size_t>(d, 1)), 1);
+      k_norm_min_elements / (k_norm_rows_per_group * std::max<std::size_t>(d, 1)), 1);
   detail::parallel_for_rows(groups, min_groups, [&](std::size_t g0, std::size_t g1) {
     for (std::size_t g = g0; g < g1; ++g)
-      norm_backward_rows<Centered, HasWeight>(
-          x, w, dy, stats, g * k_rows_per_group, std::min((g + 1) * k_rows_per_group, rows), d, dx,
-          dw.data != nullptr, db.data != nullptr, want_sums ? group_sums + g * 2 * d : nullptr,
-          want_sums ? group_shares + g * 2 * d : nullptr);
+      norm_backward_rows<Centered, HasWeight>(x, w, dy, stats, g * k_norm_rows_per_group,
+                                              std::min((g + 1) * k_norm_rows_per_group, rows), d,
+                                              dx, dw.data != nullptr, db.data != nullptr,
+                                              want_sums ? group_sums + g * 2 * d : nullptr,
+                                              want_sums ? group_shares + g * 2 * d : nullptr);
   });
   if (!want_sums) return;
   double* const sums = row_scratch<double, Slot::sums>(2 * d);
@@ -140,7 +141,7 @@ void norm_forward(const T* x, const T* w, const T* b, T* y, std::size_t rows, st
                   double eps, double* stats) {
   // rows are independent: split over the threads in use
   const std::size_t min_rows =
-      std::max<std::size_t>(k_min_elements_per_thread / std::max<std::size_t>(d, 1), 1);
+      std::max<std::size_t>(k_norm_min_elements / std::max<std::size_t>(d, 1), 1);
   detail::parallel_for_rows(rows, min_rows, [&](std::size_t r0, std::size_t r1) {
     for (std::size_t r = r0; r < r1; ++r) {
       const detail::NormStats st = detail::norm_row_stats<Centered>(x + r * d, d, eps);

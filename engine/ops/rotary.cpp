@@ -14,7 +14,7 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* op_name = "apply_rotary";
+constexpr const char* k_rotary_op = "apply_rotary";
 constexpr double k_pi = 3.14159265358979323846;  // math.pi of modeling_rope_utils
 
 bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
@@ -143,7 +143,7 @@ Var<T> record_rotation(const Var<T>& x, std::size_t position_offset, double thet
   const std::size_t dh = shape.back(), seq = shape[shape.size() - 2], half = dh / 2;
   const std::size_t xi = x.index();
   const std::size_t yi =
-      tape.record(inverse ? "apply_rotary_inverse" : op_name, {xi}, x.requires_grad());
+      tape.record(inverse ? "apply_rotary_inverse" : k_rotary_op, {xi}, x.requires_grad());
   const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(shape);
@@ -207,9 +207,9 @@ Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta) 
 template <class T>
 Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta,
                     const RopeScaling& scaling) {
-  detail::common_tape<T>(op_name, {{"x", &x}});
+  detail::common_tape<T>(k_rotary_op, {{"x", &x}});
   const Shape& shape = x.shape();
-  const detail::Check check(op_name);
+  const detail::Check check(k_rotary_op);
   check.shape(shape.size() >= 2, "x", shape, "[..., T, Dh] (rank >= 2: positions, head dimension)");
   const std::size_t dh = shape.back();
   check.shape(dh % 2 == 0, "x", shape,
@@ -220,7 +220,7 @@ Var<T> apply_rotary(const Var<T>& x, std::size_t position_offset, double theta,
   check.argument(seq == 0 || position_offset <= std::numeric_limits<std::size_t>::max() - (seq - 1),
                  "position_offset", "is ", position_offset, ", and the last position of x ", shape,
                  " (position_offset + T - 1) overflows std::size_t");
-  detail::check_rope_scaling(op_name, "scaling", scaling);
+  detail::check_rope_scaling(k_rotary_op, "scaling", scaling);
   return record_rotation<false>(x, position_offset, theta, scaling);
 }
 

@@ -73,13 +73,13 @@ void forward_block(const T* x, T* y, std::size_t extent, std::size_t stride, std
 }
 
 // Elements a thread must have before a second one pays (an exp each).
-constexpr std::size_t k_min_elements_per_thread = std::size_t(1) << 14;
+constexpr std::size_t k_softmax_min_elements = std::size_t(1) << 14;
 
 // The outer blocks are independent: split over the threads in use.
 template <class Body>
 void for_outer(const AxisSplit& s, Body&& body) {
   const std::size_t block = std::max<std::size_t>(s.extent * s.inner, 1);
-  detail::parallel_for_rows(s.outer, std::max<std::size_t>(k_min_elements_per_thread / block, 1),
+  detail::parallel_for_rows(s.outer, std::max<std::size_t>(k_softmax_min_elements / block, 1),
                             [&](std::size_t o0, std::size_t o1) {
                               for (std::size_t o = o0; o < o1; ++o) body(o);
                             });

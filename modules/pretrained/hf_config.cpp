@@ -15,7 +15,7 @@ namespace xtgrad {
 namespace {
 
 // A config.json is a few kilobytes; a larger file is not one.
-constexpr std::size_t k_max_config_bytes = 16u << 20;
+constexpr std::size_t k_max_hf_config_bytes = 16u << 20;
 
 const std::pair<const char*, Activation> k_names[] = {
     {"gelu_new", Activation::gelu_tanh}, {"gelu_pytorch_tanh", Activation::gelu_tanh},
@@ -49,7 +49,7 @@ Activation hf_config_activation(const std::filesystem::path& config_json, const 
                                 const std::string& function) {
   const std::string where = "config " + detail::path_str(config_json) + ": ";
   const nlohmann::ordered_json config = detail::read_json_file(
-      config_json, function, where, k_max_config_bytes, detail::JsonKeys::last_wins);
+      config_json, function, where, k_max_hf_config_bytes, detail::JsonKeys::last_wins);
   if (!config.is_object())
     detail::fail_value(function,
                        where + "is not a JSON object, expected a Hugging Face config.json object");

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 // the same: GPT's gpt2 style and CausalSelfAttention's llama layout store
 // every weight as Hugging Face does).
 template <class T>
-struct Slot {
+struct Gpt2Slot {
   std::string key;
   std::vector<std::size_t> file_shape;
   Parameter<T>* target;
@@ -40,8 +40,8 @@ std::vector<std::size_t> shape_of(const Parameter<T>& p) {
 // names and layouts are HF GPT2Block's (transformer_block.hpp). A LoRA
 // adapter's parameters are not GPT-2's and are left out.
 template <class T>
-void block_slots(TransformerBlock<T>& block, const std::string& prefix, std::vector<Slot<T>>& slots,
-                 std::set<std::string>& buffers) {
+void block_slots(TransformerBlock<T>& block, const std::string& prefix,
+                 std::vector<Gpt2Slot<T>>& slots, std::set<std::string>& buffers) {
   for (const auto& [name, p] : block.named_parameters())
     if (name.find(".lora_") == std::string::npos) slots.push_back({prefix + name, shape_of(*p), p});
   buffers.insert(prefix + "attn.bias");
@@ -65,7 +65,7 @@ void require_gpt2(const char* function, GPTStyle style, bool sparse) {
 }
 
 template <class T, class S>
-void check_slot_shape(const char* function, const Slot<T>& slot, const S& shape,
+void check_slot_shape(const char* function, const Gpt2Slot<T>& slot, const S& shape,
                       const std::string& layout) {
   if (!std::equal(shape.begin(), shape.end(), slot.file_shape.begin(), slot.file_shape.end()))
     detail::fail_value(function, "tensor " + detail::quoted_name(slot.key) + " has shape " +
@@ -76,17 +76,17 @@ void check_slot_shape(const char* function, const Slot<T>& slot, const S& shape,
 // Checks every slot and every name of `tensors` (those starting with
 // `scope`), then assigns all slots: all or nothing.
 template <class T>
-void load_slots(const char* function, const TensorMap& tensors, const std::vector<Slot<T>>& slots,
-                const std::set<std::string>& skipped, const std::string& scope,
-                const std::string& layout) {
+void load_slots(const char* function, const TensorMap& tensors,
+                const std::vector<Gpt2Slot<T>>& slots, const std::set<std::string>& skipped,
+                const std::string& scope, const std::string& layout) {
   std::set<std::string> known = skipped;
-  for (const Slot<T>& s : slots) known.insert(s.key);
+  for (const Gpt2Slot<T>& s : slots) known.insert(s.key);
   for (const auto& [name, tensor] : tensors)
     if (name.compare(0, scope.size(), scope) == 0 && !known.count(name))
       fail_unknown(function, name, layout);
   std::vector<xt::xarray<T>> values;
   values.reserve(slots.size());
-  for (const Slot<T>& slot : slots) {
+  for (const Gpt2Slot<T>& slot : slots) {
     const xt::xarray<T>& a = get_tensor<T>(tensors, slot.key, function);
     check_slot_shape(function, slot, a.shape(), layout);
     values.push_back(a);
@@ -116,16 +116,16 @@ const SafetensorsDeclared& declared_tensor(
 // order and with the same messages, before any tensor is read.
 template <class T>
 void check_declared(const char* function, const std::vector<SafetensorsDeclared>& declared,
-                    const std::vector<Slot<T>>& slots, const std::set<std::string>& skipped,
+                    const std::vector<Gpt2Slot<T>>& slots, const std::set<std::string>& skipped,
                     const std::string& scope, const std::string& layout) {
   std::map<std::string, const SafetensorsDeclared*> by_name;  // those under `scope`
   for (const SafetensorsDeclared& d : declared)
     if (d.name.compare(0, scope.size(), scope) == 0) by_name.emplace(d.name, &d);
   std::set<std::string> known = skipped;
-  for (const Slot<T>& s : slots) known.insert(s.key);
+  for (const Gpt2Slot<T>& s : slots) known.insert(s.key);
   for (const auto& [name, d] : by_name)
     if (!known.count(name)) fail_unknown(function, name, layout);
-  for (const Slot<T>& slot : slots) {
+  for (const Gpt2Slot<T>& slot : slots) {
     const SafetensorsDeclared& d = declared_tensor<T>(function, by_name, slot.key);
     check_slot_shape(function, slot, d.shape, layout);
   }
@@ -141,12 +141,12 @@ std::string gpt2_layout(const GPT<T>& model) {
 }
 
 template <class T>
-std::vector<Slot<T>> llama_slots(CausalSelfAttention<T>& attention, const std::string& prefix) {
+std::vector<Gpt2Slot<T>> llama_slots(CausalSelfAttention<T>& attention, const std::string& prefix) {
   if (attention.options().layout != AttentionLayout::llama)
     detail::fail_argument("load_llama_attention", "attention",
                           "has the gpt2 layout; LLaMA weights load into the llama layout");
   const auto slot = [&](const char* name, Linear<T>& linear) {
-    return Slot<T>{prefix + name, shape_of(linear.weight), &linear.weight};
+    return Gpt2Slot<T>{prefix + name, shape_of(linear.weight), &linear.weight};
   };
   return {slot("q_proj.weight", *attention.q_proj), slot("k_proj.weight", *attention.k_proj),
           slot("v_proj.weight", *attention.v_proj), slot("o_proj.weight", *attention.o_proj)};
@@ -169,10 +169,11 @@ std::string llama_layout(const CausalSelfAttention<T>& a) {
 // "transformer.wte.weight" (`has` tells which names the file holds); a tied
 // model skips the file's lm_head.weight (its values are compared with wte's).
 template <class T>
-std::vector<Slot<T>> gpt2_slots(GPT<T>& model, const std::function<bool(const std::string&)>& has,
-                                std::set<std::string>& skipped, std::string& prefix) {
+std::vector<Gpt2Slot<T>> gpt2_slots(GPT<T>& model,
+                                    const std::function<bool(const std::string&)>& has,
+                                    std::set<std::string>& skipped, std::string& prefix) {
   prefix = has("transformer.wte.weight") ? "transformer." : "";
-  std::vector<Slot<T>> slots;
+  std::vector<Gpt2Slot<T>> slots;
   slots.push_back({prefix + "wte.weight", shape_of(model.wte.weight), &model.wte.weight});
   slots.push_back({prefix + "wpe.weight", shape_of(model.wpe->weight), &model.wpe->weight});
   for (std::size_t l = 0; l < model.h.size(); ++l)
@@ -196,7 +197,7 @@ void load_gpt2(GPT<T>& model, const TensorMap& tensors) {
   require_gpt2<T>(function, model.gpt_config().style, model.gpt_config().num_experts > 0);
   std::set<std::string> skipped;
   std::string prefix;
-  const std::vector<Slot<T>> slots = gpt2_slots(
+  const std::vector<Gpt2Slot<T>> slots = gpt2_slots(
       model, [&](const std::string& name) { return tensors.count(name) > 0; }, skipped, prefix);
   const std::string head = "lm_head.weight";
   if (!model.lm_head && tensors.count(head)) {
@@ -221,7 +222,7 @@ void load_gpt2(GPT<T>& model, const fs::path& file) {
     for (const SafetensorsDeclared& d : declared) by_name.emplace(d.name, &d);
     std::set<std::string> skipped;
     std::string prefix;
-    const std::vector<Slot<T>> slots = gpt2_slots(
+    const std::vector<Gpt2Slot<T>> slots = gpt2_slots(
         model, [&](const std::string& name) { return by_name.count(name) > 0; }, skipped, prefix);
     const std::string head = "lm_head.weight";
     if (!model.lm_head && by_name.count(head)) {
@@ -240,7 +241,7 @@ void load_gpt2_block(TransformerBlock<T>& block, const TensorMap& tensors,
                      const std::string& prefix) {
   const char* function = "load_gpt2_block";
   require_gpt2<T>(function, block.options().style, block.sparse_moe() != nullptr);
-  std::vector<Slot<T>> slots;
+  std::vector<Gpt2Slot<T>> slots;
   std::set<std::string> skipped;
   block_slots(block, dotted(prefix), slots, skipped);
   load_slots(function, tensors, slots, skipped, dotted(prefix),
@@ -273,7 +274,7 @@ std::string llama_attention_prefix(std::size_t layer) {
 template <class T>
 void load_llama_attention(CausalSelfAttention<T>& attention, const TensorMap& tensors,
                           const std::string& prefix) {
-  const std::vector<Slot<T>> slots = llama_slots(attention, dotted(prefix));
+  const std::vector<Gpt2Slot<T>> slots = llama_slots(attention, dotted(prefix));
   std::set<std::string> none;
   load_slots("load_llama_attention", tensors, slots, none, dotted(prefix), llama_layout(attention));
 }
@@ -282,7 +283,7 @@ template <class T>
 void load_llama_attention(CausalSelfAttention<T>& attention, const fs::path& file,
                           const std::string& prefix) {
   const std::string scope = dotted(prefix);
-  const std::vector<Slot<T>> slots = llama_slots(attention, scope);
+  const std::vector<Gpt2Slot<T>> slots = llama_slots(attention, scope);
   const auto check_header = [&](const std::vector<SafetensorsDeclared>& declared,
                                 const SafetensorsMetadata&) {
     check_declared("load_llama_attention", declared, slots, {}, scope, llama_layout(attention));

@@ -14,15 +14,15 @@ namespace xtgrad {
 
 namespace {
 
-constexpr const char* k_function = "gpt2_config_from_json";
-constexpr std::size_t k_max_config_bytes = 1'000'000;
+constexpr const char* k_gpt2_config_function = "gpt2_config_from_json";
+constexpr std::size_t k_max_gpt2_config_bytes = 1'000'000;
 
-struct Reader {
+struct Gpt2ConfigReader {
   const nlohmann::ordered_json& j;
   std::string where;  // "config '<path>'"
 
   [[noreturn]] void fail(const std::string& what) const {
-    detail::fail_value(k_function, where + ": " + what);
+    detail::fail_value(k_gpt2_config_function, where + ": " + what);
   }
   const nlohmann::ordered_json* find(const char* key) const {
     const auto it = j.find(key);
@@ -67,10 +67,11 @@ struct Reader {
 
 GPTConfig gpt2_config_from_json(const std::filesystem::path& path) {
   const std::string where = "config " + detail::path_str(path);
-  const nlohmann::ordered_json j = detail::read_json_file(
-      path, k_function, where + " ", k_max_config_bytes, detail::JsonKeys::last_wins);
-  if (!j.is_object()) detail::fail_value(k_function, where + " is not a JSON object");
-  const Reader r{j, where};
+  const nlohmann::ordered_json j =
+      detail::read_json_file(path, k_gpt2_config_function, where + " ", k_max_gpt2_config_bytes,
+                             detail::JsonKeys::last_wins);
+  if (!j.is_object()) detail::fail_value(k_gpt2_config_function, where + " is not a JSON object");
+  const Gpt2ConfigReader r{j, where};
   const std::string model_type = r.text("model_type", "gpt2");
   if (model_type != "gpt2")
     r.fail("\"model_type\" is \"" + detail::escaped(model_type, 100) + "\", expected \"gpt2\"");

@@ -30,7 +30,7 @@ constexpr std::size_t k_max_index_bytes = 64u << 20;
 // One tensor of the checkpoint: its Hugging Face name and shape, and the
 // parameter it fills (null while only headers are checked).
 template <class T>
-struct Slot {
+struct LlamaSlot {
   std::string name;
   std::vector<std::size_t> shape;
   Parameter<T>* target = nullptr;
@@ -39,11 +39,11 @@ struct Slot {
 // Every tensor of a checkpoint of `c`, in Hugging Face's order (that of
 // LlamaForCausalLM.state_dict()); targets into `model` when given.
 template <class T>
-std::vector<Slot<T>> llama_slots(const LlamaConfig& c, LlamaForCausalLM<T>* model) {
+std::vector<LlamaSlot<T>> llama_slots(const LlamaConfig& c, LlamaForCausalLM<T>* model) {
   const std::size_t d = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
   const std::size_t dh = d / c.num_attention_heads;
   const std::size_t q = c.num_attention_heads * dh, kv = c.num_key_value_heads * dh;
-  std::vector<Slot<T>> slots;
+  std::vector<LlamaSlot<T>> slots;
   GPT<T>* gpt = model ? &model->gpt : nullptr;
   const auto add = [&](std::string name, std::vector<std::size_t> shape, Parameter<T>* target) {
     slots.push_back({std::move(name), std::move(shape), target});
@@ -156,9 +156,9 @@ Files weight_files(const fs::path& dir) {
 template <class T>
 std::map<fs::path, std::vector<std::string>> check_headers(const LlamaConfig& c,
                                                            const Files& files) {
-  const std::vector<Slot<T>> slots = llama_slots<T>(c, nullptr);
-  std::map<std::string, const Slot<T>*> expected;
-  for (const Slot<T>& s : slots) expected.emplace(s.name, &s);
+  const std::vector<LlamaSlot<T>> slots = llama_slots<T>(c, nullptr);
+  std::map<std::string, const LlamaSlot<T>*> expected;
+  for (const LlamaSlot<T>& s : slots) expected.emplace(s.name, &s);
   const std::set<std::string> skipped = skipped_names(c);
   const std::string shapes = layout(c);
   const std::vector<std::size_t> head_shape{c.vocab_size, c.hidden_size};
@@ -199,7 +199,7 @@ std::map<fs::path, std::vector<std::string>> check_headers(const LlamaConfig& c,
     detail::read_safetensors_for(
         k_load, path, [](const std::string&) { return false; }, check);
   }
-  for (const Slot<T>& s : slots)
+  for (const LlamaSlot<T>& s : slots)
     if (!found.count(s.name)) {
       if (!files.index.empty() && files.index.count(s.name))
         fail("index " + detail::path_str(files.index_path) + " places tensor " +
@@ -328,8 +328,8 @@ LlamaForCausalLM<T> load_llama(const fs::path& dir, const LlamaLoadOptions& opti
   const std::map<fs::path, std::vector<std::string>> order = check_headers<T>(config, files);
 
   LlamaForCausalLM<T> model(config, context);
-  std::map<std::string, Slot<T>> slots;
-  for (Slot<T>& s : llama_slots<T>(config, &model)) slots.emplace(s.name, s);
+  std::map<std::string, LlamaSlot<T>> slots;
+  for (LlamaSlot<T>& s : llama_slots<T>(config, &model)) slots.emplace(s.name, s);
   std::optional<std::pair<fs::path, std::vector<std::size_t>>> tied_head;
   for (const fs::path& path : files.paths) {
     const auto names = order.find(path);
@@ -359,7 +359,7 @@ TensorDict<T> llama_state_dict(const LlamaForCausalLM<T>& model) {
   // The slots of load_llama, read instead of written.
   LlamaForCausalLM<T>& m = const_cast<LlamaForCausalLM<T>&>(model);  // only read
   TensorDict<T> out;
-  for (const Slot<T>& s : llama_slots<T>(model.llama_config(), &m))
+  for (const LlamaSlot<T>& s : llama_slots<T>(model.llama_config(), &m))
     out.insert(s.name, s.target->value);
   return out;
 }

@@ -14,11 +14,11 @@ namespace xtgrad {
 
 namespace {
 
-constexpr std::size_t k_max_config_bytes = 1'000'000;
+constexpr std::size_t k_max_llama_config_bytes = 1'000'000;
 
 using Json = nlohmann::ordered_json;
 
-struct Reader {
+struct LlamaConfigReader {
   const Json& j;
   std::string function;
   std::string where;  // "config '<path>'"
@@ -76,7 +76,7 @@ struct Reader {
   }
 };
 
-RopeScaling rope_scaling(const Reader& r) {
+RopeScaling rope_scaling(const LlamaConfigReader& r) {
   const Json* v = r.find("rope_scaling");
   RopeScaling s;
   if (!v) return s;
@@ -121,10 +121,10 @@ const char* architecture(const std::string& model_type) {
 
 LlamaConfig llama_config_from_json(const std::filesystem::path& path, const std::string& function) {
   const std::string where = "config " + detail::path_str(path);
-  const Json j = detail::read_json_file(path, function, where + " ", k_max_config_bytes,
+  const Json j = detail::read_json_file(path, function, where + " ", k_max_llama_config_bytes,
                                         detail::JsonKeys::last_wins);
   if (!j.is_object()) detail::fail_value(function, where + " is not a JSON object");
-  const Reader r{j, function, where};
+  const LlamaConfigReader r{j, function, where};
   LlamaConfig c;
   c.model_type = r.text("model_type", "llama");
   if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")

@@ -23,7 +23,7 @@ using detail::quoted_name;
 // One parameter to fill: the checkpoint's name and shape, and whether the
 // checkpoint stores it transposed relative to xtgrad's layout.
 template <class T>
-struct Slot {
+struct MlpSlot {
   std::string key;
   std::vector<std::size_t> file_shape;
   Parameter<T>* target;
@@ -133,14 +133,14 @@ std::string bounded_list(const std::vector<std::string>& names) {
 // before any parameter is assigned.
 template <class T>
 void load_slots(const std::string& function, const Source& source,
-                const std::vector<Slot<T>>& slots, const std::vector<Unmatched>& unmatched,
+                const std::vector<MlpSlot<T>>& slots, const std::vector<Unmatched>& unmatched,
                 const std::string& layout, const std::string& prefix, const Model& model) {
   for (const Unmatched& u : unmatched)
     if (source.tensors.count(u.key))
       detail::fail_value(
           function, "tensor " + quoted_name(u.key) + " is in " + source.what + ", but " + u.why);
   std::vector<const StoredTensor*> found;
-  for (const Slot<T>& slot : slots) {
+  for (const MlpSlot<T>& slot : slots) {
     const auto it = source.tensors.find(slot.key);
     if (it == source.tensors.end()) fail_missing(function, source, slot.key, prefix, model);
     const std::vector<std::size_t> shape = it->second.shape();
@@ -159,11 +159,11 @@ void load_slots(const std::string& function, const Source& source,
 }
 
 template <class T>
-std::vector<Slot<T>> llama_slots(GatedFFN<T>& ffn, const std::string& prefix,
-                                 std::vector<Unmatched>& unmatched) {
+std::vector<MlpSlot<T>> llama_slots(GatedFFN<T>& ffn, const std::string& prefix,
+                                    std::vector<Unmatched>& unmatched) {
   const std::size_t d_in = ffn.w_up.value.shape()[0], d_hidden = ffn.w_up.value.shape()[1];
   const std::size_t d_out = ffn.w_down.value.shape()[1];
-  std::vector<Slot<T>> slots = {
+  std::vector<MlpSlot<T>> slots = {
       {key(prefix, "up_proj.weight"), {d_hidden, d_in}, &ffn.w_up, true},
       {key(prefix, "gate_proj.weight"), {d_hidden, d_in}, &ffn.w_gate, true},
       {key(prefix, "down_proj.weight"), {d_out, d_hidden}, &ffn.w_down, true}};
@@ -192,7 +192,7 @@ std::string llama_layout(const GatedFFN<T>& ffn) {
 }
 
 template <class T>
-std::vector<Slot<T>> gpt2_slots(FeedForward<T>& ffn, const std::string& prefix) {
+std::vector<MlpSlot<T>> gpt2_slots(FeedForward<T>& ffn, const std::string& prefix) {
   const std::size_t d_model = ffn.d_model(), d_ff = ffn.d_ff();
   return {{key(prefix, "c_fc.weight"), {d_model, d_ff}, &ffn.w1.weight, true},
           {key(prefix, "c_fc.bias"), {d_ff}, &ffn.w1.bias, false},
@@ -212,7 +212,7 @@ const Model k_gpt2{"GPT-2", "c_fc.weight"};
 // Loads from a TensorMap: every name of it is listed when one is missing.
 template <class T>
 void load_map(const std::string& function, const TensorMap& tensors,
-              const std::vector<Slot<T>>& slots, const std::vector<Unmatched>& unmatched,
+              const std::vector<MlpSlot<T>>& slots, const std::vector<Unmatched>& unmatched,
               const std::string& layout, const std::string& prefix, const Model& model) {
   Source source{tensors, {}, "the state dict"};
   for (const auto& entry : tensors) source.names.push_back(entry.first);
@@ -221,11 +221,11 @@ void load_map(const std::string& function, const TensorMap& tensors,
 
 // Loads from a file, reading only the named tensors (every name is kept).
 template <class T>
-void load_file(const std::string& function, const fs::path& file, const std::vector<Slot<T>>& slots,
-               const std::vector<Unmatched>& unmatched, const std::string& layout,
-               const std::string& prefix, const Model& model) {
+void load_file(const std::string& function, const fs::path& file,
+               const std::vector<MlpSlot<T>>& slots, const std::vector<Unmatched>& unmatched,
+               const std::string& layout, const std::string& prefix, const Model& model) {
   std::set<std::string> wanted;
-  for (const Slot<T>& s : slots) wanted.insert(s.key);
+  for (const MlpSlot<T>& s : slots) wanted.insert(s.key);
   for (const Unmatched& u : unmatched) wanted.insert(u.key);
   std::vector<std::string> names;
   const TensorMap tensors = read_safetensors(file, [&](const std::string& name) {
@@ -275,14 +275,14 @@ std::string gpt2_mlp_prefix(std::size_t layer) {
 template <class T>
 void load_llama_mlp(GatedFFN<T>& ffn, const TensorMap& tensors, const std::string& prefix) {
   std::vector<Unmatched> unmatched;
-  const std::vector<Slot<T>> slots = llama_slots(ffn, prefix, unmatched);
+  const std::vector<MlpSlot<T>> slots = llama_slots(ffn, prefix, unmatched);
   load_map(k_load_llama, tensors, slots, unmatched, llama_layout(ffn), prefix, k_llama);
 }
 
 template <class T>
 void load_llama_mlp(GatedFFN<T>& ffn, const fs::path& file, const std::string& prefix) {
   std::vector<Unmatched> unmatched;
-  const std::vector<Slot<T>> slots = llama_slots(ffn, prefix, unmatched);
+  const std::vector<MlpSlot<T>> slots = llama_slots(ffn, prefix, unmatched);
   load_file(k_load_llama, file, slots, unmatched, llama_layout(ffn), prefix, k_llama);
 }
 
