@@ -29,19 +29,25 @@ detail::MatrixRef<T> low_rank_matrix(xt::xarray<T>& a, std::size_t rows, std::si
   return {a.data(), rows, cols};
 }
 
-}  // namespace
-
+// The op's sizes: x [N, in], op(W) [in, out] stored as W [w_rows, w_cols],
+// h [N, r], B [out, r], and the adapter's scale s.
 template <class T>
-Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
-                       const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
-                       const Var<NoDeduce<T>>& h, const Var<NoDeduce<T>>& b_low_rank,
-                       NoDeduce<T> scaling) {
+struct LowRankGeometry {
+  std::size_t n, in, out, r;
+  bool out_in;
+  T scaling;
+  Shape y_shape;  // x's shape with the last axis set to out
+  std::size_t w_rows() const { return out_in ? out : in; }
+  std::size_t w_cols() const { return out_in ? in : out; }
+};
+
+// The checks: linear's on x, W and b, then h [..., r] with x's leading axes
+// and B [out, r].
+template <class T>
+LowRankGeometry<T> check_low_rank(const Var<T>& x, const Var<T>& weight,
+                                  const std::optional<Var<T>>& bias, WeightLayout layout,
+                                  const Var<T>& h, const Var<T>& b_low_rank, T scaling) {
   const detail::Check check(k_low_rank_op);
-  Tape<T>& tape = detail::common_tape<T>(k_low_rank_op, {{"x", &x},
-                                                         {"weight", &weight},
-                                                         {"bias", bias ? &*bias : nullptr},
-                                                         {"h", &h},
-                                                         {"b_low_rank", &b_low_rank}});
   const Shape bias_shape = bias ? bias->shape() : Shape{};
   const detail::LinearDims dims = detail::check_linear_shapes(
       k_low_rank_op, "x", x.shape(), weight.shape(), bias ? &bias_shape : nullptr, layout);
@@ -52,9 +58,130 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
   const std::size_t r = hs.back();
   check.shape(b_low_rank.shape() == Shape{dims.out, r}, "b_low_rank", b_low_rank.shape(),
               Shape{dims.out, r});
+  return {dims.rows, dims.in, dims.out, r, layout == WeightLayout::out_in, scaling, dims.y_shape};
+}
 
-  const bool out_in = layout == WeightLayout::out_in;
-  const std::size_t in = dims.in, out = dims.out, n = dims.rows;
+// y[N,out] = x[N,in] . op(W) + b, as linear computes it; then
+// d[N,out] = h[N,r] . B^T[r,out];  y += d * s  (scale, then add: the composition's bits)
+template <class T>
+void low_rank_forward(const LowRankGeometry<T>& d, const xt::xarray<T>& x, const xt::xarray<T>& w,
+                      const T* bias, const xt::xarray<T>& h, const xt::xarray<T>& b_low_rank,
+                      xt::xarray<T>& y, detail::WeightTag tag) {
+  if (bias)
+    detail::gemm_bias<T>(k_low_rank_op, low_rank_matrix(x, d.n, d.in), false,
+                         low_rank_matrix(w, d.w_rows(), d.w_cols()), d.out_in,
+                         low_rank_matrix(y, d.n, d.out), bias, tag);
+  else
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(x, d.n, d.in), false,
+                    low_rank_matrix(w, d.w_rows(), d.w_cols()), d.out_in,
+                    low_rank_matrix(y, d.n, d.out), false, tag);
+  xt::xarray<T> update = xt::empty<T>(std::vector<std::size_t>{d.n, d.out});
+  detail::gemm<T>(k_low_rank_op, low_rank_matrix(h, d.n, d.r), false,
+                  low_rank_matrix(b_low_rank, d.out, d.r), true,
+                  low_rank_matrix(update, d.n, d.out), false);
+  detail::binary_run(update.data(), update.data(), true, &d.scaling, false, update.size(),
+                     std::multiplies<T>());
+  detail::binary_run(y.data(), y.data(), true, update.data(), true, y.size(), std::plus<T>());
+}
+
+// The base layer's gradients: dx, dW and db as linear's.
+template <class T>
+void base_backward(const LowRankGeometry<T>& d, Tape<T>& t, const xt::xarray<T>& dy, std::size_t xi,
+                   std::size_t wi, std::optional<std::size_t> bi) {
+  const xt::xarray<T>& w = t.value(wi);
+  if (t.requires_grad(xi)) {
+    GradSlot<T> dx = t.grad_slot(xi);
+    // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, d.n, d.out), false,
+                    low_rank_matrix(w, d.w_rows(), d.w_cols()), !d.out_in,
+                    low_rank_matrix(dx.buffer, d.n, d.in), dx.accumulate,
+                    detail::weight_tag(t.node_param(wi)));
+  }
+  if (t.requires_grad(wi)) {
+    GradSlot<T> dw = t.grad_slot(wi);
+    const xt::xarray<T>& x = t.value(xi);
+    if (d.out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
+      detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, d.n, d.out), true,
+                      low_rank_matrix(x, d.n, d.in), false, low_rank_matrix(dw.buffer, d.out, d.in),
+                      dw.accumulate);
+    else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
+      detail::gemm<T>(k_low_rank_op, low_rank_matrix(x, d.n, d.in), true,
+                      low_rank_matrix(dy, d.n, d.out), false,
+                      low_rank_matrix(dw.buffer, d.in, d.out), dw.accumulate);
+  }
+  if (bi && t.requires_grad(*bi)) {
+    GradSlot<T> db = t.grad_slot(*bi);
+    // db[out] (+)= sum_r dy[r, out]
+    detail::sum_rows(dy.data(), d.n, d.out, db.buffer.data(), db.accumulate);
+  }
+}
+
+// The adapter's gradients, through g[N,out] = s * dy (the forward added s * (h . B^T)).
+template <class T>
+void adapter_backward(const LowRankGeometry<T>& d, Tape<T>& t, const xt::xarray<T>& dy,
+                      std::size_t hi, std::size_t li) {
+  if (!t.requires_grad(hi) && !t.requires_grad(li)) return;
+  xt::xarray<T> g_buffer = xt::empty<T>(std::vector<std::size_t>{d.n, d.out});
+  detail::binary_run(g_buffer.data(), &d.scaling, false, dy.data(), true, g_buffer.size(),
+                     std::multiplies<T>());
+  const xt::xarray<T>& g = g_buffer;
+  if (t.requires_grad(hi)) {
+    GradSlot<T> dh = t.grad_slot(hi);
+    // dh[N,r] (+)= g[N,out] . B[out,r]
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, d.n, d.out), false,
+                    low_rank_matrix(t.value(li), d.out, d.r), false,
+                    low_rank_matrix(dh.buffer, d.n, d.r), dh.accumulate);
+  }
+  if (t.requires_grad(li)) {
+    GradSlot<T> db = t.grad_slot(li);
+    // dB[out,r] (+)= g^T[out,N] . h[N,r]
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, d.n, d.out), true,
+                    low_rank_matrix(t.value(hi), d.n, d.r), false,
+                    low_rank_matrix(db.buffer, d.out, d.r), db.accumulate);
+  }
+}
+
+// The same products as ops, on dy, x and h seen as [N, out], [N, in] and [N, r].
+template <class T>
+void low_rank_grad_rule(const LowRankGeometry<T>& d, bool has_bias, GradSink<T>& g) {
+  const auto rows = static_cast<std::int64_t>(d.n);
+  const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
+  const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(d.out)});
+  if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
+    const Var<T> dx = matmul(dy2, d.out_in ? w : transpose(w, 0, 1));
+    g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+  }
+  if (g.needs_grad(1)) {
+    const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(d.in)});
+    if (d.out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
+      g.add(1, matmul(transpose(dy2, 0, 1), x2));
+    else  // dW[in,out] = x^T[in,N] . dy[N,out]
+      g.add(1, matmul(transpose(x2, 0, 1), dy2));
+  }
+  if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
+    g.add(2, sum(dy2, 0));
+  if (!g.needs_grad(3) && !g.needs_grad(4)) return;
+  const Var<T> g2 = scale(dy2, d.scaling);  // g[N,out] = s * dy
+  const Var<T> h = g.input(3), b = g.input(4);
+  if (g.needs_grad(3))  // dh[N,r] = g[N,out] . B[out,r]
+    g.add(3, reshape(matmul(g2, b), std::vector<std::int64_t>(h.shape().begin(), h.shape().end())));
+  if (g.needs_grad(4))  // dB[out,r] = g^T[out,N] . h[N,r]
+    g.add(4, matmul(transpose(g2, 0, 1), reshape(h, {rows, static_cast<std::int64_t>(d.r)})));
+}
+
+}  // namespace
+
+template <class T>
+Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
+                       const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout,
+                       const Var<NoDeduce<T>>& h, const Var<NoDeduce<T>>& b_low_rank,
+                       NoDeduce<T> scaling) {
+  Tape<T>& tape = detail::common_tape<T>(k_low_rank_op, {{"x", &x},
+                                                         {"weight", &weight},
+                                                         {"bias", bias ? &*bias : nullptr},
+                                                         {"h", &h},
+                                                         {"b_low_rank", &b_low_rank}});
+  const LowRankGeometry<T> d = check_low_rank<T>(x, weight, bias, layout, h, b_low_rank, scaling);
   const std::size_t xi = x.index(), wi = weight.index(), hi = h.index(), li = b_low_rank.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
   const bool needs_grad = tape.requires_grad(xi) || tape.requires_grad(wi) ||
@@ -63,103 +190,15 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
 
   const std::size_t yi = tape.record(k_low_rank_op, {xi, wi, bi.value_or(xi), hi, li}, needs_grad);
   xt::xarray<T>& y = tape.value_mut(yi);
-  y.resize(dims.y_shape);
-  const std::size_t w_rows = out_in ? out : in, w_cols = out_in ? in : out;
-  const detail::WeightTag tag = detail::weight_tag(tape.node_param(wi));
-  // y[N,out] = x[N,in] . op(W) + b, as linear computes it
-  if (bi)
-    detail::gemm_bias<T>(k_low_rank_op, low_rank_matrix(tape.value(xi), n, in), false,
-                         low_rank_matrix(tape.value(wi), w_rows, w_cols), out_in,
-                         low_rank_matrix(y, n, out), tape.value(*bi).data(), tag);
-  else
-    detail::gemm<T>(k_low_rank_op, low_rank_matrix(tape.value(xi), n, in), false,
-                    low_rank_matrix(tape.value(wi), w_rows, w_cols), out_in,
-                    low_rank_matrix(y, n, out), false, tag);
-  {
-    // d[N,out] = h[N,r] . B^T[r,out];  y += d * s  (scale, then add: the composition's bits)
-    xt::xarray<T> d = xt::empty<T>(std::vector<std::size_t>{n, out});
-    detail::gemm<T>(k_low_rank_op, low_rank_matrix(tape.value(hi), n, r), false,
-                    low_rank_matrix(tape.value(li), out, r), true, low_rank_matrix(d, n, out),
-                    false);
-    detail::binary_run(d.data(), d.data(), true, &scaling, false, d.size(), std::multiplies<T>());
-    detail::binary_run(y.data(), y.data(), true, d.data(), true, y.size(), std::plus<T>());
-  }
-
-  tape.set_backward(yi, [xi, wi, bi, hi, li, n, in, out, r, out_in, w_rows, w_cols, scaling](
-                            Tape<T>& t, const xt::xarray<T>& dy) {
-    const xt::xarray<T>& w = t.value(wi);
-    if (t.requires_grad(xi)) {
-      GradSlot<T> dx = t.grad_slot(xi);
-      // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T
-      detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, n, out), false,
-                      low_rank_matrix(w, w_rows, w_cols), !out_in,
-                      low_rank_matrix(dx.buffer, n, in), dx.accumulate,
-                      detail::weight_tag(t.node_param(wi)));
-    }
-    if (t.requires_grad(wi)) {
-      GradSlot<T> dw = t.grad_slot(wi);
-      const xt::xarray<T>& x = t.value(xi);
-      if (out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-        detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, n, out), true, low_rank_matrix(x, n, in),
-                        false, low_rank_matrix(dw.buffer, out, in), dw.accumulate);
-      else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-        detail::gemm<T>(k_low_rank_op, low_rank_matrix(x, n, in), true, low_rank_matrix(dy, n, out),
-                        false, low_rank_matrix(dw.buffer, in, out), dw.accumulate);
-    }
-    if (bi && t.requires_grad(*bi)) {
-      GradSlot<T> db = t.grad_slot(*bi);
-      // db[out] (+)= sum_r dy[r, out]
-      detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
-    }
-    if (!t.requires_grad(hi) && !t.requires_grad(li)) return;
-    // g[N,out] = s * dy: in the forward pass this was y += s * (h . B^T)
-    xt::xarray<T> g_buffer = xt::empty<T>(std::vector<std::size_t>{n, out});
-    detail::binary_run(g_buffer.data(), &scaling, false, dy.data(), true, g_buffer.size(),
-                       std::multiplies<T>());
-    const xt::xarray<T>& g = g_buffer;
-    if (t.requires_grad(hi)) {
-      GradSlot<T> dh = t.grad_slot(hi);
-      // dh[N,r] (+)= g[N,out] . B[out,r]
-      detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, n, out), false,
-                      low_rank_matrix(t.value(li), out, r), false, low_rank_matrix(dh.buffer, n, r),
-                      dh.accumulate);
-    }
-    if (t.requires_grad(li)) {
-      GradSlot<T> db = t.grad_slot(li);
-      // dB[out,r] (+)= g^T[out,N] . h[N,r]
-      detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, n, out), true,
-                      low_rank_matrix(t.value(hi), n, r), false, low_rank_matrix(db.buffer, out, r),
-                      db.accumulate);
-    }
+  y.resize(d.y_shape);
+  low_rank_forward(d, tape.value(xi), tape.value(wi), bi ? tape.value(*bi).data() : nullptr,
+                   tape.value(hi), tape.value(li), y, detail::weight_tag(tape.node_param(wi)));
+  tape.set_backward(yi, [d, xi, wi, bi, hi, li](Tape<T>& t, const xt::xarray<T>& dy) {
+    base_backward(d, t, dy, xi, wi, bi);
+    adapter_backward(d, t, dy, hi, li);
   });
-  // The same products as ops, on dy, x and h seen as [N, out], [N, in] and [N, r].
   tape.set_grad_rule(
-      yi, [n, in, out, r, out_in, scaling, has_bias = bi.has_value()](GradSink<T>& g) {
-        const auto rows = static_cast<std::int64_t>(n);
-        const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
-        const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(out)});
-        if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
-          const Var<T> dx = matmul(dy2, out_in ? w : transpose(w, 0, 1));
-          g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
-        }
-        if (g.needs_grad(1)) {
-          const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(in)});
-          if (out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
-            g.add(1, matmul(transpose(dy2, 0, 1), x2));
-          else  // dW[in,out] = x^T[in,N] . dy[N,out]
-            g.add(1, matmul(transpose(x2, 0, 1), dy2));
-        }
-        if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
-          g.add(2, sum(dy2, 0));
-        if (!g.needs_grad(3) && !g.needs_grad(4)) return;
-        const Var<T> g2 = scale(dy2, scaling);  // g[N,out] = s * dy
-        const Var<T> h = g.input(3), b = g.input(4);
-        if (g.needs_grad(3))  // dh[N,r] = g[N,out] . B[out,r]
-          g.add(3, reshape(matmul(g2, b),
-                           std::vector<std::int64_t>(h.shape().begin(), h.shape().end())));
-        if (g.needs_grad(4))  // dB[out,r] = g^T[out,N] . h[N,r]
-          g.add(4, matmul(transpose(g2, 0, 1), reshape(h, {rows, static_cast<std::int64_t>(r)})));
-      });
+      yi, [d, has_bias = bi.has_value()](GradSink<T>& g) { low_rank_grad_rule(d, has_bias, g); });
   return tape.var(yi);
 }
 
