@@ -9,6 +9,7 @@
 #include "matmul.hpp"
 #include "reduce.hpp"
 #include "shape.hpp"
+#include "support/linear_parts.hpp"
 
 namespace xtgrad {
 
@@ -25,72 +26,73 @@ detail::MatrixRef<T> matrix(xt::xarray<T>& a, std::size_t rows, std::size_t cols
   return {a.data(), rows, cols};
 }
 
-// One linear call's GEMM geometry: x and dy seen as [N, in] and [N, out], and
-// W stored [out, in] (out_in) or [in, out].
-struct LinearGeometry {
-  std::size_t n, in, out;
-  bool out_in;
-  std::size_t w_rows() const { return out_in ? out : in; }
-  std::size_t w_cols() const { return out_in ? in : out; }
-};
+}  // namespace
+
+namespace detail {
 
 // y[N,out] = x[N,in] . op(W) + b broadcast over rows   (the bias fused into the GEMM)
 template <class T>
-void linear_forward(const LinearGeometry& d, const xt::xarray<T>& x, const xt::xarray<T>& w,
-                    const T* bias, xt::xarray<T>& y, detail::WeightTag tag) {
+void linear_forward(const char* op, const LinearGeometry& d, const xt::xarray<T>& x,
+                    const xt::xarray<T>& w, const T* bias, xt::xarray<T>& y, WeightTag tag) {
   if (bias)
-    detail::gemm_bias<T>(k_linear_op, matrix(x, d.n, d.in), false,
-                         matrix(w, d.w_rows(), d.w_cols()), d.out_in, matrix(y, d.n, d.out), bias,
-                         tag);
+    gemm_bias<T>(op, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()), d.out_in,
+                 matrix(y, d.n, d.out), bias, tag);
   else
-    detail::gemm<T>(k_linear_op, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()),
-                    d.out_in, matrix(y, d.n, d.out), false, tag);
+    gemm<T>(op, matrix(x, d.n, d.in), false, matrix(w, d.w_rows(), d.w_cols()), d.out_in,
+            matrix(y, d.n, d.out), false, tag);
 }
 
 // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T[out,in]
 template <class T>
-void linear_input_grad(const LinearGeometry& d, const xt::xarray<T>& dy, const xt::xarray<T>& w,
-                       GradSlot<T> dx, detail::WeightTag tag) {
-  detail::gemm<T>(k_linear_op, matrix(dy, d.n, d.out), false, matrix(w, d.w_rows(), d.w_cols()),
-                  !d.out_in, matrix(dx.buffer, d.n, d.in), dx.accumulate, tag);
+void linear_input_grad(const char* op, const LinearGeometry& d, const xt::xarray<T>& dy,
+                       const xt::xarray<T>& w, GradSlot<T> dx, WeightTag tag) {
+  gemm<T>(op, matrix(dy, d.n, d.out), false, matrix(w, d.w_rows(), d.w_cols()), !d.out_in,
+          matrix(dx.buffer, d.n, d.in), dx.accumulate, tag);
 }
 
 // The weight's gradient, in the weight's layout.
 template <class T>
-void linear_weight_grad(const LinearGeometry& d, const xt::xarray<T>& dy, const xt::xarray<T>& x,
-                        GradSlot<T> dw) {
+void linear_weight_grad(const char* op, const LinearGeometry& d, const xt::xarray<T>& dy,
+                        const xt::xarray<T>& x, GradSlot<T> dw) {
   if (d.out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-    detail::gemm<T>(k_linear_op, matrix(dy, d.n, d.out), true, matrix(x, d.n, d.in), false,
-                    matrix(dw.buffer, d.out, d.in), dw.accumulate);
+    gemm<T>(op, matrix(dy, d.n, d.out), true, matrix(x, d.n, d.in), false,
+            matrix(dw.buffer, d.out, d.in), dw.accumulate);
   else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-    detail::gemm<T>(k_linear_op, matrix(x, d.n, d.in), true, matrix(dy, d.n, d.out), false,
-                    matrix(dw.buffer, d.in, d.out), dw.accumulate);
+    gemm<T>(op, matrix(x, d.n, d.in), true, matrix(dy, d.n, d.out), false,
+            matrix(dw.buffer, d.in, d.out), dw.accumulate);
 }
 
-// create_graph: the same products as ops, on dy and x seen as [N, out] and [N, in].
 template <class T>
 void linear_grad_rule(const LinearGeometry& d, bool has_bias, GradSink<T>& g) {
   const auto rows = static_cast<std::int64_t>(d.n);
   const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
-  const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(d.out)});
+  const Var<T> dy2 = xtgrad::reshape(dy, {rows, static_cast<std::int64_t>(d.out)});
   if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
-    const Var<T> dx = matmul(dy2, d.out_in ? w : transpose(w, 0, 1));
-    g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
+    const Var<T> dx = xtgrad::matmul(dy2, d.out_in ? w : xtgrad::transpose(w, 0, 1));
+    g.add(0, xtgrad::reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
   }
   if (g.needs_grad(1)) {
-    const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(d.in)});
+    const Var<T> x2 = xtgrad::reshape(x, {rows, static_cast<std::int64_t>(d.in)});
     if (d.out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
-      g.add(1, matmul(transpose(dy2, 0, 1), x2));
+      g.add(1, xtgrad::matmul(xtgrad::transpose(dy2, 0, 1), x2));
     else  // dW[in,out] = x^T[in,N] . dy[N,out]
-      g.add(1, matmul(transpose(x2, 0, 1), dy2));
+      g.add(1, xtgrad::matmul(xtgrad::transpose(x2, 0, 1), dy2));
   }
   if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
-    g.add(2, sum(dy2, 0));
+    g.add(2, xtgrad::sum(dy2, 0));
 }
 
-}  // namespace
-
-namespace detail {
+#define XTGRAD_LINEAR_PARTS(T)                                                               \
+  template void linear_forward(const char*, const LinearGeometry&, const xt::xarray<T>&,     \
+                               const xt::xarray<T>&, const T*, xt::xarray<T>&, WeightTag);   \
+  template void linear_input_grad(const char*, const LinearGeometry&, const xt::xarray<T>&,  \
+                                  const xt::xarray<T>&, GradSlot<T>, WeightTag);             \
+  template void linear_weight_grad(const char*, const LinearGeometry&, const xt::xarray<T>&, \
+                                   const xt::xarray<T>&, GradSlot<T>);                       \
+  template void linear_grad_rule(const LinearGeometry&, bool, GradSink<T>&);
+XTGRAD_LINEAR_PARTS(float)
+XTGRAD_LINEAR_PARTS(double)
+#undef XTGRAD_LINEAR_PARTS
 
 void check_layout(const char* op, WeightLayout layout) {
   if (layout != WeightLayout::out_in && layout != WeightLayout::in_out)
@@ -140,7 +142,7 @@ template <class T>
 Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<T>& weight,
                              const std::optional<Var<NoDeduce<T>>>& bias, WeightLayout layout) {
   Tape<T>& tape = x.tape();
-  const LinearGeometry geo{dims.rows, dims.in, dims.out, layout == WeightLayout::out_in};
+  const detail::LinearGeometry geo{dims.rows, dims.in, dims.out, layout == WeightLayout::out_in};
   const std::size_t xi = x.index(), wi = weight.index();
   const std::optional<std::size_t> bi = bias ? std::optional(bias->index()) : std::nullopt;
   const bool needs_grad =
@@ -150,22 +152,25 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(dims.y_shape);
   // A Parameter's weight is read packed (kernels/onednn_packed_weights.hpp).
-  linear_forward(geo, tape.value(xi), tape.value(wi), bi ? tape.value(*bi).data() : nullptr, y,
-                 detail::weight_tag(tape.node_param(wi)));
+  detail::linear_forward(k_linear_op, geo, tape.value(xi), tape.value(wi),
+                         bi ? tape.value(*bi).data() : nullptr, y,
+                         detail::weight_tag(tape.node_param(wi)));
 
   tape.set_backward(yi, [xi, wi, bi, geo](Tape<T>& t, const xt::xarray<T>& dy) {
     if (t.requires_grad(xi))
-      linear_input_grad(geo, dy, t.value(wi), t.grad_slot(xi),
-                        detail::weight_tag(t.node_param(wi)));
-    if (t.requires_grad(wi)) linear_weight_grad(geo, dy, t.value(xi), t.grad_slot(wi));
+      detail::linear_input_grad(k_linear_op, geo, dy, t.value(wi), t.grad_slot(xi),
+                                detail::weight_tag(t.node_param(wi)));
+    if (t.requires_grad(wi))
+      detail::linear_weight_grad(k_linear_op, geo, dy, t.value(xi), t.grad_slot(wi));
     if (bi && t.requires_grad(*bi)) {
       GradSlot<T> db = t.grad_slot(*bi);
       // db[out] (+)= sum_r dy[r, out]
       detail::sum_rows(dy.data(), geo.n, geo.out, db.buffer.data(), db.accumulate);
     }
   });
-  tape.set_grad_rule(
-      yi, [geo, has_bias = bi.has_value()](GradSink<T>& g) { linear_grad_rule(geo, has_bias, g); });
+  tape.set_grad_rule(yi, [geo, has_bias = bi.has_value()](GradSink<T>& g) {
+    detail::linear_grad_rule(geo, has_bias, g);
+  });
   return tape.var(yi);
 }
 

@@ -12,6 +12,7 @@
 #include "reduce.hpp"
 #include "shape.hpp"
 #include "support/broadcast.hpp"
+#include "support/linear_parts.hpp"
 
 namespace xtgrad {
 
@@ -29,16 +30,14 @@ detail::MatrixRef<T> low_rank_matrix(xt::xarray<T>& a, std::size_t rows, std::si
   return {a.data(), rows, cols};
 }
 
-// The op's sizes: x [N, in], op(W) [in, out] stored as W [w_rows, w_cols],
-// h [N, r], B [out, r], and the adapter's scale s.
+// The op's sizes: the base layer's (x [N, in], W, dy [N, out]), h [N, r],
+// B [out, r], and the adapter's scale s.
 template <class T>
 struct LowRankGeometry {
-  std::size_t n, in, out, r;
-  bool out_in;
+  detail::LinearGeometry base;
+  std::size_t r;
   T scaling;
   Shape y_shape;  // x's shape with the last axis set to out
-  std::size_t w_rows() const { return out_in ? out : in; }
-  std::size_t w_cols() const { return out_in ? in : out; }
 };
 
 // The checks: linear's on x, W and b, then h [..., r] with x's leading axes
@@ -58,7 +57,7 @@ LowRankGeometry<T> check_low_rank(const Var<T>& x, const Var<T>& weight,
   const std::size_t r = hs.back();
   check.shape(b_low_rank.shape() == Shape{dims.out, r}, "b_low_rank", b_low_rank.shape(),
               Shape{dims.out, r});
-  return {dims.rows, dims.in, dims.out, r, layout == WeightLayout::out_in, scaling, dims.y_shape};
+  return {{dims.rows, dims.in, dims.out, layout == WeightLayout::out_in}, r, scaling, dims.y_shape};
 }
 
 // y[N,out] = x[N,in] . op(W) + b, as linear computes it; then
@@ -67,18 +66,12 @@ template <class T>
 void low_rank_forward(const LowRankGeometry<T>& d, const xt::xarray<T>& x, const xt::xarray<T>& w,
                       const T* bias, const xt::xarray<T>& h, const xt::xarray<T>& b_low_rank,
                       xt::xarray<T>& y, detail::WeightTag tag) {
-  if (bias)
-    detail::gemm_bias<T>(k_low_rank_op, low_rank_matrix(x, d.n, d.in), false,
-                         low_rank_matrix(w, d.w_rows(), d.w_cols()), d.out_in,
-                         low_rank_matrix(y, d.n, d.out), bias, tag);
-  else
-    detail::gemm<T>(k_low_rank_op, low_rank_matrix(x, d.n, d.in), false,
-                    low_rank_matrix(w, d.w_rows(), d.w_cols()), d.out_in,
-                    low_rank_matrix(y, d.n, d.out), false, tag);
-  xt::xarray<T> update = xt::empty<T>(std::vector<std::size_t>{d.n, d.out});
-  detail::gemm<T>(k_low_rank_op, low_rank_matrix(h, d.n, d.r), false,
-                  low_rank_matrix(b_low_rank, d.out, d.r), true,
-                  low_rank_matrix(update, d.n, d.out), false);
+  const std::size_t n = d.base.n, out = d.base.out;
+  detail::linear_forward(k_low_rank_op, d.base, x, w, bias, y, tag);
+  xt::xarray<T> update = xt::empty<T>(std::vector<std::size_t>{n, out});
+  detail::gemm<T>(k_low_rank_op, low_rank_matrix(h, n, d.r), false,
+                  low_rank_matrix(b_low_rank, out, d.r), true, low_rank_matrix(update, n, out),
+                  false);
   detail::binary_run(update.data(), update.data(), true, &d.scaling, false, update.size(),
                      std::multiplies<T>());
   detail::binary_run(y.data(), y.data(), true, update.data(), true, y.size(), std::plus<T>());
@@ -88,31 +81,15 @@ void low_rank_forward(const LowRankGeometry<T>& d, const xt::xarray<T>& x, const
 template <class T>
 void base_backward(const LowRankGeometry<T>& d, Tape<T>& t, const xt::xarray<T>& dy, std::size_t xi,
                    std::size_t wi, std::optional<std::size_t> bi) {
-  const xt::xarray<T>& w = t.value(wi);
-  if (t.requires_grad(xi)) {
-    GradSlot<T> dx = t.grad_slot(xi);
-    // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T
-    detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, d.n, d.out), false,
-                    low_rank_matrix(w, d.w_rows(), d.w_cols()), !d.out_in,
-                    low_rank_matrix(dx.buffer, d.n, d.in), dx.accumulate,
-                    detail::weight_tag(t.node_param(wi)));
-  }
-  if (t.requires_grad(wi)) {
-    GradSlot<T> dw = t.grad_slot(wi);
-    const xt::xarray<T>& x = t.value(xi);
-    if (d.out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-      detail::gemm<T>(k_low_rank_op, low_rank_matrix(dy, d.n, d.out), true,
-                      low_rank_matrix(x, d.n, d.in), false, low_rank_matrix(dw.buffer, d.out, d.in),
-                      dw.accumulate);
-    else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-      detail::gemm<T>(k_low_rank_op, low_rank_matrix(x, d.n, d.in), true,
-                      low_rank_matrix(dy, d.n, d.out), false,
-                      low_rank_matrix(dw.buffer, d.in, d.out), dw.accumulate);
-  }
+  if (t.requires_grad(xi))
+    detail::linear_input_grad(k_low_rank_op, d.base, dy, t.value(wi), t.grad_slot(xi),
+                              detail::weight_tag(t.node_param(wi)));
+  if (t.requires_grad(wi))
+    detail::linear_weight_grad(k_low_rank_op, d.base, dy, t.value(xi), t.grad_slot(wi));
   if (bi && t.requires_grad(*bi)) {
     GradSlot<T> db = t.grad_slot(*bi);
     // db[out] (+)= sum_r dy[r, out]
-    detail::sum_rows(dy.data(), d.n, d.out, db.buffer.data(), db.accumulate);
+    detail::sum_rows(dy.data(), d.base.n, d.base.out, db.buffer.data(), db.accumulate);
   }
 }
 
@@ -121,46 +98,35 @@ template <class T>
 void adapter_backward(const LowRankGeometry<T>& d, Tape<T>& t, const xt::xarray<T>& dy,
                       std::size_t hi, std::size_t li) {
   if (!t.requires_grad(hi) && !t.requires_grad(li)) return;
-  xt::xarray<T> g_buffer = xt::empty<T>(std::vector<std::size_t>{d.n, d.out});
+  const std::size_t n = d.base.n, out = d.base.out;
+  xt::xarray<T> g_buffer = xt::empty<T>(std::vector<std::size_t>{n, out});
   detail::binary_run(g_buffer.data(), &d.scaling, false, dy.data(), true, g_buffer.size(),
                      std::multiplies<T>());
   const xt::xarray<T>& g = g_buffer;
   if (t.requires_grad(hi)) {
     GradSlot<T> dh = t.grad_slot(hi);
     // dh[N,r] (+)= g[N,out] . B[out,r]
-    detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, d.n, d.out), false,
-                    low_rank_matrix(t.value(li), d.out, d.r), false,
-                    low_rank_matrix(dh.buffer, d.n, d.r), dh.accumulate);
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, n, out), false,
+                    low_rank_matrix(t.value(li), out, d.r), false,
+                    low_rank_matrix(dh.buffer, n, d.r), dh.accumulate);
   }
   if (t.requires_grad(li)) {
     GradSlot<T> db = t.grad_slot(li);
     // dB[out,r] (+)= g^T[out,N] . h[N,r]
-    detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, d.n, d.out), true,
-                    low_rank_matrix(t.value(hi), d.n, d.r), false,
-                    low_rank_matrix(db.buffer, d.out, d.r), db.accumulate);
+    detail::gemm<T>(k_low_rank_op, low_rank_matrix(g, n, out), true,
+                    low_rank_matrix(t.value(hi), n, d.r), false,
+                    low_rank_matrix(db.buffer, out, d.r), db.accumulate);
   }
 }
 
-// The same products as ops, on dy, x and h seen as [N, out], [N, in] and [N, r].
+// create_graph: linear's rule on x, W and b, then the adapter's products as
+// ops, on dy and h seen as [N, out] and [N, r].
 template <class T>
 void low_rank_grad_rule(const LowRankGeometry<T>& d, bool has_bias, GradSink<T>& g) {
-  const auto rows = static_cast<std::int64_t>(d.n);
-  const Var<T> dy = g.grad_output(), x = g.input(0), w = g.input(1);
-  const Var<T> dy2 = reshape(dy, {rows, static_cast<std::int64_t>(d.out)});
-  if (g.needs_grad(0)) {  // dx[N,in] = dy[N,out] . W[out,in]  (in_out: . W^T)
-    const Var<T> dx = matmul(dy2, d.out_in ? w : transpose(w, 0, 1));
-    g.add(0, reshape(dx, std::vector<std::int64_t>(x.shape().begin(), x.shape().end())));
-  }
-  if (g.needs_grad(1)) {
-    const Var<T> x2 = reshape(x, {rows, static_cast<std::int64_t>(d.in)});
-    if (d.out_in)  // dW[out,in] = dy^T[out,N] . x[N,in]
-      g.add(1, matmul(transpose(dy2, 0, 1), x2));
-    else  // dW[in,out] = x^T[in,N] . dy[N,out]
-      g.add(1, matmul(transpose(x2, 0, 1), dy2));
-  }
-  if (has_bias && g.needs_grad(2))  // db[out] = sum over the N rows of dy
-    g.add(2, sum(dy2, 0));
+  detail::linear_grad_rule(d.base, has_bias, g);
   if (!g.needs_grad(3) && !g.needs_grad(4)) return;
+  const auto rows = static_cast<std::int64_t>(d.base.n);
+  const Var<T> dy2 = reshape(g.grad_output(), {rows, static_cast<std::int64_t>(d.base.out)});
   const Var<T> g2 = scale(dy2, d.scaling);  // g[N,out] = s * dy
   const Var<T> h = g.input(3), b = g.input(4);
   if (g.needs_grad(3))  // dh[N,r] = g[N,out] . B[out,r]
