@@ -72,16 +72,11 @@ struct MoeNode {
   Activation f;
 };
 
-// The offsets of the experts' rows (the routing's) and their weights.
+// The experts over the routing's offsets of their rows.
 template <class T>
-struct ExpertSet {
-  std::vector<detail::MoeExpertWeights<T>> weights;
-  detail::MoeExpertSet<T> set;
-
-  ExpertSet(const Tape<T>& t, const MoeNode& nd)
-      : weights(detail::moe_expert_weights(t, nd.w1, nd.w3, nd.w2)),
-        set{nd.f, nd.c, nd.h, nd.routing.offsets, weights, detail::k_moe_tile_macs} {}
-};
+detail::TapeExpertSet<T> expert_set(const Tape<T>& t, const MoeNode& nd) {
+  return {t, nd.w1, nd.w3, nd.w2, nd.f, nd.c, nd.h, nd.routing.offsets};
+}
 
 }  // namespace
 
@@ -216,7 +211,7 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
   y.resize(dims.y_shape);
   const std::size_t rows = routing.rows();
   T* const buffer = tape.template save<T>(nd->yi, detail::MoeHidden<T>::size(rows, dims.h));
-  const ExpertSet<T> experts(tape, *nd);
+  const detail::TapeExpertSet<T> experts = expert_set(tape, *nd);
   detail::moe_experts_forward(k_moe_experts, routing, experts.set, tape.value(nd->xi).data(),
                               tape.value(nd->wi).data(),
                               detail::MoeHidden<T>::in(buffer, rows, dims.h), y.data());
@@ -230,7 +225,7 @@ Var<T> detail::record_moe_experts(const MoeDims& dims, const Var<T>& x, const Va
     grads.dx = target(nd->xi);
     grads.dweights = target(nd->wi);
     grads.experts = target.experts(nd->w1, nd->w3, nd->w2);
-    const ExpertSet<T> experts(t, *nd);
+    const detail::TapeExpertSet<T> experts = expert_set(t, *nd);
     detail::moe_experts_backward(
         k_moe_experts, nd->routing, experts.set, t.value(nd->xi).data(), t.value(nd->wi).data(),
         detail::MoeHidden<const T>::in(t.template saved<T>(nd->yi), rows, nd->h), dy.data(), grads);

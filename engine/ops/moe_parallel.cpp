@@ -157,16 +157,11 @@ std::shared_ptr<ParallelNode> record_parallel_node(const detail::MoeDims& dims, 
   return nd;
 }
 
-// This rank's experts: the rows of the plan's layout and their weights.
+// This rank's experts over the rows of the plan's layout.
 template <class T>
-struct LocalExperts {
-  std::vector<detail::MoeExpertWeights<T>> weights;
-  detail::MoeExpertSet<T> set;
-
-  LocalExperts(const Tape<T>& t, const ParallelNode& nd)
-      : weights(detail::moe_expert_weights(t, nd.w1, nd.w3, nd.w2)),
-        set{nd.f, nd.c, nd.h, nd.plan.offsets, weights, detail::k_moe_tile_macs} {}
-};
+detail::TapeExpertSet<T> local_experts(const Tape<T>& t, const ParallelNode& nd) {
+  return {t, nd.w1, nd.w3, nd.w2, nd.f, nd.c, nd.h, nd.plan.offsets};
+}
 
 // Forward: this rank's x rows to their experts' ranks (kept in `saved`),
 // the experts over the rows they received, the o rows back, and y [N, C]
@@ -183,7 +178,7 @@ void parallel_forward(const Tape<T>& tape, const ParallelNode& nd, const Paralle
   detail::moe_gather_rows(r, c, tape.value(nd.xi).data(), none, 0, rows, mine.data());
   nd.plan.to_experts(*nd.exchange, mine.data(), saved.x_rows, c);
   // g, u [R, H], o_e [R, C]: this rank's experts over their rows from every rank
-  detail::moe_expert_rows_forward(k_parallel_experts, LocalExperts<T>(tape, nd).set,
+  detail::moe_expert_rows_forward(k_parallel_experts, local_experts(tape, nd).set,
                                   detail::MoeRows<T>{saved.x_rows, saved.g, saved.u, o_e.data()});
   nd.plan.to_tokens(*nd.exchange, o_e.data(), mine.data(), c);
   // y[t] = sum over t's kept choices ch of weights[ch] * o[row_of[ch]]
@@ -218,7 +213,7 @@ void parallel_backward(Tape<T>& t, const ParallelNode& nd, const T* dy) {
   const auto saved = ParallelSaved<const T>::in(t.template saved<T>(nd.yi), received, c, nd.h);
   std::vector<T> dx_e(received * c), dw_e(received);
   detail::moe_expert_rows_backward<T>(
-      k_parallel_experts, LocalExperts<T>(t, nd).set,
+      k_parallel_experts, local_experts(t, nd).set,
       detail::MoeRows<const T>{saved.x_rows, saved.g, saved.u, nullptr}, d_e.data(), w_e.data(), dw,
       dx_e.data(), dw_e.data());
   for (std::vector<T>* v : {&dx_e, &dw_e})

@@ -24,6 +24,23 @@ std::vector<MoeExpertWeights<T>> moe_expert_weights(const Tape<T>& t,
   return out;
 }
 
+// The experts' weights read back from the tape and the set over them, for
+// one pass of either op; the set refers to the weights, so the two stay
+// together and in place (no copies).
+template <class T>
+struct TapeExpertSet {
+  std::vector<MoeExpertWeights<T>> weights;
+  MoeExpertSet<T> set;
+
+  TapeExpertSet(const Tape<T>& t, const std::vector<std::size_t>& w1,
+                const std::vector<std::size_t>& w3, const std::vector<std::size_t>& w2,
+                Activation f, std::size_t c, std::size_t h, const std::vector<std::size_t>& offsets)
+      : weights(moe_expert_weights(t, w1, w3, w2)), set{f,       c,       h,
+                                                        offsets, weights, k_moe_tile_macs} {}
+  TapeExpertSet(const TapeExpertSet&) = delete;
+  TapeExpertSet& operator=(const TapeExpertSet&) = delete;
+};
+
 // The gradient targets of one backward: one per distinct node, claimed in
 // the order asked (grad_slot's rule), so that a node passed in several
 // roles shares its target; null for a node that needs no gradient. At most
