@@ -76,8 +76,9 @@
 // rank-local gradients to its shard's sum, so that each is counted once
 // over the ranks, and clips them with the same coefficient; state_dict()
 // holds their state (per-rank checkpoints). The consolidated pair covers
-// the synchronizer's parameters only: with rank-local parameters,
-// checkpoint per rank with state_dict() and load_state_dict().
+// the synchronizer's parameters only: with rank-local parameters both throw
+// std::logic_error on every rank; checkpoint per rank with state_dict() and
+// load_state_dict().
 //
 // Errors: the constructor throws std::invalid_argument for a stage other
 // than 1 or 2, a parameter the synchronizer does not hold (unless
@@ -208,6 +209,9 @@ class ShardedOptimizer : public optim::Optimizer<T> {
   void all_gather();
   // Every rank runs check(); when any throws, every rank throws its message.
   void agree(const std::function<void()>& check, const char* function) const;
+  // Throws std::logic_error on every rank when any rank holds rank-local
+  // parameters (collective).
+  void refuse_rank_local(const char* function) const;
   // Shard <-> unsharded state (sharded_state.cpp).
   StateDict<T> shard_from_full(const StateDict<T>& full, const std::string& function) const;
   StateDict<T> strip_zero_entries(const StateDict<T>& state, const std::string& function) const;

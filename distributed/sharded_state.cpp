@@ -213,7 +213,20 @@ void ShardedOptimizer<T>::load_state_dict(const StateDict<T>& state) {
 }
 
 template <class T>
+void ShardedOptimizer<T>::refuse_rank_local(const char* function) const {
+  const std::vector<std::uint64_t> counts = sync_.communicator().all_gather(local_.size());
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    if (counts[r] != 0)
+      throw std::logic_error(std::string("ShardedOptimizer::") + function + ": rank " +
+                             std::to_string(r) + " holds " + std::to_string(counts[r]) +
+                             " rank-local parameters (ZeroOptions::rank_local), which a "
+                             "consolidated state cannot hold; save and load each rank's own "
+                             "state with state_dict() and load_state_dict()");
+}
+
+template <class T>
 StateDict<T> ShardedOptimizer<T>::consolidated_state_dict() const {
+  refuse_rank_local("consolidated_state_dict");
   const Communicator& comm = sync_.communicator();
   const std::vector<std::string> shards = comm.gather(serialize(state_dict()), 0);
   StateDict<T> full;
@@ -310,6 +323,7 @@ StateDict<T> ShardedOptimizer<T>::shard_from_full(const StateDict<T>& full,
 template <class T>
 void ShardedOptimizer<T>::load_consolidated_state_dict(const StateDict<T>& state) {
   const std::string function = "ShardedOptimizer::load_consolidated_state_dict";
+  refuse_rank_local("load_consolidated_state_dict");
   StateDict<T> shard;
   agree(
       [&] {

@@ -206,6 +206,20 @@ TEST_CASE("expert parallel: ZeRO with the experts rank-local clips and steps as 
     zero.step();
   }
   check_parameters(ranks.net, one.net, false);
+  // A consolidated state cannot hold the experts: refused on every rank, the
+  // state unchanged.
+  const StateDict<double> before = zero.state_dict();
+  CHECK_THROWS_WITH_AS(zero.consolidated_state_dict(),
+                       doctest::Contains("ShardedOptimizer::consolidated_state_dict: rank 0 holds"),
+                       std::logic_error);
+  CHECK_THROWS_WITH_AS(zero.load_consolidated_state_dict(one_opt.state_dict()),
+                       doctest::Contains("state with state_dict() and load_state_dict()"),
+                       std::logic_error);
+  const StateDict<double> after = zero.state_dict();
+  CHECK(after.integers == before.integers);
+  REQUIRE(after.arrays.size() == before.arrays.size());
+  for (auto it = before.arrays.begin(); it != before.arrays.end(); ++it)
+    CHECK(testing::bit_equal(it->second, after.arrays.at(it->first)));
   // Without rank_local, parameters outside the synchronizer are refused.
   CHECK_THROWS_WITH_AS(distributed::ShardedOptimizer<double>(sync, split(ranks.net)),
                        doctest::Contains("but the synchronizer holds"), std::invalid_argument);
