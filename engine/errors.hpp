@@ -68,6 +68,15 @@ inline std::string escaped(const std::string& text, std::size_t max_chars = std:
   return out;
 }
 
+// How much of one name or value read from a file a message quotes.
+inline constexpr std::size_t k_max_quoted_bytes = 200;
+
+// A name or value read from a file as messages quote it: escaped, at most
+// k_max_quoted_bytes of it, in quotes.
+inline std::string quoted_escaped(const std::string& text) {
+  return quoted(escaped(text, k_max_quoted_bytes));
+}
+
 // "xtgrad::<function>: argument '<arg>' <message>" as std::invalid_argument.
 [[noreturn]] inline void fail_argument(const std::string& function, const std::string& arg,
                                        const std::string& message) {

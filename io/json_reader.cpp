@@ -12,9 +12,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// How much of a key or of the parser's message a message quotes.
-constexpr std::size_t k_max_shown = 200;
-
 std::string size_text(std::size_t size, std::size_t max_bytes) {
   return "has " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
          " a config may have";
@@ -41,8 +38,8 @@ Json read_json(const std::string& text, const std::string& function, const std::
     if (event == Json::parse_event_t::object_end && !seen.empty()) seen.pop_back();
     if (event == Json::parse_event_t::key && !seen.empty()) {
       const std::string& key = parsed.get_ref<const std::string&>();
-      check.value(seen.back().insert(key).second, subject, "has the key ",
-                  quoted(escaped(key, k_max_shown)), " twice");
+      check.value(seen.back().insert(key).second, subject, "has the key ", quoted_escaped(key),
+                  " twice");
     }
     return true;
   };
@@ -51,7 +48,7 @@ Json read_json(const std::string& text, const std::string& function, const std::
     return Json::parse(text, callback, true, false);
   } catch (const Json::exception& error) {
     fail_value(function,
-               subject + "is not valid JSON (" + escaped(error.what(), k_max_shown) + ")");
+               subject + "is not valid JSON (" + escaped(error.what(), k_max_quoted_bytes) + ")");
   }
 }
 

@@ -19,17 +19,11 @@ namespace fs = std::filesystem;
 
 // A manifest holds one short line per parameter; anything larger is not one.
 constexpr std::size_t k_max_manifest_bytes = std::size_t(64) << 20;
-// How much of one manifest field or line a message quotes.
-constexpr std::size_t k_max_quoted_field = 200;
 // More digits than any dimension a size_t holds.
 constexpr std::size_t k_max_dimension_digits = 19;
 
 std::string first_line(const char* version = k_manifest_version) {
   return std::string(k_manifest_magic) + " " + version;
-}
-
-std::string field_str(const std::string& text) {
-  return quoted(escaped(text, k_max_quoted_field));
 }
 
 // The manifest's shape notation: "2x16", "0", or "scalar" for 0-d.
@@ -100,7 +94,7 @@ Manifest parse_manifest(const std::string& function, const fs::path& dir, const 
   const std::vector<std::string> lines = text_lines(text);
   const bool with_config = !lines.empty() && lines[0] == first_line(k_manifest_version_config);
   if (lines.empty() || (lines[0] != first_line() && !with_config)) {
-    const std::string found = lines.empty() ? "an empty file" : field_str(lines[0]);
+    const std::string found = lines.empty() ? "an empty file" : quoted_escaped(lines[0]);
     fail_value(function, where + ": first line is " + found + ", expected " + quoted(first_line()) +
                              " or " + quoted(first_line(k_manifest_version_config)));
   }
@@ -110,10 +104,11 @@ Manifest parse_manifest(const std::string& function, const fs::path& dir, const 
   if (with_config) {
     const std::string key = std::string(k_manifest_config_key) + "\t";
     if (lines.size() < 2 || lines[1].rfind(key, 0) != 0)
-      fail_value(function, where + " line 2: " +
-                               (lines.size() < 2 ? std::string("missing") : field_str(lines[1])) +
-                               ", expected " + quoted(key.substr(0, key.size() - 1)) +
-                               ", a tab and the module's config (version 2)");
+      fail_value(function,
+                 where + " line 2: " +
+                     (lines.size() < 2 ? std::string("missing") : quoted_escaped(lines[1])) +
+                     ", expected " + quoted(key.substr(0, key.size() - 1)) +
+                     ", a tab and the module's config (version 2)");
     manifest.config = parse_module_config(lines[1].substr(key.size()), function, where + " line 2");
     first_entry = 2;
   }
@@ -124,19 +119,19 @@ Manifest parse_manifest(const std::string& function, const fs::path& dir, const 
     if (fields.size() != 4)
       fail_value(function,
                  at + "expected 4 tab-separated fields (name, dtype, shape, file), found " +
-                     std::to_string(fields.size()) + " in " + field_str(lines[i]));
+                     std::to_string(fields.size()) + " in " + quoted_escaped(lines[i]));
     ManifestEntry entry{fields[0], fields[1], {}, fields[3]};
     if (entry.name.empty()) fail_value(function, at + "empty parameter name");
     if (!names.insert(entry.name).second)
-      fail_value(function, at + "parameter " + field_str(entry.name) + " is listed twice");
+      fail_value(function, at + "parameter " + quoted_escaped(entry.name) + " is listed twice");
     if (entry.dtype != "float32" && entry.dtype != "float64")
       fail_value(function,
-                 at + "dtype " + field_str(entry.dtype) + ", expected float32 or float64");
+                 at + "dtype " + quoted_escaped(entry.dtype) + ", expected float32 or float64");
     if (!parse_shape_text(fields[2], entry.shape))
-      fail_value(function, at + "shape " + field_str(fields[2]) +
+      fail_value(function, at + "shape " + quoted_escaped(fields[2]) +
                                ", expected dimensions joined by 'x' (2x16, 0) or 'scalar'");
     if (!is_plain_file_name(entry.file))
-      fail_value(function, at + "file " + field_str(entry.file) +
+      fail_value(function, at + "file " + quoted_escaped(entry.file) +
                                ", expected a plain file name inside the checkpoint directory");
     entries.push_back(std::move(entry));
   }

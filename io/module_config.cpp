@@ -16,11 +16,10 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr std::size_t k_max_module_config_bytes = 1'000'000;
-// How much of one name or value a message quotes.
-constexpr std::size_t k_max_shown = 200;
-
+// A name or value as describe() shows it: escaped, at most
+// k_max_quoted_bytes of it, unquoted.
 std::string shown_value(const std::string& text) {
-  return detail::escaped(text, k_max_shown);
+  return detail::escaped(text, detail::k_max_quoted_bytes);
 }
 
 Json json_of(const ModuleConfig& config) {
@@ -47,7 +46,7 @@ struct Parser {
     if (!j.is_object()) fail(at + "is not a JSON object");
     for (const auto& item : j.items())
       if (item.key() != "type" && item.key() != "options" && item.key() != "children")
-        fail(at + "has the unknown key " + detail::quoted(shown_value(item.key())) +
+        fail(at + "has the unknown key " + detail::quoted_escaped(item.key()) +
              ", expected type, options and children");
     const auto type = j.find("type");
     if (type == j.end()) fail(at + "has no \"type\"");
@@ -58,7 +57,7 @@ struct Parser {
     if (options == j.end() || !options->is_object()) fail(at + "has no \"options\" object");
     for (const auto& item : options->items()) {
       if (!item.value().is_string())
-        fail(at + "option " + detail::quoted(shown_value(item.key())) + " is not a string");
+        fail(at + "option " + detail::quoted_escaped(item.key()) + " is not a string");
       out.add(item.key(), item.value().get<std::string>());
     }
     const auto children = j.find("children");
@@ -70,9 +69,9 @@ struct Parser {
         fail(at + "has a child that is not a [name, config] pair");
       const std::string name = child[0].get<std::string>();
       if (!names.insert(name).second)
-        fail(at + "has the child " + detail::quoted(shown_value(name)) + " twice");
+        fail(at + "has the child " + detail::quoted_escaped(name) + " twice");
       out.children.emplace_back(
-          name, config(child[1], at + "child " + detail::quoted(shown_value(name)) + " "));
+          name, config(child[1], at + "child " + detail::quoted_escaped(name) + " "));
     }
     return out;
   }

@@ -181,7 +181,7 @@ void fail_safetensors(const InputFile& file, const std::string& what) {
 }
 
 std::string quoted_name(const std::string& name) {
-  return quoted(escaped(name, 200));
+  return quoted_escaped(name);
 }
 
 }  // namespace detail

@@ -21,11 +21,6 @@ namespace fs = std::filesystem;
 constexpr char k_magic[] = "xtgrad-scalars 1";
 // Scalars are a few short lines per parameter group; anything larger is not a scalars file.
 constexpr std::size_t k_max_scalars_bytes = std::size_t(16) << 20;
-constexpr std::size_t k_max_quoted_scalar = 200;
-
-std::string scalar_str(const std::string& text) {
-  return quoted(escaped(text, k_max_quoted_scalar));
-}
 
 bool has_control_character(const std::string& text) {
   for (const char c : text)
@@ -52,7 +47,7 @@ bool parse_whole(const std::string& text, V& value) {
 std::string format_scalars(const std::string& function, const Scalars& scalars) {
   const auto check_name = [&](const std::string& name) {
     if (!is_plain_file_name(name))
-      fail_value(function, "scalar name " + scalar_str(name) +
+      fail_value(function, "scalar name " + quoted_escaped(name) +
                                " is not allowed: expected no '/', no control characters and no "
                                "leading '.'");
   };
@@ -68,7 +63,7 @@ std::string format_scalars(const std::string& function, const Scalars& scalars) 
   for (const auto& [name, value] : scalars.strings) {
     check_name(name);
     if (has_control_character(value))
-      fail_value(function, "string " + scalar_str(name) + " holds " + scalar_str(value) +
+      fail_value(function, "string " + quoted_escaped(name) + " holds " + quoted_escaped(value) +
                                ", expected no control characters (tab, newline, ...)");
     out += "string\t" + name + "\t" + value + "\n";
   }
@@ -92,9 +87,10 @@ Scalars read_scalars(const std::string& function, int dir_fd, const fs::path& di
   const std::string where = path_str(file.path);
   const std::vector<std::string> lines = text_lines(text);
   if (lines.empty() || lines[0] != k_magic)
-    fail_value(function, where + ": first line is " +
-                             (lines.empty() ? std::string("an empty file") : scalar_str(lines[0])) +
-                             ", expected " + quoted(k_magic));
+    fail_value(function,
+               where + ": first line is " +
+                   (lines.empty() ? std::string("an empty file") : quoted_escaped(lines[0])) +
+                   ", expected " + quoted(k_magic));
   Scalars out;
   for (std::size_t i = 1; i < lines.size(); ++i) {
     const std::string at = where + " line " + std::to_string(i + 1) + ": ";
@@ -102,35 +98,37 @@ Scalars read_scalars(const std::string& function, int dir_fd, const fs::path& di
     const std::size_t tab1 = line.find('\t');
     const std::size_t tab2 = tab1 == std::string::npos ? tab1 : line.find('\t', tab1 + 1);
     if (tab2 == std::string::npos)
-      fail_value(function,
-                 at + "expected 3 tab-separated fields (kind, name, value) in " + scalar_str(line));
+      fail_value(function, at + "expected 3 tab-separated fields (kind, name, value) in " +
+                               quoted_escaped(line));
     const std::string kind = line.substr(0, tab1);
     const std::string name = line.substr(tab1 + 1, tab2 - tab1 - 1);
     const std::string value = line.substr(tab2 + 1);
     if (!is_plain_file_name(name))
-      fail_value(function, at + "name " + scalar_str(name) +
+      fail_value(function, at + "name " + quoted_escaped(name) +
                                ", expected no '/', no control characters, no leading '.'");
     bool fresh = false;
     if (kind == "int64") {
       std::int64_t v = 0;
       if (!parse_whole(value, v))
-        fail_value(function, at + "int64 " + scalar_str(name) + " has value " + scalar_str(value) +
+        fail_value(function, at + "int64 " + quoted_escaped(name) + " has value " +
+                                 quoted_escaped(value) +
                                  ", expected a decimal integer in [-2^63, 2^63)");
       fresh = out.integers.emplace(name, v).second;
     } else if (kind == "float64") {
       double v = 0.0;
       if (!parse_whole(value, v))
-        fail_value(function, at + "float64 " + scalar_str(name) + " has value " +
-                                 scalar_str(value) + ", expected a decimal number");
+        fail_value(function, at + "float64 " + quoted_escaped(name) + " has value " +
+                                 quoted_escaped(value) + ", expected a decimal number");
       fresh = out.reals.emplace(name, v).second;
     } else if (kind == "string") {
       if (has_control_character(value))
-        fail_value(function, at + "string " + scalar_str(name) + " holds a control character");
+        fail_value(function, at + "string " + quoted_escaped(name) + " holds a control character");
       fresh = out.strings.emplace(name, value).second;
     } else {
-      fail_value(function, at + "kind " + scalar_str(kind) + ", expected int64, float64 or string");
+      fail_value(function,
+                 at + "kind " + quoted_escaped(kind) + ", expected int64, float64 or string");
     }
-    if (!fresh) fail_value(function, at + kind + " " + scalar_str(name) + " is listed twice");
+    if (!fresh) fail_value(function, at + kind + " " + quoted_escaped(name) + " is listed twice");
   }
   return out;
 }

@@ -88,12 +88,12 @@ Dict renamed_entries(const std::string& function, const Dict& dict, F&& rename) 
   for (const auto& [name, value] : dict) {
     std::optional<std::string> to = rename(name);
     if (to && to->empty())
-      fail_value(function, "renames " + quoted(escaped(name, 200)) + " to an empty name");
+      fail_value(function, "renames " + quoted_escaped(name) + " to an empty name");
     if (to) {
       const auto [it, fresh] = seen.emplace(*to, name);
       if (!fresh)
-        fail_value(function, "renames both " + quoted(escaped(it->second, 200)) + " and " +
-                                 quoted(escaped(name, 200)) + " to " + quoted(escaped(*to, 200)));
+        fail_value(function, "renames both " + quoted_escaped(it->second) + " and " +
+                                 quoted_escaped(name) + " to " + quoted_escaped(*to));
     }
     names.push_back(std::move(to));
   }
