@@ -204,6 +204,105 @@ PreTokenizer pattern_of(const Source& source, const Json& pre) {
   return out;
 }
 
+// tokenizer.json's "model": a byte-level BPE model without the options
+// xtgrad does not implement, and its vocabulary. Returns the model's object.
+const Json& read_json_model(const Source& source, const Json& root, detail::BpeSource& out) {
+  const Json& model = object_at(source, root, "model", "model");
+  const Json* type = member(model, "type");
+  if (type == nullptr || *type != "BPE")
+    source.fail_key("model.type",
+                    "is " +
+                        (type == nullptr ? std::string("missing")
+                                         : "'" + detail::escaped(type->dump(), 64) + "'") +
+                        ", expected \"BPE\" (SentencePiece/Unigram, WordPiece and WordLevel "
+                        "models are not implemented)");
+  const auto unset = [&](const char* key) {
+    const Json* value = member(model, key);
+    if (value != nullptr && !value->is_null() && *value != "")
+      source.fail_key(std::string("model.") + key,
+                      "is " + detail::escaped(value->dump(), 64) + ", which is not implemented");
+  };
+  unset("dropout");
+  unset("continuing_subword_prefix");
+  unset("end_of_word_suffix");
+  if (bool_of(source, model, "byte_fallback", "model", false))
+    source.fail_key("model.byte_fallback", "is true, which is not implemented");
+  out.ignore_merges = bool_of(source, model, "ignore_merges", "model", false);
+  read_vocab(source, object_at(source, model, "vocab", "model.vocab"), "model.vocab", out);
+  out.vocab_where = source.file + " key 'model.vocab'";
+  return model;
+}
+
+// "model.merges": "left right" strings or ["left", "right"] pairs, in rank order.
+void read_json_merges(const Source& source, const Json& model, detail::BpeSource& out) {
+  const Json* merges = member(model, "merges");
+  if (merges == nullptr || !merges->is_array())
+    source.fail_key("model.merges", merges == nullptr ? "is missing" : "is not a list");
+  out.merges.reserve(merges->size());
+  for (std::size_t i = 0; i < merges->size(); ++i) {
+    const Json& m = (*merges)[i];
+    const std::string where = "model.merges[" + std::to_string(i) + "]";
+    detail::BpeSource::MergeRule rule;
+    rule.where = source.file + " key '" + where + "'";
+    bool ok = false;
+    if (m.is_string()) {
+      ok = split_merge(m.get<std::string>(), rule.left, rule.right);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      rule.left = m[0].get<std::string>(), rule.right = m[1].get<std::string>();
+      ok = true;
+    }
+    if (!ok)
+      source.fail_key(where, "is " + detail::escaped(m.dump(), 64) +
+                                 ", expected \"left right\" or [\"left\", \"right\"]");
+    out.merges.push_back(std::move(rule));
+  }
+}
+
+// The normalizer (none or NFC), the pre-tokenizer's pattern and the decoder.
+void read_json_text_steps(const Source& source, const Json& root, detail::BpeSource& out) {
+  const Json* normalizer = member(root, "normalizer");
+  if (normalizer != nullptr && !normalizer->is_null()) {
+    if (type_of(*normalizer) != "NFC")
+      source.fail_key("normalizer",
+                      "has type '" + detail::escaped(type_of(*normalizer), 64) +
+                          "'; only null and NFC (text already in NFC) are implemented");
+    out.nfc = true;
+  }
+  const Json* pre = member(root, "pre_tokenizer");
+  if (pre == nullptr) source.fail_key("pre_tokenizer", "is missing");
+  out.pattern = pattern_of(source, *pre);
+  const Json* decoder = member(root, "decoder");
+  if (decoder == nullptr || type_of(*decoder) != "ByteLevel")
+    source.fail_key("decoder",
+                    "is " +
+                        (decoder == nullptr ? std::string("missing")
+                                            : "'" + detail::escaped(type_of(*decoder), 64) + "'") +
+                        ", expected type \"ByteLevel\"");
+}
+
+void read_json_added_tokens(const Source& source, const Json& root, detail::BpeSource& out) {
+  const Json* added = member(root, "added_tokens");
+  if (added != nullptr && !added->is_null()) {
+    if (!added->is_array()) source.fail_key("added_tokens", "is not a list");
+    for (std::size_t i = 0; i < added->size(); ++i) {
+      const Json& a = (*added)[i];
+      const std::string where = "added_tokens[" + std::to_string(i) + "]";
+      if (!a.is_object()) source.fail_key(where, "is not an object");
+      const Json* content = member(a, "content");
+      const Json* id = member(a, "id");
+      if (content == nullptr) source.fail_key(where + ".content", "is missing");
+      if (id == nullptr) source.fail_key(where + ".id", "is missing");
+      for (const char* key : {"lstrip", "rstrip", "single_word"})
+        if (bool_of(source, a, key, where, false))
+          source.fail_key(where + "." + key, "is true, which is not implemented");
+      AddedToken token{string_of(source, *content, where + ".content"),
+                       id_of(source, *id, where + ".id"),
+                       bool_of(source, a, "special", where, false)};
+      out.added.push_back({std::move(token), source.file + " key '" + where + "'"});
+    }
+  }
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_gpt2_files(const fs::path& vocab_json, const fs::path& merges_txt) {
@@ -251,92 +350,10 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json) {
   const Source source{out.function, detail::path_str(tokenizer_json)};
   const Json root = parse_json(source, read_text(source, tokenizer_json));
   if (!root.is_object()) source.fail("is " + type_name(root) + ", expected an object");
-
-  const Json& model = object_at(source, root, "model", "model");
-  const Json* type = member(model, "type");
-  if (type == nullptr || *type != "BPE")
-    source.fail_key("model.type",
-                    "is " +
-                        (type == nullptr ? std::string("missing")
-                                         : "'" + detail::escaped(type->dump(), 64) + "'") +
-                        ", expected \"BPE\" (SentencePiece/Unigram, WordPiece and WordLevel "
-                        "models are not implemented)");
-  const auto unset = [&](const char* key) {
-    const Json* value = member(model, key);
-    if (value != nullptr && !value->is_null() && *value != "")
-      source.fail_key(std::string("model.") + key,
-                      "is " + detail::escaped(value->dump(), 64) + ", which is not implemented");
-  };
-  unset("dropout");
-  unset("continuing_subword_prefix");
-  unset("end_of_word_suffix");
-  if (bool_of(source, model, "byte_fallback", "model", false))
-    source.fail_key("model.byte_fallback", "is true, which is not implemented");
-  out.ignore_merges = bool_of(source, model, "ignore_merges", "model", false);
-  read_vocab(source, object_at(source, model, "vocab", "model.vocab"), "model.vocab", out);
-  out.vocab_where = source.file + " key 'model.vocab'";
-
-  const Json* merges = member(model, "merges");
-  if (merges == nullptr || !merges->is_array())
-    source.fail_key("model.merges", merges == nullptr ? "is missing" : "is not a list");
-  out.merges.reserve(merges->size());
-  for (std::size_t i = 0; i < merges->size(); ++i) {
-    const Json& m = (*merges)[i];
-    const std::string where = "model.merges[" + std::to_string(i) + "]";
-    detail::BpeSource::MergeRule rule;
-    rule.where = source.file + " key '" + where + "'";
-    bool ok = false;
-    if (m.is_string()) {
-      ok = split_merge(m.get<std::string>(), rule.left, rule.right);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      rule.left = m[0].get<std::string>(), rule.right = m[1].get<std::string>();
-      ok = true;
-    }
-    if (!ok)
-      source.fail_key(where, "is " + detail::escaped(m.dump(), 64) +
-                                 ", expected \"left right\" or [\"left\", \"right\"]");
-    out.merges.push_back(std::move(rule));
-  }
-
-  const Json* normalizer = member(root, "normalizer");
-  if (normalizer != nullptr && !normalizer->is_null()) {
-    if (type_of(*normalizer) != "NFC")
-      source.fail_key("normalizer",
-                      "has type '" + detail::escaped(type_of(*normalizer), 64) +
-                          "'; only null and NFC (text already in NFC) are implemented");
-    out.nfc = true;
-  }
-  const Json* pre = member(root, "pre_tokenizer");
-  if (pre == nullptr) source.fail_key("pre_tokenizer", "is missing");
-  out.pattern = pattern_of(source, *pre);
-  const Json* decoder = member(root, "decoder");
-  if (decoder == nullptr || type_of(*decoder) != "ByteLevel")
-    source.fail_key("decoder",
-                    "is " +
-                        (decoder == nullptr ? std::string("missing")
-                                            : "'" + detail::escaped(type_of(*decoder), 64) + "'") +
-                        ", expected type \"ByteLevel\"");
-
-  const Json* added = member(root, "added_tokens");
-  if (added != nullptr && !added->is_null()) {
-    if (!added->is_array()) source.fail_key("added_tokens", "is not a list");
-    for (std::size_t i = 0; i < added->size(); ++i) {
-      const Json& a = (*added)[i];
-      const std::string where = "added_tokens[" + std::to_string(i) + "]";
-      if (!a.is_object()) source.fail_key(where, "is not an object");
-      const Json* content = member(a, "content");
-      const Json* id = member(a, "id");
-      if (content == nullptr) source.fail_key(where + ".content", "is missing");
-      if (id == nullptr) source.fail_key(where + ".id", "is missing");
-      for (const char* key : {"lstrip", "rstrip", "single_word"})
-        if (bool_of(source, a, key, where, false))
-          source.fail_key(where + "." + key, "is true, which is not implemented");
-      AddedToken token{string_of(source, *content, where + ".content"),
-                       id_of(source, *id, where + ".id"),
-                       bool_of(source, a, "special", where, false)};
-      out.added.push_back({std::move(token), source.file + " key '" + where + "'"});
-    }
-  }
+  const Json& model = read_json_model(source, root, out);
+  read_json_merges(source, model, out);
+  read_json_text_steps(source, root, out);
+  read_json_added_tokens(source, root, out);
   return BpeTokenizer(detail::build_bpe_model(std::move(out)));
 }
 

@@ -41,17 +41,11 @@ std::string token_bytes_of(const std::string& token) {
   return out;
 }
 
-}  // namespace
-
-std::shared_ptr<BpeTokenizer::Model> build_bpe_model(BpeSource source) {
+// Ids: unique, and together (vocabulary and added tokens) 0 .. N-1, so that
+// no id is a hole and no file makes us allocate more than it holds. Fills
+// model.ids and model.added; returns each id's token text.
+std::vector<const std::string*> place_ids(const BpeSource& source, BpeTokenizer::Model& model) {
   const std::string& function = source.function;
-  auto model = std::make_shared<BpeTokenizer::Model>();
-  model->pattern = source.pattern;
-  model->ignore_merges = source.ignore_merges;
-  model->nfc = source.nfc;
-
-  // Ids: unique, and together (vocabulary and added tokens) 0 .. N-1, so that
-  // no id is a hole and no file makes us allocate more than it holds.
   const std::size_t bound = source.vocab.size() + source.added.size();
   std::vector<const std::string*> text_of(bound, nullptr);
   const auto place = [&](const std::string& token, std::int64_t id, const std::string& where) {
@@ -68,20 +62,20 @@ std::shared_ptr<BpeTokenizer::Model> build_bpe_model(BpeSource source) {
     slot = &token;
     return repeated;
   };
-  model->ids.reserve(source.vocab.size() + source.added.size());
+  model.ids.reserve(bound);
   for (const BpeSource::Entry& e : source.vocab) {
     place(e.token, e.id, e.where);
-    if (!model->ids.emplace(e.token, static_cast<std::int32_t>(e.id)).second)
+    if (!model.ids.emplace(e.token, static_cast<std::int32_t>(e.id)).second)
       fail_value(function, e.where + " is a token twice");
   }
   for (const BpeSource::Added& a : source.added) {
     const bool in_vocab = place(a.token.content, a.token.id, a.where);
     const auto [it, inserted] =
-        model->ids.emplace(a.token.content, static_cast<std::int32_t>(a.token.id));
+        model.ids.emplace(a.token.content, static_cast<std::int32_t>(a.token.id));
     if (!inserted && (!in_vocab || it->second != a.token.id))
       fail_value(function, a.where + " '" + escaped(a.token.content, 64) +
                                "' is already a token with id " + std::to_string(it->second));
-    model->added.push_back(a.token);
+    model.added.push_back(a.token);
   }
   std::size_t n = 0;
   while (n < bound && text_of[n] != nullptr) ++n;
@@ -90,136 +84,181 @@ std::shared_ptr<BpeTokenizer::Model> build_bpe_model(BpeSource source) {
       fail_value(function, source.vocab_where + " has no token with id " + std::to_string(n) +
                                " but has id " + std::to_string(id) +
                                ": the ids must be 0 .. N-1 for the N tokens");
-  model->tokens.resize(n);
-  model->token_bytes.resize(n);
-  model->special.assign(n, 0);
-  for (std::size_t id = 0; id < n; ++id) {
-    model->tokens[id] = *text_of[id];
-    model->token_bytes[id] = token_bytes_of(model->tokens[id]);
-  }
-  for (const AddedToken& a : model->added) {
-    const auto id = static_cast<std::size_t>(a.id);
-    model->token_bytes[id] = a.content;  // added tokens decode to their text
-    if (a.special) model->special[id] = 1;
-  }
+  text_of.resize(n);
+  return text_of;
+}
 
+// Each id's text, the bytes it decodes to and whether it is special.
+void set_tokens(const std::vector<const std::string*>& text_of, BpeTokenizer::Model& model) {
+  const std::size_t n = text_of.size();
+  model.tokens.resize(n);
+  model.token_bytes.resize(n);
+  model.special.assign(n, 0);
+  for (std::size_t id = 0; id < n; ++id) {
+    model.tokens[id] = *text_of[id];
+    model.token_bytes[id] = token_bytes_of(model.tokens[id]);
+  }
+  for (const AddedToken& a : model.added) {
+    const auto id = static_cast<std::size_t>(a.id);
+    model.token_bytes[id] = a.content;  // added tokens decode to their text
+    if (a.special) model.special[id] = 1;
+  }
+}
+
+void set_byte_ids(const BpeSource& source, BpeTokenizer::Model& model) {
   for (int b = 0; b < 256; ++b) {
     const std::string& c = byte_to_unicode(static_cast<unsigned char>(b));
-    const auto it = model->ids.find(c);
-    if (it == model->ids.end())
-      fail_value(function, source.vocab_where + " lacks the byte-level token '" + c + "' of byte " +
-                               std::to_string(b) + " (a byte-level BPE vocabulary has all 256)");
-    model->byte_ids[b] = it->second;
+    const auto it = model.ids.find(c);
+    if (it == model.ids.end())
+      fail_value(source.function, source.vocab_where + " lacks the byte-level token '" + c +
+                                      "' of byte " + std::to_string(b) +
+                                      " (a byte-level BPE vocabulary has all 256)");
+    model.byte_ids[b] = it->second;
   }
+}
 
-  // Merges: rank = line order; a pair listed twice keeps its last rank, as
-  // encoder.py's dict(zip(merges, range(len(merges)))) does.
-  model->merges.reserve(source.merges.size());
-  model->merge_rules = source.merges.size();
+// Merges: rank = line order; a pair listed twice keeps its last rank, as
+// encoder.py's dict(zip(merges, range(len(merges)))) does.
+void set_merges(const BpeSource& source, BpeTokenizer::Model& model) {
+  model.merges.reserve(source.merges.size());
+  model.merge_rules = source.merges.size();
   for (std::size_t rank = 0; rank < source.merges.size(); ++rank) {
     const BpeSource::MergeRule& m = source.merges[rank];
     const auto find = [&](const std::string& token) {
-      const auto it = model->ids.find(token);
-      if (it == model->ids.end())
-        fail_value(function, m.where + " merges '" + escaped(m.left, 64) + "' and '" +
-                                 escaped(m.right, 64) + "', but '" + escaped(token, 64) +
-                                 "' is not in the vocabulary");
+      const auto it = model.ids.find(token);
+      if (it == model.ids.end())
+        fail_value(source.function, m.where + " merges '" + escaped(m.left, 64) + "' and '" +
+                                        escaped(m.right, 64) + "', but '" + escaped(token, 64) +
+                                        "' is not in the vocabulary");
       return it->second;
     };
     const std::int32_t left = find(m.left), right = find(m.right), merged = find(m.left + m.right);
-    model->merges[pair_key(left, right)] = {static_cast<std::int32_t>(rank), merged};
+    model.merges[pair_key(left, right)] = {static_cast<std::int32_t>(rank), merged};
   }
+}
 
-  model->added_by_first_byte.resize(256);
-  for (std::size_t i = 0; i < model->added.size(); ++i)
-    model->added_by_first_byte[static_cast<unsigned char>(model->added[i].content[0])].push_back(i);
-  for (auto& list : model->added_by_first_byte)
+// The added tokens by first byte, longest first: encode's search order.
+void index_added(BpeTokenizer::Model& model) {
+  model.added_by_first_byte.resize(256);
+  for (std::size_t i = 0; i < model.added.size(); ++i)
+    model.added_by_first_byte[static_cast<unsigned char>(model.added[i].content[0])].push_back(i);
+  for (auto& list : model.added_by_first_byte)
     std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
-      return model->added[a].content.size() > model->added[b].content.size();
+      return model.added[a].content.size() > model.added[b].content.size();
     });
+}
+
+}  // namespace
+
+std::shared_ptr<BpeTokenizer::Model> build_bpe_model(BpeSource source) {
+  auto model = std::make_shared<BpeTokenizer::Model>();
+  model->pattern = source.pattern;
+  model->ignore_merges = source.ignore_merges;
+  model->nfc = source.nfc;
+  set_tokens(place_ids(source, *model), *model);
+  set_byte_ids(source, *model);
+  set_merges(source, *model);
+  index_added(*model);
   return model;
 }
 
 namespace {
 
+// With ignore_merges (LLaMA-3's tokenizer.json), a piece that is a
+// vocabulary token as a whole is that token: appends it and returns true.
+bool whole_piece_token(const BpeTokenizer::Model& model, std::string_view piece,
+                       std::vector<std::int64_t>& out) {
+  std::string token;
+  for (char c : piece) token += byte_to_unicode(static_cast<unsigned char>(c));
+  const auto it = model.ids.find(token);
+  if (it == model.ids.end()) return false;
+  out.push_back(it->second);
+  return true;
+}
+
 // encoder.py's bpe() on one piece: while some adjacent pair has a rank, take
 // the lowest and merge it at each of its leftmost non-overlapping places.
 // With a heap of (rank, position) the work is O(n log n) for a piece of n
 // bytes; pairs a pass creates wait until the pass is over, as encoder.py
-// only looks for the next pair after rebuilding the word.
-void merge_piece(const BpeTokenizer::Model& model, std::string_view piece,
-                 std::vector<std::int64_t>& out) {
-  const std::size_t n = piece.size();
-  if (model.ignore_merges && n > 1) {
-    std::string token;
-    for (char c : piece) token += byte_to_unicode(static_cast<unsigned char>(c));
-    const auto it = model.ids.find(token);
-    if (it != model.ids.end()) {
-      out.push_back(it->second);
-      return;
-    }
+// only looks for the next pair after rebuilding the word. The symbols are a
+// linked list over the piece's bytes; the buffers are kept per thread, so a
+// warm encode allocates none.
+class PieceMerger {
+ public:
+  void run(const BpeTokenizer::Model& model, std::string_view piece,
+           std::vector<std::int64_t>& out) {
+    start(model, piece);
+    while (!heap_.empty()) merge_lowest_rank(model);
+    for (std::int32_t i = 0; i >= 0; i = next_[at(i)]) out.push_back(id_[at(i)]);
   }
-  // The symbols as a linked list over the piece's bytes, and the candidate
-  // pairs; the buffers are kept per thread, so a warm encode allocates none.
+
+ private:
   struct Candidate {
     std::int32_t rank, position, left, right;  // the pair (left, right) at position
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : position > o.position;
     }
   };
-  struct Scratch {
-    std::vector<std::int32_t> id, next, prev;
-    std::vector<Candidate> heap, created;
-  };
-  thread_local Scratch s;
-  std::vector<std::int32_t>& id = s.id;
-  std::vector<std::int32_t>& next = s.next;
-  std::vector<std::int32_t>& prev = s.prev;
-  id.resize(n), next.resize(n), prev.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    id[i] = model.byte_ids[static_cast<unsigned char>(piece[i])];
-    next[i] = i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1;
-    prev[i] = static_cast<std::int32_t>(i) - 1;  // -2 marks a symbol merged away
+  static std::size_t at(std::int32_t i) { return static_cast<std::size_t>(i); }
+
+  void start(const BpeTokenizer::Model& model, std::string_view piece) {
+    const std::size_t n = piece.size();
+    id_.resize(n), next_.resize(n), prev_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      id_[i] = model.byte_ids[static_cast<unsigned char>(piece[i])];
+      next_[i] = i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1;
+      prev_[i] = static_cast<std::int32_t>(i) - 1;  // -2 marks a symbol merged away
+    }
+    heap_.clear(), created_.clear();
+    for (std::size_t i = 0; i + 1 < n; ++i) consider(model, static_cast<std::int32_t>(i), heap_);
+    std::make_heap(heap_.begin(), heap_.end(), later_);
   }
-  std::vector<Candidate>& heap = s.heap;  // a min-heap on (rank, position)
-  std::vector<Candidate>& created = s.created;
-  heap.clear(), created.clear();
-  const std::greater<Candidate> later;
-  const auto consider = [&](std::int32_t position, std::vector<Candidate>& into) {
-    const std::int32_t right = next[static_cast<std::size_t>(position)];
+
+  // The pair starting at `position`, if it has a rank, goes into `into`.
+  void consider(const BpeTokenizer::Model& model, std::int32_t position,
+                std::vector<Candidate>& into) const {
+    const std::int32_t right = next_[at(position)];
     if (right < 0) return;
-    const std::int32_t a = id[static_cast<std::size_t>(position)];
-    const std::int32_t b = id[static_cast<std::size_t>(right)];
+    const std::int32_t a = id_[at(position)], b = id_[at(right)];
     const auto it = model.merges.find(pair_key(a, b));
     if (it != model.merges.end()) into.push_back({it->second.rank, position, a, b});
-  };
-  for (std::size_t i = 0; i + 1 < n; ++i) consider(static_cast<std::int32_t>(i), heap);
-  std::make_heap(heap.begin(), heap.end(), later);
-  while (!heap.empty()) {
-    const std::int32_t rank = heap.front().rank;
-    while (!heap.empty() && heap.front().rank == rank) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      const Candidate c = heap.back();
-      heap.pop_back();
-      const auto p = static_cast<std::size_t>(c.position);
-      const std::int32_t r = next[p];
-      if (prev[p] == -2 || r < 0 || id[p] != c.left || id[static_cast<std::size_t>(r)] != c.right)
-        continue;  // a stale entry: the pair is no longer there
-      id[p] = model.merges.find(pair_key(c.left, c.right))->second.merged;
-      prev[static_cast<std::size_t>(r)] = -2;
-      next[p] = next[static_cast<std::size_t>(r)];
-      if (next[p] >= 0) prev[static_cast<std::size_t>(next[p])] = c.position;
-      if (prev[p] >= 0) consider(prev[p], created);
-      consider(c.position, created);
-    }
-    for (const Candidate& c : created) {
-      heap.push_back(c);
-      std::push_heap(heap.begin(), heap.end(), later);
-    }
-    created.clear();
   }
-  for (std::int32_t i = 0; i >= 0; i = next[static_cast<std::size_t>(i)])
-    out.push_back(id[static_cast<std::size_t>(i)]);
+
+  // Merges every place of the lowest rank left, left to right.
+  void merge_lowest_rank(const BpeTokenizer::Model& model) {
+    const std::int32_t rank = heap_.front().rank;
+    while (!heap_.empty() && heap_.front().rank == rank) {
+      std::pop_heap(heap_.begin(), heap_.end(), later_);
+      const Candidate c = heap_.back();
+      heap_.pop_back();
+      const std::size_t p = at(c.position);
+      const std::int32_t r = next_[p];
+      if (prev_[p] == -2 || r < 0 || id_[p] != c.left || id_[at(r)] != c.right)
+        continue;  // a stale entry: the pair is no longer there
+      id_[p] = model.merges.find(pair_key(c.left, c.right))->second.merged;
+      prev_[at(r)] = -2;
+      next_[p] = next_[at(r)];
+      if (next_[p] >= 0) prev_[at(next_[p])] = c.position;
+      if (prev_[p] >= 0) consider(model, prev_[p], created_);
+      consider(model, c.position, created_);
+    }
+    for (const Candidate& c : created_) {
+      heap_.push_back(c);
+      std::push_heap(heap_.begin(), heap_.end(), later_);
+    }
+    created_.clear();
+  }
+
+  std::vector<std::int32_t> id_, next_, prev_;
+  std::vector<Candidate> heap_, created_;  // heap_: a min-heap on (rank, position)
+  std::greater<Candidate> later_;
+};
+
+void merge_piece(const BpeTokenizer::Model& model, std::string_view piece,
+                 std::vector<std::int64_t>& out) {
+  if (model.ignore_merges && piece.size() > 1 && whole_piece_token(model, piece, out)) return;
+  thread_local PieceMerger merger;
+  merger.run(model, piece, out);
 }
 
 void encode_piece(const BpeTokenizer::Model& model, std::string_view piece,
