@@ -4,7 +4,6 @@
 #include <string>
 
 #include "errors.hpp"
-#include "profiler.hpp"
 
 namespace xtgrad {
 
@@ -90,20 +89,8 @@ std::size_t Tape<T>::record(const char* op, const std::size_t* parents, std::siz
   node.grad_ready = false;
   node.infinity_allowed = false;
   node.stamp = next_stamp_++;
-  if (profiler_) profiler_->forward_begin(*this, size_);
+  if (profiler_) profile_forward_begin(size_);
   return size_++;
-}
-
-template <class T>
-void Tape<T>::profile_forward_end(std::size_t index) {
-  profiler_->forward_end(*this, index);
-}
-
-template <class T>
-void Tape<T>::profile_backward(std::size_t index) {
-  profiler_->backward_begin(*this, index);
-  node_at(index).backward(*this, node_at(index).grad);
-  profiler_->backward_end(*this, index);
 }
 
 template <class T>
@@ -129,7 +116,7 @@ Var<T> Tape<T>::param(Parameter<T>& p) {
   // value stays unused for a Parameter node (value() reads p.value); resetting
   // it would allocate (a default xarray holds one element) every step.
   if (detect_anomaly_) check_forward(index);
-  if (profiler_) profiler_->forward_end(*this, index);
+  if (profiler_) profile_forward_end(index);
   watch_growth(p);
   return var(index);
 }

@@ -349,7 +349,9 @@ class Tape {
   std::string describe(std::size_t index) const;
   [[noreturn]] void fail_param_changed(std::size_t index, const char* where) const;
   const xt::xarray<T>* accumulated_grad(std::size_t index) const;
-  void profile_forward_end(std::size_t index);  // the profiler_ hooks, in tape.cpp
+  // The profiler_ hooks, in tape_profiling.cpp.
+  void profile_forward_begin(std::size_t index);
+  void profile_forward_end(std::size_t index);
   void profile_backward(std::size_t index);
   void run_rule(std::size_t index);  // node index's rule, profiled and checked
 
