@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -79,19 +78,15 @@ void print_samples(std::FILE* f, const char* title, const std::vector<std::strin
 }
 
 demos::PlotResult plot_loss(const fs::path& out, double before, double after) {
-  if (!demos::have_gnuplot()) return demos::PlotResult::no_gnuplot;
-  const fs::path script = out / "loss.gp";
-  std::ofstream gp = demos::open_for_writing(script);
-  const std::string history = demos::gp_quote((out / "history.csv").string());
-  gp << "set terminal pngcairo size 900,560 enhanced font 'Sans,11'\n"
-     << "set datafile separator ','\nset grid\nset key top right\nset xlabel 'step'\n"
-     << "set output " << demos::gp_quote((out / "loss.png").string()) << "\n"
-     << "set title 'LoRA fine-tuning: cross-entropy (nats per token)'\nset ylabel 'loss'\n"
-     << "plot " << history << " using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'train', \\\n"
-     << "     " << before << " with lines dt 2 lc rgb '#7f7f7f' title 'held out, before', \\\n"
-     << "     " << after << " with lines dt 2 lc rgb '#d62728' title 'held out, after'\n";
-  demos::check_written(gp, script);
-  return demos::run_gnuplot(script, out);
+  return demos::plot(out, "loss.gp", [&](std::ostream& gp) {
+    const std::string history = demos::gp_quote((out / "history.csv").string());
+    gp << demos::line_chart("step") << "set output " << demos::gp_quote((out / "loss.png").string())
+       << "\n"
+       << "set title 'LoRA fine-tuning: cross-entropy (nats per token)'\nset ylabel 'loss'\n"
+       << "plot " << history << " using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'train', \\\n"
+       << "     " << before << " with lines dt 2 lc rgb '#7f7f7f' title 'held out, before', \\\n"
+       << "     " << after << " with lines dt 2 lc rgb '#d62728' title 'held out, after'\n";
+  });
 }
 
 }  // namespace
