@@ -2,6 +2,7 @@
 
 #include "program.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -9,8 +10,22 @@
 #include <xtgrad/engine/matmul_precision.hpp>
 #include <xtgrad/engine/threads.hpp>
 #include <xtgrad/engine/weight_packing.hpp>
+#include <xtgrad/training/run_state.hpp>
 
 namespace demos {
+
+void add_extras(xtgrad::TrainingExtras& extras, const std::string& prefix,
+                const nlohmann::json& values) {
+  for (const auto& item : values.items()) {
+    const nlohmann::json& v = item.value();
+    if (v.is_number_float())
+      extras.reals[prefix + item.key()] = v.get<double>();
+    else if (v.is_number_unsigned())
+      extras.integers[prefix + item.key()] = xtgrad::training::seed_bits(v.get<std::uint64_t>());
+    else
+      extras.integers[prefix + item.key()] = v.get<std::int64_t>();
+  }
+}
 
 Program::Program(int& argc, char**& argv, std::string program, const std::string& description)
     : parallel(argc, argv), app(description), name(std::move(program)) {}

@@ -26,8 +26,10 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <xtgrad/training/data_parallel.hpp>
 #include <xtgrad/training/step_observer.hpp>
+#include <xtgrad/training/training_state.hpp>
 
 namespace demos {
 
@@ -38,6 +40,13 @@ struct AppOptions {
   std::string out;                // --out
   std::string data_dir;           // --data-dir
 };
+
+// Adds the numbers of `values` (a JSON object: the options struct's to_json)
+// to a run's saved identity (training/run_state.hpp) as "<prefix><name>":
+// whole numbers and booleans (1, 0) as integers, an unsigned one by its bits
+// (training::seed_bits), the others as reals.
+void add_extras(xtgrad::TrainingExtras& extras, const std::string& prefix,
+                const nlohmann::json& values);
 
 // No demo data error: the default of Program::run.
 struct NoDataError {

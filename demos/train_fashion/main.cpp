@@ -50,29 +50,23 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
                   {"token_hidden", m.token_hidden},
                   {"channel_hidden", m.channel_hidden}});
   }
-  const TrainOptions& t = o.train;
-  return {{"model", model},
-          {"epochs", t.epochs},
-          {"batch_size", t.batch_size},
-          {"lr", t.lr},
-          {"weight_decay", t.weight_decay},
-          {"warmup_epochs", t.warmup_epochs},
-          {"label_smoothing", t.label_smoothing},
-          {"augment", t.flip ? "flip" : "none"},
-          {"seed", t.seed},
-          {"threads", o.app.threads},
-          {"train_images", data.train.labels.size()},
-          {"test_images", data.test.labels.size()},
-          {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
-          {"final_test_loss", r.final_test.loss},
-          {"final_test_accuracy", r.final_test.accuracy},
-          {"steps", r.steps},
-          {"data_seconds", data_seconds},
-          {"train_seconds", train_seconds},
-          {"seconds_per_epoch", epochs > 0 ? train_seconds / epochs : 0.0},
-          {"images_per_second",
-           train_seconds > 0 ? epochs * data.train.labels.size() / train_seconds : 0.0},
-          {"total_seconds", total_seconds}};
+  nlohmann::json summary = o.train;  // the options that fix the run's numbers
+  summary.update({{"model", model},
+                  {"augment", o.train.flip ? "flip" : "none"},
+                  {"threads", o.app.threads},
+                  {"train_images", data.train.labels.size()},
+                  {"test_images", data.test.labels.size()},
+                  {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
+                  {"final_test_loss", r.final_test.loss},
+                  {"final_test_accuracy", r.final_test.accuracy},
+                  {"steps", r.steps},
+                  {"data_seconds", data_seconds},
+                  {"train_seconds", train_seconds},
+                  {"seconds_per_epoch", epochs > 0 ? train_seconds / epochs : 0.0},
+                  {"images_per_second",
+                   train_seconds > 0 ? epochs * data.train.labels.size() / train_seconds : 0.0},
+                  {"total_seconds", total_seconds}});
+  return summary;
 }
 
 int run(const Options& o, demos::Program& program) {

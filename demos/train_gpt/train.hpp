@@ -57,6 +57,10 @@ struct TrainOptions : xtgrad::training::RunOptions {
   double sample_temperature = 0.8;
   bool expert_parallel = false;  // under mpirun the experts sharded over the ranks
 };
+// The options that fix a run's numbers in summary.json (the saved identity
+// adds eval_interval and eval_windows, run_state.cpp).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOptions, steps, batch_size, lr, min_lr_ratio, warmup_steps,
+                                   weight_decay, beta2, grad_clip, seed)
 
 struct HistoryRecord {
   std::size_t step = 0;     // 1-based, the step just done
