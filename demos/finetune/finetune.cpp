@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#include <xtgrad/data/token_windows.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/lora.hpp>
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
@@ -29,17 +30,11 @@ struct Record {
 };
 
 // B windows of T + 1 tokens of `ids` from offsets drawn by `rng` in [lo, hi - T - 1].
-std::pair<Indices, Indices> windows(const std::vector<std::int64_t>& ids, std::size_t lo,
-                                    std::size_t hi, std::size_t batch, std::size_t t,
-                                    xtgrad::Generator& rng) {
-  Indices x = xt::empty<std::int64_t>(std::vector<std::size_t>{batch, t});
-  Indices y = xt::empty<std::int64_t>(std::vector<std::size_t>{batch * t});
-  for (std::size_t b = 0; b < batch; ++b) {
-    const std::size_t start = lo + std::size_t(rng() % (hi - lo - t));
-    std::copy_n(ids.begin() + std::ptrdiff_t(start), t, &x(b, 0));
-    std::copy_n(ids.begin() + std::ptrdiff_t(start + 1), t, &y(b * t));
-  }
-  return {x, y};
+xtgrad::TokenWindows windows(const std::vector<std::int64_t>& ids, std::size_t lo, std::size_t hi,
+                             std::size_t batch, std::size_t t, xtgrad::Generator& rng) {
+  std::vector<std::size_t> starts(batch);
+  for (std::size_t& start : starts) start = lo + std::size_t(rng() % (hi - lo - t));
+  return xtgrad::next_token_windows(ids.data(), ids.size(), starts, t);
 }
 
 // The mean cross-entropy of `model` on `count` fixed windows of the held-out tail.
