@@ -279,7 +279,7 @@ int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBas
 }
 
 template <class T>
-int run(Options o, demos::Program& program) {
+int run(const Options& o, demos::Program& program) {
   training::Parallel& parallel = program.parallel;
   std::mt19937_64 data_generator(o.seed);
   ToyData<T> d;
@@ -296,7 +296,6 @@ int run(Options o, demos::Program& program) {
   const auto [first, count] = parallel.slice(k_train_tokens, "the training batch");
   d.x_local = xt::view(d.x_train, xt::range(first, first + count));
   d.y_local = xt::view(d.y_train, xt::range(first, first + count));
-  if (parallel.quiet()) o.observe = {};
   const fs::path out(o.out);
   if (!parallel.quiet()) fs::create_directories(out);
 

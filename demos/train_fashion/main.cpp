@@ -108,7 +108,8 @@ int run(const Options& o, demos::Program& program) {
 
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  program.add("--model", o.model.kind, "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)",
+  ModelConfig& m = o.model;
+  program.add("--model", m.kind, "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)",
               CLI::IsMember({"mlp", "mixer"}));
   program.add("--epochs", o.train.epochs, "training epochs", CLI::Range(1, 10000));
   program.add("--batch-size", o.train.batch_size, "images per mini-batch", CLI::Range(1, 60000));
@@ -131,16 +132,16 @@ void add_options(demos::Program& program, Options& o) {
                  "[default: none for mlp, whose dropout is its regularizer; flip for mixer, which "
                  "overfits without it]")
       ->check(CLI::IsMember({"none", "flip"}));
-  program.add("--hidden", o.model.hidden, "mlp: hidden width", CLI::Range(1, 65536));
-  program.add("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer",
+  program.add("--hidden", m.hidden, "mlp: hidden width", CLI::Range(1, 65536));
+  program.add("--dropout", m.dropout, "mlp: dropout probability after each hidden layer",
               CLI::Range(0.0, 0.99));
-  program.add("--patch", o.model.patch, "mixer: patch side (divides 28)",
+  program.add("--patch", m.patch, "mixer: patch side (divides 28)",
               CLI::IsMember({1, 2, 4, 7, 14, 28}));
-  program.add("--width", o.model.width, "mixer: channels per token", CLI::Range(1, 4096));
-  program.add("--blocks", o.model.blocks, "mixer: number of mixer blocks", CLI::Range(0, 64));
-  program.add("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing",
+  program.add("--width", m.width, "mixer: channels per token", CLI::Range(1, 4096));
+  program.add("--blocks", m.blocks, "mixer: number of mixer blocks", CLI::Range(0, 64));
+  program.add("--token-hidden", m.token_hidden, "mixer: hidden width of token mixing",
               CLI::Range(1, 4096));
-  program.add("--channel-hidden", o.model.channel_hidden, "mixer: hidden width of channel mixing",
+  program.add("--channel-hidden", m.channel_hidden, "mixer: hidden width of channel mixing",
               CLI::Range(1, 16384));
   program.add("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout",
               CLI::NonNegativeNumber);
@@ -168,12 +169,11 @@ int main(int argc, char** argv) {
                          "Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST");
   Options o;
   add_options(program, o);
-  if (const auto code = program.parse(argc, argv)) return *code;
-  // The defaults that depend on the model.
-  const bool mixer = o.model.kind == "mixer";
-  o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
-  if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
-  o.app.threads = program.threads(o.app.threads);
-  if (program.parallel.quiet()) o.train.observe = {};
+  const auto model_defaults = [&] {  // the defaults that depend on the model
+    const bool mixer = o.model.kind == "mixer";
+    o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
+    if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
+  };
+  if (const auto code = program.parse(argc, argv, model_defaults)) return *code;
   return program.run<DataError>([&] { return run(o, program); });
 }

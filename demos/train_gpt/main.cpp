@@ -268,7 +268,6 @@ int main(int argc, char** argv) {
     return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  o.app.threads = program.threads(o.app.threads);
   return program.run<DataError>([&] {
     return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
   });

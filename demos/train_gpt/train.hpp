@@ -41,11 +41,11 @@ namespace gpt_demo {
 
 // --save writes at every evaluation and at the end; --stop-after is a step.
 struct TrainOptions : xtgrad::training::RunOptions {
-  std::size_t steps = 1500;
-  std::size_t batch_size = 32;
-  double lr = 3e-3;
+  double lr = 3e-3;           // the peak, after warmup_steps of the schedule's steps
   double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio
+  std::size_t steps = 1500;
   std::size_t warmup_steps = 100;
+  std::size_t batch_size = 32;
   double weight_decay = 0.1;
   double beta2 = 0.99;
   double grad_clip = 1.0;
