@@ -87,7 +87,6 @@ demos::PlotResult plot_loss(const fs::path& out, double before, double after) {
 }  // namespace
 
 int run(const Options& o) {
-  xtgrad::set_num_threads(o.threads);
   const fs::path out(o.out), dir = model_directory(o);
   fs::create_directories(out);
   Model model = xtgrad::load_llama<float>(dir, {std::max(o.block_size, o.max_new_tokens)});
