@@ -194,7 +194,7 @@ TEST_CASE("bad input: Batcher") {
 }
 
 TEST_CASE(
-    "next_token_windows: each row and its targets one token further on; bad windows refused") {
+    "next_token_windows: each row and its targets one token further on, bad windows refused") {
   const std::vector<std::int64_t> ids = {10, 11, 12, 13, 14, 15};
   const TokenWindows w = next_token_windows(ids.data(), ids.size(), {3, 0}, 2);
   CHECK(w.inputs == Indices{{13, 14}, {10, 11}});
