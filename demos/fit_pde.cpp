@@ -18,10 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <iostream>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,6 +26,8 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/linear.hpp>
 #include <xtgrad/optim/adam.hpp>
+
+#include "common/program.hpp"
 
 namespace {
 
@@ -41,33 +40,6 @@ struct Settings {
   int steps = 4000;
   std::uint64_t seed = 1;
 };
-
-// A whole decimal number (digits only), or nullopt.
-std::optional<std::uint64_t> number(const std::string& text) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  return std::stoull(text);
-}
-
-Settings parse(int argc, char** argv) {
-  Settings s;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument("fit_pde: " + arg + " needs a value");
-    const std::string value = argv[++i];
-    const std::optional<std::uint64_t> n = number(value);
-    if (arg == "--activation" && (value == "silu" || value == "tanh"))
-      s.activation = value;
-    else if (arg == "--steps" && n && *n > 0)
-      s.steps = static_cast<int>(*n);
-    else if (arg == "--seed" && n)
-      s.seed = *n;
-    else
-      throw std::invalid_argument("fit_pde: bad argument " + arg + " " + value +
-                                  " (expected --activation silu|tanh, --steps N > 0, --seed S)");
-  }
-  return s;
-}
 
 // u(x) = W3 f(W2 f(W1 x + b1) + b2) + b3, x [N, 1] -> [N, 1], 32 hidden units.
 class Network {
@@ -147,26 +119,32 @@ double fit(Network& u, int steps) {
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  const Settings settings = parse(argc, argv);
-  std::cout << "fit_pde: " << compute_info() << "\n";
-  Generator generator(settings.seed);
-  Network u(settings.activation, generator);
-  const double seconds = fit(u, settings.steps);
+int main(int argc, char** argv) {
+  demos::Program program(
+      argc, argv, "fit_pde",
+      "Solve u'' = -pi^2 sin(pi x), u(0) = u(1) = 0, with a physics-informed MLP");
+  Settings settings;
+  program.add("--activation", settings.activation, "silu or tanh", CLI::IsMember({"silu", "tanh"}));
+  program.add("--steps", settings.steps, "Adam steps", CLI::Range(1, 999999999));
+  program.add("--seed", settings.seed, "seed of the initialization", CLI::NonNegativeNumber);
+  if (const auto code = program.parse(argc, argv)) return *code;
+  return program.run([&] {
+    program.start_compute("f32");  // the machine line
+    Generator generator(settings.seed);
+    Network u(settings.activation, generator);
+    const double seconds = fit(u, settings.steps);
 
-  // The trained network against sin(pi x) on a fine grid.
-  Tape<double> tape;
-  NoGradGuard<double> no_grad(tape);
-  const xt::xarray<double> x_test = column(201, 0.0, 1.0);
-  const xt::xarray<double> u_test = u(tape.leaf(x_test, false)).value();
-  double max_error = 0.0;
-  for (std::size_t i = 0; i < x_test.shape()[0]; ++i)
-    max_error = std::max(max_error, std::abs(u_test(i, 0) - std::sin(k_pi * x_test(i, 0))));
-  std::cout << "activation " << settings.activation << ", " << settings.steps << " steps in "
-            << seconds << " s\n"
-            << "max error " << max_error << "\n";
-  return 0;
-} catch (const std::exception& e) {
-  std::cerr << e.what() << "\n";
-  return 2;
+    // The trained network against sin(pi x) on a fine grid.
+    Tape<double> tape;
+    NoGradGuard<double> no_grad(tape);
+    const xt::xarray<double> x_test = column(201, 0.0, 1.0);
+    const xt::xarray<double> u_test = u(tape.leaf(x_test, false)).value();
+    double max_error = 0.0;
+    for (std::size_t i = 0; i < x_test.shape()[0]; ++i)
+      max_error = std::max(max_error, std::abs(u_test(i, 0) - std::sin(k_pi * x_test(i, 0))));
+    std::cout << "activation " << settings.activation << ", " << settings.steps << " steps in "
+              << seconds << " s\n"
+              << "max error " << max_error << "\n";
+    return 0;
+  });
 }

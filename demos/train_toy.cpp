@@ -8,13 +8,9 @@
 // Writes to --out (default toy_out/): history.csv, slice.csv, summary.json,
 // and loss.png, slice.png rendered by gnuplot. --graph FILE.svg draws the tape
 // of one training step; --profile prints where the last steps' time went.
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -23,16 +19,18 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/modules.hpp>
 #include <xtgrad/optim/optim.hpp>
-
+#include <xtgrad/training/progress.hpp>
+#include <xtgrad/training/run_state.hpp>
 #include <xtgrad/training/training_optimizer.hpp>
 
 #include "common/program.hpp"
+#include "common/report_files.hpp"
 
 namespace {
 
@@ -126,36 +124,41 @@ struct Record {
   double train_ffn, heldout_ffn, train_baseline, heldout_baseline;
 };
 
-// Renders loss.png and slice.png from the CSV files with gnuplot.
-bool plot(const fs::path& out, bool with_history) {  // history: a training run
-  const fs::path script = out / "plots.gp";
-  std::ofstream gp(script);
-  gp << "set terminal pngcairo size 900,560 enhanced font 'Sans,11'\n"
-     << "set datafile separator ','\nset key top right\nset grid\n";
-  if (with_history)
-    gp << "set output '" << (out / "loss.png").string() << "'\n"
-       << "set title 'Toy regression: mean squared error'\nset xlabel 'step'\n"
-       << "set ylabel 'MSE (log scale)'\nset logscale y\nset format y '10^{%L}'\n"
-       << "f = '" << (out / "history.csv").string() << "'\n"
-       << "plot f using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'FFN train', \\\n"
-       << "     f using 1:3 with lines lw 2 dt 2 lc rgb '#1f77b4' title 'FFN held-out', \\\n"
-       << "     f using 1:4 with lines lw 2 lc rgb '#d62728' title 'linear baseline train', \\\n"
-       << "     f using 1:5 with lines lw 2 dt 2 lc rgb '#d62728' title 'linear baseline "
-          "held-out'\n";
-  gp << "unset logscale y\nset format y '%g'\n"
-     << "set output '" << (out / "slice.png").string() << "'\n"
-     << "set title 'Learned y_1 on the slice x_2 = 0'\nset xlabel 'x_1'\nset ylabel 'y_1'\n"
-     << "set key top center\n"
-     << "s = '" << (out / "slice.csv").string() << "'\n"
-     << "plot s using 1:2 with lines lw 3 lc rgb '#7f7f7f' title 'true |x_1|', \\\n"
-     << "     s using 1:3 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#1f77b4' title 'FFN'";
-  // The baseline is trained only in this run, not in a --load evaluation.
-  if (with_history)
-    gp << ", \\\n     s using 1:4 with lines lw 2 lc rgb '#d62728' title 'linear baseline'";
-  gp << "\n";
-  gp.close();
-  const std::string command = "gnuplot '" + script.string() + "'";
-  return std::system(command.c_str()) == 0;
+// The columns of history.csv.
+const training::HistoryFields<Record> k_history_fields{
+    {{"step", &Record::step}},
+    {{"train_ffn", &Record::train_ffn},
+     {"heldout_ffn", &Record::heldout_ffn},
+     {"train_baseline", &Record::train_baseline},
+     {"heldout_baseline", &Record::heldout_baseline}}};
+
+// Renders loss.png (a training run's) and slice.png from the CSV files with gnuplot.
+demos::PlotResult plot(const fs::path& out, bool with_history) {
+  return demos::plot(out, "plots.gp", [&](std::ostream& gp) {
+    const auto file = [&](const char* name) { return demos::gp_quote((out / name).string()); };
+    gp << demos::line_chart("step");
+    if (with_history)
+      gp << "set output " << file("loss.png") << "\n"
+         << "set title 'Toy regression: mean squared error'\n"
+         << "set ylabel 'MSE (log scale)'\nset logscale y\nset format y '10^{%L}'\n"
+         << "f = " << file("history.csv") << "\n"
+         << "plot f using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'FFN train', \\\n"
+         << "     f using 1:3 with lines lw 2 dt 2 lc rgb '#1f77b4' title 'FFN held-out', \\\n"
+         << "     f using 1:4 with lines lw 2 lc rgb '#d62728' title 'linear baseline train', \\\n"
+         << "     f using 1:5 with lines lw 2 dt 2 lc rgb '#d62728' title 'linear baseline "
+            "held-out'\n";
+    gp << "unset logscale y\nset format y '%g'\n"
+       << "set output " << file("slice.png") << "\n"
+       << "set title 'Learned y_1 on the slice x_2 = 0'\nset xlabel 'x_1'\nset ylabel 'y_1'\n"
+       << "set key top center\n"
+       << "s = " << file("slice.csv") << "\n"
+       << "plot s using 1:2 with lines lw 3 lc rgb '#7f7f7f' title 'true |x_1|', \\\n"
+       << "     s using 1:3 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#1f77b4' title 'FFN'";
+    // The baseline is trained only in this run, not in a --load evaluation.
+    if (with_history)
+      gp << ", \\\n     s using 1:4 with lines lw 2 lc rgb '#d62728' title 'linear baseline'";
+    gp << "\n";
+  });
 }
 
 // The toy's data: training tokens (this rank's slice of them under
@@ -172,13 +175,12 @@ std::vector<Record> train_both(const Options& o, training::Parallel& parallel, F
                                LinearBaseline<T>& baseline, const ToyData<T>& d,
                                double& final_train) {
   std::vector<Record> history;
-  const auto start = std::chrono::steady_clock::now();
   Tape<T> tape;
   training::GradientAverager<T> ffn_sync(parallel, ffn, tape), base_sync(parallel, baseline, tape);
   auto ffn_opt = make_optimizer<T>(o, parallel, ffn_sync, ffn.parameters());
   auto base_opt = make_optimizer<T>(o, parallel, base_sync, baseline.parameters());
-  const bool terminal = isatty(fileno(stdout)) && !parallel.quiet();
   training::StepObserver<T> observer(o.observe, o.steps);
+  training::Progress progress(0, o.steps, o.steps, parallel.out(), "steps/s");
   ParameterNames<T> names;  // both models, as "ffn.w1.weight", "baseline.first.weight"
   for (auto& [name, p] : ffn.named_parameters()) names.emplace_back("ffn." + name, p);
   for (auto& [name, p] : baseline.named_parameters()) names.emplace_back("baseline." + name, p);
@@ -209,21 +211,12 @@ std::vector<Record> train_both(const Options& o, training::Parallel& parallel, F
     const double train_base = parallel.mean(base_loss.value()());
     final_train = train_ffn;
     if (!logged) continue;
+    const std::size_t since = history.empty() ? step : step - history.back().step;
     history.push_back({step, train_ffn, evaluate(ffn, d.x_heldout, d.y_heldout), train_base,
                        evaluate(baseline, d.x_heldout, d.y_heldout)});
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (parallel.quiet()) continue;
-    if (terminal) {
-      std::printf("\rstep %5zu/%zu  train MSE %.3e  held-out %.3e  %.0f steps/s   ", step, o.steps,
-                  train_ffn, history.back().heldout_ffn, step / seconds);
-      std::fflush(stdout);
-    } else if (step % 500 == 0 || step == o.steps) {
-      std::printf("step %zu/%zu train MSE %.3e held-out %.3e %.0f steps/s\n", step, o.steps,
-                  train_ffn, history.back().heldout_ffn, step / seconds);
-    }
+    progress.update(step, since, train_ffn);
   }
-  if (terminal) std::printf("\n");
+  progress.finish();
   if (!parallel.quiet()) observer.report(std::cout);
   return history;
 }
@@ -240,7 +233,7 @@ int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBas
     slice_x(i, 0) = static_cast<T>(-1.0 + 2.0 * i / (k_slice_points - 1));
   const xt::xarray<T> slice_ffn = ffn.infer(slice_x), slice_base = baseline.infer(slice_x);
   double slice_error = 0.0;
-  std::ofstream slice_csv(out / "slice.csv");
+  std::ofstream slice_csv = demos::open_for_writing(out / "slice.csv");
   slice_csv << "x1,true_y1,ffn_y1,baseline_y1\n" << std::setprecision(9);
   for (std::size_t i = 0; i < k_slice_points; ++i) {
     const double x1 = slice_x(i, 0);
@@ -248,56 +241,46 @@ int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBas
     slice_csv << x1 << ',' << std::abs(x1) << ',' << slice_ffn(i, 0) << ',' << slice_base(i, 0)
               << '\n';
   }
-  slice_csv.close();
-
-  std::ofstream history_csv(out / "history.csv");
-  history_csv << "step,train_ffn,heldout_ffn,train_baseline,heldout_baseline\n"
-              << std::setprecision(9);
-  for (const Record& r : history)
-    history_csv << r.step << ',' << r.train_ffn << ',' << r.heldout_ffn << ',' << r.train_baseline
-                << ',' << r.heldout_baseline << '\n';
-  history_csv.close();
+  demos::check_written(slice_csv, out / "slice.csv");
+  training::write_history_csv(out / "history.csv", history, k_history_fields);
 
   const double heldout_ffn = evaluate(ffn, d.x_heldout, d.y_heldout);
   const double heldout_base = evaluate(baseline, d.x_heldout, d.y_heldout);
   // With --load only the FFN exists; the untrained baseline is not reported.
-  auto baseline_number = [trained_here](double v) {
+  const auto baseline_number = [trained_here](double v) {
     std::ostringstream s;
-    s << std::setprecision(9);
-    if (trained_here)
-      s << v;
-    else
-      s << "null";
-    return s.str();
+    s << std::setprecision(9) << v;
+    return trained_here ? s.str() : "null";
   };
-  std::ostringstream json;
-  json << std::setprecision(9) << "{\n"
-       << "  \"steps\": " << (o.load.empty() ? o.steps : 0) << ",\n"
-       << "  \"optimizer\": \"" << o.optimizer << "\",\n  \"lr\": " << o.lr << ",\n"
-       << "  \"activation\": \"" << o.activation << "\",\n  \"hidden\": " << o.hidden << ",\n"
-       << "  \"seed\": " << o.seed << ",\n  \"dtype\": \"" << o.dtype << "\",\n"
-       << "  \"final_train_mse\": " << final_train << ",\n"
-       << "  \"heldout_mse_ffn\": " << heldout_ffn << ",\n"
-       << "  \"heldout_mse_linear_baseline\": " << baseline_number(heldout_base) << ",\n"
-       << "  \"baseline_over_ffn\": " << baseline_number(heldout_base / heldout_ffn) << ",\n"
-       << "  \"slice_max_abs_error\": " << slice_error << ",\n"
-       << "  \"wall_seconds\": " << seconds << "\n}\n";
-  std::ofstream(out / "summary.json") << json.str();
-
-  const bool plotted = plot(out, trained_here);
+  const std::string base = baseline_number(heldout_base),
+                    ratio = baseline_number(heldout_base / heldout_ffn);
+  demos::write_summary_json(out / "summary.json",
+                            {{"steps", trained_here ? o.steps : 0},
+                             {"optimizer", o.optimizer},
+                             {"lr", o.lr},
+                             {"activation", o.activation},
+                             {"hidden", o.hidden},
+                             {"seed", o.seed},
+                             {"dtype", o.dtype},
+                             {"final_train_mse", final_train},
+                             {"heldout_mse_ffn", heldout_ffn},
+                             {"heldout_mse_linear_baseline", nlohmann::json::parse(base)},
+                             {"baseline_over_ffn", nlohmann::json::parse(ratio)},
+                             {"slice_max_abs_error", slice_error},
+                             {"wall_seconds", seconds}});
   std::cout << "final train MSE        " << final_train << "\n"
             << "held-out MSE, FFN      " << heldout_ffn << "\n"
-            << "held-out MSE, linear   " << baseline_number(heldout_base) << "  ("
-            << baseline_number(heldout_base / heldout_ffn) << "x the FFN's)\n"
+            << "held-out MSE, linear   " << base << "  (" << ratio << "x the FFN's)\n"
             << "slice x2=0, max |y1 - |x1||  " << slice_error << "\n"
-            << "wall time              " << seconds << " s\n"
-            << "wrote " << (out / "summary.json").string() << ", history.csv, slice.csv"
-            << (plotted ? ", loss.png, slice.png" : " (gnuplot failed: no pictures)") << "\n";
-  return plotted ? 0 : 1;
+            << "wall time              " << seconds << " s\n";
+  const std::string pictures = trained_here ? "loss.png, slice.png" : "slice.png";
+  return demos::print_wrote(out, "summary.json, history.csv, slice.csv", plot(out, trained_here),
+                            pictures, "pictures");
 }
 
 template <class T>
-int run(Options o, training::Parallel& parallel) {
+int run(const Options& o, demos::Program& program) {
+  training::Parallel& parallel = program.parallel;
   std::mt19937_64 data_generator(o.seed);
   ToyData<T> d;
   d.x_train = uniform_tokens<T>(k_train_tokens, data_generator);
@@ -313,12 +296,11 @@ int run(Options o, training::Parallel& parallel) {
   const auto [first, count] = parallel.slice(k_train_tokens, "the training batch");
   d.x_local = xt::view(d.x_train, xt::range(first, first + count));
   d.y_local = xt::view(d.y_train, xt::range(first, first + count));
-  if (parallel.quiet()) o.observe = {};
   const fs::path out(o.out);
   if (!parallel.quiet()) fs::create_directories(out);
 
   std::vector<Record> history;
-  const auto start = std::chrono::steady_clock::now();
+  const double start = program.seconds();
   double final_train = 0.0;
   if (!o.load.empty()) {
     ffn.load(o.load);
@@ -328,9 +310,7 @@ int run(Options o, training::Parallel& parallel) {
     if (!o.save.empty() && !parallel.quiet()) ffn.save(o.save);
   }
   if (parallel.quiet()) return 0;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report(o, out, ffn, baseline, d, history, final_train, seconds);
+  return report(o, out, ffn, baseline, d, history, final_train, program.seconds() - start);
 }
 
 void add_options(demos::Program& program, Options& o) {
@@ -371,8 +351,7 @@ int main(int argc, char** argv) {
       [&] {
         if (o.threads > 0) xtgrad::set_num_threads(o.threads);
         program.start_compute("f32");
-        return o.dtype == "float" ? run<float>(o, program.parallel)
-                                  : run<double>(o, program.parallel);
+        return o.dtype == "float" ? run<float>(o, program) : run<double>(o, program);
       },
       /*bad_input_exits_2=*/false);
 }

@@ -13,6 +13,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t k_bar_width = 24;
 constexpr double k_redraw_seconds = 0.1;
+constexpr double k_small_loss = 1e-2;  // a regression's MSE: 1.234e-05, not 0.0000
 
 std::string clock_text(double seconds) {
   const auto s = static_cast<long>(seconds + 0.5);
@@ -69,9 +70,13 @@ void Progress::print(std::size_t step) {
   const std::string count = std::to_string(step) + "/" + std::to_string(total_);
   const std::string head = label_.empty() ? "step " + count + " [" + bar + "]"
                                           : label_ + " [" + bar + "] " + count + " ";
-  std::fprintf(out_, "%s%s loss %.4f  %.0f %s  ETA %s%s", terminal_ ? "\r" : "", head.c_str(),
-               losses_ ? loss_sum_ / losses_ : 0.0, items_per_second(), unit_.c_str(),
-               clock_text(eta).c_str(), terminal_ ? (step == last_ ? "" : "   ") : "\n");
+  const double loss = losses_ ? loss_sum_ / losses_ : 0.0;
+  char loss_text[32];  // four decimals; three significant digits below k_small_loss
+  std::snprintf(loss_text, sizeof loss_text, loss > 0 && loss < k_small_loss ? "%.3e" : "%.4f",
+                loss);
+  std::fprintf(out_, "%s%s loss %s  %.0f %s  ETA %s%s", terminal_ ? "\r" : "", head.c_str(),
+               loss_text, items_per_second(), unit_.c_str(), clock_text(eta).c_str(),
+               terminal_ ? (step == last_ ? "" : "   ") : "\n");
   std::fflush(out_);
   drawn_ = terminal_;
   if (mean_ == LossMean::run) return;

@@ -9,7 +9,8 @@
 //   step 120/1500 [#.......] loss 2.4011  9120 tok/s  ETA 3:05       (no label)
 //   epoch 2/10 [####....] 84/469  loss 0.5120  8000 img/s  ETA 0:06   (label "epoch 2/10")
 // The loss shown is the mean since the previous line, or (LossMean::run)
-// the running mean of all the steps of this Progress.
+// the running mean of all the steps of this Progress; below 0.01 (a
+// regression's MSE) as 1.234e-05.
 
 #include <chrono>
 #include <cstddef>

@@ -2,6 +2,7 @@
 
 #include "program.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -9,8 +10,22 @@
 #include <xtgrad/engine/matmul_precision.hpp>
 #include <xtgrad/engine/threads.hpp>
 #include <xtgrad/engine/weight_packing.hpp>
+#include <xtgrad/training/run_state.hpp>
 
 namespace demos {
+
+void add_extras(xtgrad::TrainingExtras& extras, const std::string& prefix,
+                const nlohmann::json& values) {
+  for (const auto& item : values.items()) {
+    const nlohmann::json& v = item.value();
+    if (v.is_number_float())
+      extras.reals[prefix + item.key()] = v.get<double>();
+    else if (v.is_number_unsigned())
+      extras.integers[prefix + item.key()] = xtgrad::training::seed_bits(v.get<std::uint64_t>());
+    else
+      extras.integers[prefix + item.key()] = v.get<std::int64_t>();
+  }
+}
 
 Program::Program(int& argc, char**& argv, std::string program, const std::string& description)
     : parallel(argc, argv), app(description), name(std::move(program)) {}
@@ -50,6 +65,7 @@ void Program::add_zero(int& zero, const std::string& stages) {
 }
 
 void Program::add_observer(xtgrad::training::StepObserverOptions& o) {
+  observe_ = &o;
   app.add_option("--graph", o.graph,
                  "write the tape of the first training step as a picture (.svg, .png, .pdf via "
                  "Graphviz's dot, or .dot text)");
@@ -78,6 +94,7 @@ void Program::add_precision(std::string& precision) {
 void Program::add_app(AppOptions& o, const std::string& threads_help,
                       const std::string& data_help) {
   add_threads(o.threads, threads_help);
+  app_threads_ = &o.threads;
   add_precision(o.precision);
   add_out(o.out);
   app.add_option("--data-dir", o.data_dir, data_help)->capture_default_str();
@@ -107,6 +124,9 @@ std::optional<int> Program::parse(int argc, char** argv, const std::function<voi
   try {
     app.parse(argc, argv);
     if (check) check();
+    if (app_threads_ != nullptr && parallel.active() && app.count("--threads") == 0)
+      *app_threads_ = 1;
+    if (observe_ != nullptr && parallel.quiet()) *observe_ = {};
   } catch (const CLI::CallForHelp&) {
     if (!parallel.quiet()) std::cout << app.help();
     return 0;
@@ -125,10 +145,6 @@ void Program::print_processes(std::size_t batch, const std::string& items, int z
               zero == 0   ? ""
               : zero == 1 ? "; ZeRO stage 1 (optimizer state sharded)"
                           : "; ZeRO stage 2 (optimizer state and gradients sharded)");
-}
-
-int Program::threads(int given) const {
-  return parallel.active() && app.count("--threads") == 0 ? 1 : given;
 }
 
 int Program::fail(const std::string& what, int code) {

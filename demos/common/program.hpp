@@ -26,8 +26,10 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <xtgrad/training/data_parallel.hpp>
 #include <xtgrad/training/step_observer.hpp>
+#include <xtgrad/training/training_state.hpp>
 
 namespace demos {
 
@@ -38,6 +40,13 @@ struct AppOptions {
   std::string out;                // --out
   std::string data_dir;           // --data-dir
 };
+
+// Adds the numbers of `values` (a JSON object: the options struct's to_json)
+// to a run's saved identity (training/run_state.hpp) as "<prefix><name>":
+// whole numbers and booleans (1, 0) as integers, an unsigned one by its bits
+// (training::seed_bits), the others as reals.
+void add_extras(xtgrad::TrainingExtras& extras, const std::string& prefix,
+                const nlohmann::json& values);
 
 // No demo data error: the default of Program::run.
 struct NoDataError {
@@ -76,13 +85,14 @@ class Program {
   // --zero 0|1|2; `stages` says what each stage is, the rest of the text is shared.
   void add_zero(int& zero, const std::string& stages);
   // --graph FILE, --profile, --profile-steps, --profile-sort, --profile-csv,
-  // --profile-json (training::StepObserver).
+  // --profile-json (training::StepObserver); under mpirun rank 0 alone observes.
   void add_observer(xtgrad::training::StepObserverOptions& o);
   // --precision f32|bf16: how float GEMMs compute (xtgrad::set_matmul_precision;
   // f32 is MatmulPrecision::highest).
   void add_precision(std::string& precision);
 
-  // --threads, --precision, --out and --data-dir (each default shown).
+  // --threads, --precision, --out and --data-dir (each default shown); under
+  // mpirun one OpenBLAS thread per process, unless --threads was given.
   void add_app(AppOptions& o, const std::string& threads_help, const std::string& data_help);
   // The start of the run: xtgrad::set_num_threads(o.threads), then
   // start_compute(o.precision); seconds() counts from here.
@@ -97,16 +107,14 @@ class Program {
   void start_compute(const std::string& precision) const;
 
   // Parses the command line, then runs `check` (which may throw
-  // CLI::ValidationError). nullopt to go on; otherwise the exit code: 0
-  // after --help, 2 after a bad option.
+  // CLI::ValidationError, or set the defaults that depend on other options) and applies the mpirun rules of add_app and
+  // add_observer. nullopt to go on; otherwise the exit code: 0 after --help,
+  // 2 after a bad option.
   std::optional<int> parse(int argc, char** argv, const std::function<void()>& check = {});
 
   // Under mpirun (rank 0): "<name>: <P> processes, <batch / P> <items> of
   // each batch of <batch> per process" and the ZeRO stage.
   void print_processes(std::size_t batch, const std::string& items, int zero) const;
-
-  // Under mpirun one OpenBLAS thread per process, unless --threads was given.
-  int threads(int given) const;
 
   // Runs `body` and returns its exit code. An exception prints
   // "<name>: <what>" and exits 2 for bad input (std::invalid_argument,
@@ -127,6 +135,8 @@ class Program {
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int* app_threads_ = nullptr;                                // add_app's --threads
+  xtgrad::training::StepObserverOptions* observe_ = nullptr;  // add_observer's
   int fail(const std::string& what, int code);
 };
 

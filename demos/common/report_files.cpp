@@ -54,6 +54,22 @@ PlotResult run_gnuplot(const fs::path& script, const fs::path& out) {
   return std::system(command.c_str()) == 0 ? PlotResult::written : PlotResult::failed;
 }
 
+PlotResult plot(const fs::path& out, const std::string& name,
+                const std::function<void(std::ostream&)>& write) {
+  if (!have_gnuplot()) return PlotResult::no_gnuplot;
+  const fs::path script = out / name;
+  std::ofstream gp = open_for_writing(script);
+  write(gp);
+  check_written(gp, script);
+  return run_gnuplot(script, out);
+}
+
+std::string line_chart(const std::string& xlabel) {
+  return "set terminal pngcairo size 900,560 enhanced font 'Sans,11'\n"
+         "set datafile separator ','\nset grid\nset key top right\nset xlabel " +
+         gp_quote(xlabel) + "\n";
+}
+
 int print_wrote(const fs::path& out, const std::string& files, PlotResult plotted,
                 const std::string& pictures, const std::string& noun) {
   const std::string note =

@@ -1,12 +1,14 @@
 #pragma once
-// What train_fashion and train_gpt share in writing their output
-// directories: files that are written whole or refused, summary.json, and
-// the gnuplot run that renders their pictures. A picture needs gnuplot (with
+// What the training demos share in writing their output directories: files
+// that are written whole or refused, summary.json, and the gnuplot run that
+// renders their pictures. A picture needs gnuplot (with
 // its pngcairo terminal, as gnuplot-nox has): without it a run says so and
 // writes the rest.
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +33,13 @@ bool have_gnuplot();
 // Runs gnuplot on `script`, its messages (warnings such as an empty axis
 // range of a short run) into `out`/gnuplot.log.
 PlotResult run_gnuplot(const std::filesystem::path& script, const std::filesystem::path& out);
+// The gnuplot program `write` writes, saved as `out`/<name> and run
+// (run_gnuplot); no_gnuplot, before anything is written, without gnuplot.
+PlotResult plot(const std::filesystem::path& out, const std::string& name,
+                const std::function<void(std::ostream&)>& write);
+// The settings of a line chart of CSV columns against `xlabel`: a 900 x 560
+// PNG, a grid, the key at the top right.
+std::string line_chart(const std::string& xlabel);
 
 // Prints "wrote <out>: <files>" and then ", <pictures>" or why there are
 // none ("(no <noun>: gnuplot is not installed; ...)", "(gnuplot failed: no

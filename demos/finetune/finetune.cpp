@@ -3,10 +3,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#include <xtgrad/data/token_windows.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/lora.hpp>
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
@@ -30,17 +30,11 @@ struct Record {
 };
 
 // B windows of T + 1 tokens of `ids` from offsets drawn by `rng` in [lo, hi - T - 1].
-std::pair<Indices, Indices> windows(const std::vector<std::int64_t>& ids, std::size_t lo,
-                                    std::size_t hi, std::size_t batch, std::size_t t,
-                                    xtgrad::Generator& rng) {
-  Indices x = xt::empty<std::int64_t>(std::vector<std::size_t>{batch, t});
-  Indices y = xt::empty<std::int64_t>(std::vector<std::size_t>{batch * t});
-  for (std::size_t b = 0; b < batch; ++b) {
-    const std::size_t start = lo + std::size_t(rng() % (hi - lo - t));
-    std::copy_n(ids.begin() + std::ptrdiff_t(start), t, &x(b, 0));
-    std::copy_n(ids.begin() + std::ptrdiff_t(start + 1), t, &y(b * t));
-  }
-  return {x, y};
+xtgrad::TokenWindows windows(const std::vector<std::int64_t>& ids, std::size_t lo, std::size_t hi,
+                             std::size_t batch, std::size_t t, xtgrad::Generator& rng) {
+  std::vector<std::size_t> starts(batch);
+  for (std::size_t& start : starts) start = lo + std::size_t(rng() % (hi - lo - t));
+  return xtgrad::next_token_windows(ids.data(), ids.size(), starts, t);
 }
 
 // The mean cross-entropy of `model` on `count` fixed windows of the held-out tail.
@@ -79,25 +73,20 @@ void print_samples(std::FILE* f, const char* title, const std::vector<std::strin
 }
 
 demos::PlotResult plot_loss(const fs::path& out, double before, double after) {
-  if (!demos::have_gnuplot()) return demos::PlotResult::no_gnuplot;
-  const fs::path script = out / "loss.gp";
-  std::ofstream gp = demos::open_for_writing(script);
-  const std::string history = demos::gp_quote((out / "history.csv").string());
-  gp << "set terminal pngcairo size 900,560 enhanced font 'Sans,11'\n"
-     << "set datafile separator ','\nset grid\nset key top right\nset xlabel 'step'\n"
-     << "set output " << demos::gp_quote((out / "loss.png").string()) << "\n"
-     << "set title 'LoRA fine-tuning: cross-entropy (nats per token)'\nset ylabel 'loss'\n"
-     << "plot " << history << " using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'train', \\\n"
-     << "     " << before << " with lines dt 2 lc rgb '#7f7f7f' title 'held out, before', \\\n"
-     << "     " << after << " with lines dt 2 lc rgb '#d62728' title 'held out, after'\n";
-  demos::check_written(gp, script);
-  return demos::run_gnuplot(script, out);
+  return demos::plot(out, "loss.gp", [&](std::ostream& gp) {
+    const std::string history = demos::gp_quote((out / "history.csv").string());
+    gp << demos::line_chart("step") << "set output " << demos::gp_quote((out / "loss.png").string())
+       << "\n"
+       << "set title 'LoRA fine-tuning: cross-entropy (nats per token)'\nset ylabel 'loss'\n"
+       << "plot " << history << " using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'train', \\\n"
+       << "     " << before << " with lines dt 2 lc rgb '#7f7f7f' title 'held out, before', \\\n"
+       << "     " << after << " with lines dt 2 lc rgb '#d62728' title 'held out, after'\n";
+  });
 }
 
 }  // namespace
 
 int run(const Options& o) {
-  xtgrad::set_num_threads(o.threads);
   const fs::path out(o.out), dir = model_directory(o);
   fs::create_directories(out);
   Model model = xtgrad::load_llama<float>(dir, {std::max(o.block_size, o.max_new_tokens)});

@@ -70,7 +70,7 @@ class Tokenizer {
 // out/tiny_llama (with --tokenizer's files, the vocabulary sized to them).
 std::filesystem::path model_directory(const Options& o);
 
-// The whole run; returns the exit code.
+// The whole run after xtgrad::set_num_threads(o.threads); returns the exit code.
 int run(const Options& o);
 
 }  // namespace finetune

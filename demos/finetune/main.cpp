@@ -2,6 +2,8 @@
 // with generation before and after (finetune.hpp). Exit codes: 0 done, 2 bad
 // options or input, 1 anything else (a file that cannot be written, gnuplot failing).
 
+#include <xtgrad/engine/threads.hpp>
+
 #include "../common/program.hpp"
 #include "finetune.hpp"
 
@@ -43,5 +45,9 @@ int main(int argc, char** argv) {
   program.add_threads(o.threads, "threads of OpenBLAS and xtgrad's passes");
   program.add_out(o.out);
   if (const auto code = program.parse(argc, argv)) return *code;
-  return program.run([&] { return finetune::run(o); });
+  return program.run([&] {
+    xtgrad::set_num_threads(o.threads);
+    program.start_compute("f32");  // the machine line
+    return finetune::run(o);
+  });
 }

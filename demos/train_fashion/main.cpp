@@ -50,29 +50,23 @@ nlohmann::json summary_of(const Options& o, std::size_t parameters, const Fashio
                   {"token_hidden", m.token_hidden},
                   {"channel_hidden", m.channel_hidden}});
   }
-  const TrainOptions& t = o.train;
-  return {{"model", model},
-          {"epochs", t.epochs},
-          {"batch_size", t.batch_size},
-          {"lr", t.lr},
-          {"weight_decay", t.weight_decay},
-          {"warmup_epochs", t.warmup_epochs},
-          {"label_smoothing", t.label_smoothing},
-          {"augment", t.flip ? "flip" : "none"},
-          {"seed", t.seed},
-          {"threads", o.app.threads},
-          {"train_images", data.train.labels.size()},
-          {"test_images", data.test.labels.size()},
-          {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
-          {"final_test_loss", r.final_test.loss},
-          {"final_test_accuracy", r.final_test.accuracy},
-          {"steps", r.steps},
-          {"data_seconds", data_seconds},
-          {"train_seconds", train_seconds},
-          {"seconds_per_epoch", epochs > 0 ? train_seconds / epochs : 0.0},
-          {"images_per_second",
-           train_seconds > 0 ? epochs * data.train.labels.size() / train_seconds : 0.0},
-          {"total_seconds", total_seconds}};
+  nlohmann::json summary = o.train;  // the options that fix the run's numbers
+  summary.update({{"model", model},
+                  {"augment", o.train.flip ? "flip" : "none"},
+                  {"threads", o.app.threads},
+                  {"train_images", data.train.labels.size()},
+                  {"test_images", data.test.labels.size()},
+                  {"final_train_loss", r.history.empty() ? 0.0 : r.history.back().train_loss},
+                  {"final_test_loss", r.final_test.loss},
+                  {"final_test_accuracy", r.final_test.accuracy},
+                  {"steps", r.steps},
+                  {"data_seconds", data_seconds},
+                  {"train_seconds", train_seconds},
+                  {"seconds_per_epoch", epochs > 0 ? train_seconds / epochs : 0.0},
+                  {"images_per_second",
+                   train_seconds > 0 ? epochs * data.train.labels.size() / train_seconds : 0.0},
+                  {"total_seconds", total_seconds}});
+  return summary;
 }
 
 int run(const Options& o, demos::Program& program) {
@@ -114,7 +108,8 @@ int run(const Options& o, demos::Program& program) {
 
 void add_options(demos::Program& program, Options& o) {
   CLI::App& app = program.app;
-  program.add("--model", o.model.kind, "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)",
+  ModelConfig& m = o.model;
+  program.add("--model", m.kind, "mlp (784-256-256-10, GELU, dropout) or mixer (MLP-Mixer)",
               CLI::IsMember({"mlp", "mixer"}));
   program.add("--epochs", o.train.epochs, "training epochs", CLI::Range(1, 10000));
   program.add("--batch-size", o.train.batch_size, "images per mini-batch", CLI::Range(1, 60000));
@@ -137,16 +132,16 @@ void add_options(demos::Program& program, Options& o) {
                  "[default: none for mlp, whose dropout is its regularizer; flip for mixer, which "
                  "overfits without it]")
       ->check(CLI::IsMember({"none", "flip"}));
-  program.add("--hidden", o.model.hidden, "mlp: hidden width", CLI::Range(1, 65536));
-  program.add("--dropout", o.model.dropout, "mlp: dropout probability after each hidden layer",
+  program.add("--hidden", m.hidden, "mlp: hidden width", CLI::Range(1, 65536));
+  program.add("--dropout", m.dropout, "mlp: dropout probability after each hidden layer",
               CLI::Range(0.0, 0.99));
-  program.add("--patch", o.model.patch, "mixer: patch side (divides 28)",
+  program.add("--patch", m.patch, "mixer: patch side (divides 28)",
               CLI::IsMember({1, 2, 4, 7, 14, 28}));
-  program.add("--width", o.model.width, "mixer: channels per token", CLI::Range(1, 4096));
-  program.add("--blocks", o.model.blocks, "mixer: number of mixer blocks", CLI::Range(0, 64));
-  program.add("--token-hidden", o.model.token_hidden, "mixer: hidden width of token mixing",
+  program.add("--width", m.width, "mixer: channels per token", CLI::Range(1, 4096));
+  program.add("--blocks", m.blocks, "mixer: number of mixer blocks", CLI::Range(0, 64));
+  program.add("--token-hidden", m.token_hidden, "mixer: hidden width of token mixing",
               CLI::Range(1, 4096));
-  program.add("--channel-hidden", o.model.channel_hidden, "mixer: hidden width of channel mixing",
+  program.add("--channel-hidden", m.channel_hidden, "mixer: hidden width of channel mixing",
               CLI::Range(1, 16384));
   program.add("--seed", o.train.seed, "seed of the initialization, the shuffle and dropout",
               CLI::NonNegativeNumber);
@@ -174,12 +169,11 @@ int main(int argc, char** argv) {
                          "Train a classifier (MLP or MLP-Mixer) on Fashion-MNIST");
   Options o;
   add_options(program, o);
-  if (const auto code = program.parse(argc, argv)) return *code;
-  // The defaults that depend on the model.
-  const bool mixer = o.model.kind == "mixer";
-  o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
-  if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
-  o.app.threads = program.threads(o.app.threads);
-  if (program.parallel.quiet()) o.train.observe = {};
+  const auto model_defaults = [&] {  // the defaults that depend on the model
+    const bool mixer = o.model.kind == "mixer";
+    o.train.flip = o.augment.empty() ? mixer : o.augment == "flip";
+    if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
+  };
+  if (const auto code = program.parse(argc, argv, model_defaults)) return *code;
   return program.run<DataError>([&] { return run(o, program); });
 }

@@ -81,37 +81,34 @@ void write_confusion_csv(const fs::path& file, const Confusion& confusion) {
 
 PlotResult plot_all(const fs::path& out, const Split& test,
                     const std::vector<std::size_t>& predictions, std::size_t max_images) {
-  if (!demos::have_gnuplot()) return PlotResult::no_gnuplot;
-  std::size_t rows = 0;
-  const std::string labels = write_misclassified(out, test, predictions, max_images, rows);
-  const fs::path script = out / "plots.gp";
-  std::ofstream gp = open_for_writing(script);
-  const std::string history = gp_quote((out / "history.csv").string());
-  gp << "set terminal pngcairo size 900,560 enhanced font 'Sans,11'\n"
-     << "set datafile separator ','\nset grid\nset key top right\nset xlabel 'epoch'\n"
-     << "set output " << gp_quote((out / "loss.png").string()) << "\n"
-     << "set title 'Fashion-MNIST: cross-entropy'\nset ylabel 'loss'\n"
-     << "plot " << history << " using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' "
-     << "title 'train (label-smoothed)', \\\n     " << history
-     << " using 1:3 with linespoints lw 2 pt 5 lc rgb '#d62728' title 'test'\n"
-     << "set output " << gp_quote((out / "accuracy.png").string()) << "\n"
-     << "set title 'Fashion-MNIST: test accuracy'\nset ylabel 'accuracy'\nset key bottom right\n"
-     << "plot " << history << " using 1:4 with linespoints lw 2 pt 7 lc rgb '#2ca02c' "
-     << "title 'test accuracy'\n";
-  // The confusion matrix as a heat map with its counts.
-  gp << "reset\nset terminal pngcairo size 900,800 enhanced font 'Sans,10'\n"
-     << "set output " << gp_quote((out / "confusion.png").string()) << "\n"
-     << "set datafile separator ','\nset title 'Confusion matrix (test set)'\n"
-     << "set xlabel 'predicted'\nset ylabel 'true'\nset yrange [9.5:-0.5]\n"
-     << "set xrange [-0.5:9.5]\nset xtics rotate by 45 right\n"
-     << class_tics("x") << class_tics("y")
-     << "set palette defined (0 '#ffffff', 1 '#1f4e9c')\nset logscale cb\nset cbrange [1:*]\n"
-     << "unset key\nset size ratio -1\n"
-     << "c = " << gp_quote((out / "confusion.csv").string()) << "\n"
-     << "plot c matrix using 1:2:($3 < 1 ? 1 : $3) with image, \\\n"
-     << "     c matrix using 1:2:(sprintf('%d', $3)) with labels font 'Sans,9'\n";
-  // The misclassified images, each with its true and predicted class.
-  if (rows > 0) {
+  return demos::plot(out, "plots.gp", [&](std::ostream& gp) {
+    std::size_t rows = 0;
+    const std::string labels = write_misclassified(out, test, predictions, max_images, rows);
+    const std::string history = gp_quote((out / "history.csv").string());
+    gp << demos::line_chart("epoch") << "set output " << gp_quote((out / "loss.png").string())
+       << "\n"
+       << "set title 'Fashion-MNIST: cross-entropy'\nset ylabel 'loss'\n"
+       << "plot " << history << " using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' "
+       << "title 'train (label-smoothed)', \\\n     " << history
+       << " using 1:3 with linespoints lw 2 pt 5 lc rgb '#d62728' title 'test'\n"
+       << "set output " << gp_quote((out / "accuracy.png").string()) << "\n"
+       << "set title 'Fashion-MNIST: test accuracy'\nset ylabel 'accuracy'\nset key bottom right\n"
+       << "plot " << history << " using 1:4 with linespoints lw 2 pt 7 lc rgb '#2ca02c' "
+       << "title 'test accuracy'\n";
+    // The confusion matrix as a heat map with its counts.
+    gp << "reset\nset terminal pngcairo size 900,800 enhanced font 'Sans,10'\n"
+       << "set output " << gp_quote((out / "confusion.png").string()) << "\n"
+       << "set datafile separator ','\nset title 'Confusion matrix (test set)'\n"
+       << "set xlabel 'predicted'\nset ylabel 'true'\nset yrange [9.5:-0.5]\n"
+       << "set xrange [-0.5:9.5]\nset xtics rotate by 45 right\n"
+       << class_tics("x") << class_tics("y")
+       << "set palette defined (0 '#ffffff', 1 '#1f4e9c')\nset logscale cb\nset cbrange [1:*]\n"
+       << "unset key\nset size ratio -1\n"
+       << "c = " << gp_quote((out / "confusion.csv").string()) << "\n"
+       << "plot c matrix using 1:2:($3 < 1 ? 1 : $3) with image, \\\n"
+       << "     c matrix using 1:2:(sprintf('%d', $3)) with labels font 'Sans,9'\n";
+    if (rows == 0) return;
+    // The misclassified images, each with its true and predicted class.
     gp << "reset\nset terminal pngcairo size " << 130 * k_grid_columns << "," << 150 * rows + 60
        << " enhanced font 'Sans,10'\n"
        << "set output " << gp_quote((out / "misclassified.png").string()) << "\n"
@@ -122,9 +119,7 @@ PlotResult plot_all(const fs::path& out, const Split& test,
        << "set yrange [" << rows * k_cell - 0.5 << ":-0.5]\n"
        << labels << "plot " << gp_quote((out / "misclassified.dat").string())
        << " matrix with image\n";
-  }
-  check_written(gp, script);
-  return demos::run_gnuplot(script, out);
+  });
 }
 
 }  // namespace fashion

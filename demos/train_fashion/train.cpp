@@ -15,6 +15,9 @@
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/progress.hpp>
+#include <xtgrad/training/run_state.hpp>
+
+#include "../common/program.hpp"
 
 namespace fashion {
 
@@ -24,6 +27,31 @@ using namespace xtgrad;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t k_eval_batch = 1000;
+constexpr const char* k_program = "train_fashion";
+constexpr const char* k_flip_key = "option.flip";    // --augment: 1 for flip, 0 for none
+constexpr const char* k_epochs_key = "epochs_done";  // the history's length
+
+// The options a resumed run must repeat, as saved extras.
+TrainingExtras identity_extras(const ModelConfig& config, const TrainOptions& o,
+                               std::size_t train_images) {
+  TrainingExtras e;
+  demos::add_extras(e, "option.", config);
+  demos::add_extras(e, "option.", o);
+  e.integers["option.model_is_mixer"] = config.kind == "mixer";
+  e.integers[k_flip_key] = o.flip;
+  e.integers["option.train_images"] = training::as_integer(train_images);
+  return e;
+}
+
+// "saved with --epochs 2, this run has 3"; --augment by its names.
+struct Mismatch {
+  template <class V>
+  std::invalid_argument operator()(const std::string& key, V saved, V now) const {
+    if (key != k_flip_key) return training::option_mismatch(key, saved, now);
+    return std::invalid_argument(std::string("saved with --augment ") + (now ? "none" : "flip") +
+                                 ", this run has " + (now ? "flip" : "none"));
+  }
+};
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -51,6 +79,17 @@ double train_step(training::TrainingRun& run, Module<float>& model, const Batch<
 }
 
 }  // namespace
+
+const training::HistoryFields<EpochRecord>& epoch_fields() {
+  static const training::HistoryFields<EpochRecord> fields{
+      {},
+      {{"train_loss", &EpochRecord::train_loss},
+       {"test_loss", &EpochRecord::test_loss},
+       {"test_accuracy", &EpochRecord::test_accuracy},
+       {"lr", &EpochRecord::lr},
+       {"seconds", &EpochRecord::seconds}}};
+  return fields;
+}
 
 Evaluation evaluate(Module<float>& model, const Split& split) {
   const std::size_t n = split.labels.size();
@@ -93,13 +132,14 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
       parallel, model,
       training::decay_groups(model, optim::AdamWOptions(o.lr).weight_decay(o.weight_decay)), o.zero,
       training::warmup_cosine(warmup, total_steps));
-  const RunIdentity identity{config, o, train_images};
+  const TrainingExtras identity = identity_extras(config, o, train_images);
   TrainResult result;
   std::size_t step = 0;
   if (!o.resume.empty()) {
-    RunPosition position = resume_run(run, o.resume, identity);
-    result.history = std::move(position.history);
-    step = position.step;
+    const training::SavedRun saved = run.resume(o.resume, identity, k_program, Mismatch{});
+    step = saved.size("step");
+    result.history = saved.history(k_epochs_key, epoch_fields());
+    for (std::size_t e = 0; e < result.history.size(); ++e) result.history[e].epoch = e + 1;
   }
   const std::size_t first_epoch = result.history.size();
   const std::size_t last_epoch = o.last(first_epoch, o.epochs, "epochs", "before epoch");
@@ -148,8 +188,11 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
                  record.epoch, o.epochs, record.train_loss, record.test_loss, record.test_accuracy,
                  record.seconds);
     std::fflush(out);
-    if (!o.save.empty())  // collective: a sharded state is gathered to rank 0, which writes
-      save_run(run, o.save, identity, {result.history, step});
+    if (o.save.empty()) continue;
+    TrainingExtras extras = identity;
+    extras.integers["step"] = training::as_integer(step);
+    training::save_history(extras, k_epochs_key, result.history, epoch_fields());
+    run.save(o.save, extras);  // collective: a sharded state is gathered to rank 0, which writes
   }
   observer.report(std::cout);
   result.final_test = std::move(last_test);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <xtgrad/training/data_parallel.hpp>
 #include <xtgrad/training/step_observer.hpp>
 #include <xtgrad/training/training_run.hpp>
@@ -37,6 +38,12 @@ struct TrainOptions : xtgrad::training::RunOptions {
   xtgrad::training::StepObserverOptions observe;  // --graph, --profile
 };
 
+// The options that fix a run's numbers (summary.json, the saved identity).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOptions, epochs, batch_size, lr, weight_decay,
+                                   warmup_epochs, label_smoothing, seed)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelConfig, hidden, dropout, patch, width, blocks, token_hidden,
+                                   channel_hidden)
+
 struct EpochRecord {
   std::size_t epoch = 0;       // 1-based
   double train_loss = 0.0;     // mean over the epoch's batches
@@ -46,7 +53,7 @@ struct EpochRecord {
   double seconds = 0.0;        // training, without the evaluation
 };
 
-// The saved history's fields (run_state.cpp); history.csv has the epoch first.
+// The saved history's fields (train.cpp); history.csv has the epoch first.
 const xtgrad::training::HistoryFields<EpochRecord>& epoch_fields();
 
 struct Evaluation {
@@ -64,7 +71,10 @@ struct TrainResult {
 };
 
 // Trains `model` for the epochs of `options` left after a resume (up to
-// stop_after), printing progress to `out`; with observe.graph / profile, the
+// stop_after), printing progress to `out`; with --save, saves the run after
+// every epoch: beside the model, AdamW and the schedule, the epochs done and
+// their history, the step and the options that fix the run's numbers (the
+// data order is a function of (seed, epoch)), which --resume checks; with observe.graph / profile, the
 // training steps of this call are observed (the evaluation is not). The training images move into
 // the batcher (data.train.images is left empty). Under mpirun (`parallel`
 // active) each rank trains on its slice of every mini-batch
@@ -74,32 +84,5 @@ struct TrainResult {
 TrainResult train(xtgrad::Module<float>& model, const ModelConfig& config, FashionMnist& data,
                   const TrainOptions& options, std::FILE* out,
                   xtgrad::training::Parallel& parallel);
-
-// Saving and resuming a run (run_state.cpp, demos/common/run_state.hpp):
-// beside the model, AdamW and the schedule, the epochs done and their
-// history, the step and the options that fix the run's numbers. The data
-// order is a function of (seed, epoch).
-
-// What a run must share with the run it resumes (its numbers depend on them).
-struct RunIdentity {
-  const ModelConfig& config;
-  const TrainOptions& options;
-  std::size_t train_images;
-};
-
-struct RunPosition {
-  std::vector<EpochRecord> history;  // the epochs done
-  std::size_t step = 0;              // optimizer steps done
-};
-
-// Collective: `run`'s state and the position saved to `dir`.
-void save_run(xtgrad::training::TrainingRun& run, const std::filesystem::path& dir,
-              const RunIdentity& identity, const RunPosition& position);
-
-// Collective: loads the run saved in `dir` into `run` (built as for the
-// first run) and returns the position. std::invalid_argument naming the
-// directory when it is not a saved run or was saved with other options.
-RunPosition resume_run(xtgrad::training::TrainingRun& run, const std::filesystem::path& dir,
-                       const RunIdentity& identity);
 
 }  // namespace fashion

@@ -13,16 +13,13 @@ namespace gpt_demo {
 
 namespace {
 
-// Copies text[start, start + T + 1) into row `row` of the batch.
-void fill_row(const xtgrad::Indices& text, std::size_t start, std::size_t T, std::size_t row,
-              TokenBatch& batch) {
-  const std::int64_t* source = text.data() + start;
-  std::int64_t* input = batch.inputs.data() + row * T;
-  std::int64_t* target = batch.targets.data() + row * T;
-  for (std::size_t t = 0; t < T; ++t) {
-    input[t] = source[t];
-    target[t] = source[t + 1];
-  }
+// The windows of a text of `length` tokens: (start, T), T <= block_size.
+std::vector<std::pair<std::size_t, std::size_t>> evaluation_windows(std::size_t length,
+                                                                    std::size_t block_size) {
+  std::vector<std::pair<std::size_t, std::size_t>> windows;
+  for (std::size_t start = 0; start + 1 < length; start += block_size)
+    windows.emplace_back(start, std::min(block_size, length - 1 - start));
+  return windows;
 }
 
 // Sum over the rows of logits [B, T, V] of lse - logit of the target.
@@ -54,36 +51,10 @@ std::size_t window_start(std::uint64_t seed, std::uint64_t step, std::uint64_t r
 
 TokenBatch training_batch(const xtgrad::Indices& text, std::size_t block_size, std::uint64_t seed,
                           std::uint64_t step, std::size_t first, std::size_t count) {
-  TokenBatch batch;
-  batch.inputs = xtgrad::Indices::from_shape({count, block_size});
-  batch.targets = xtgrad::Indices::from_shape({count * block_size});
-  for (std::size_t r = 0; r < count; ++r)
-    fill_row(text, window_start(seed, step, first + r, text.size(), block_size), block_size, r,
-             batch);
-  return batch;
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> evaluation_windows(std::size_t length,
-                                                                    std::size_t block_size) {
-  std::vector<std::pair<std::size_t, std::size_t>> windows;
-  for (std::size_t start = 0; start + 1 < length; start += block_size)
-    windows.emplace_back(start, std::min(block_size, length - 1 - start));
-  return windows;
-}
-
-TokenBatch window_batch(const xtgrad::Indices& text,
-                        const std::vector<std::pair<std::size_t, std::size_t>>& windows,
-                        const std::vector<std::size_t>& which) {
-  const std::size_t T = windows.at(which.at(0)).second;
-  TokenBatch batch;
-  batch.inputs = xtgrad::Indices::from_shape({which.size(), T});
-  batch.targets = xtgrad::Indices::from_shape({which.size() * T});
-  for (std::size_t r = 0; r < which.size(); ++r) {
-    const auto [start, length] = windows.at(which[r]);
-    if (length != T) throw std::logic_error("window_batch: windows of different lengths");
-    fill_row(text, start, T, r, batch);
-  }
-  return batch;
+  std::vector<std::size_t> starts;
+  for (std::size_t r = first; r < first + count; ++r)
+    starts.push_back(window_start(seed, step, r, text.size(), block_size));
+  return xtgrad::next_token_windows(text.data(), text.size(), starts, block_size);
 }
 
 Evaluator::Evaluator(const xtgrad::Indices& text, std::size_t block_size, std::size_t subset,
@@ -116,18 +87,6 @@ double Evaluator::full(const xtgrad::GPT<float>& model,
   return loss(model, all_, parallel);
 }
 
-std::size_t Evaluator::periodic_tokens() const {
-  std::size_t n = 0;
-  for (const std::size_t w : subset_) n += windows_[w].second;
-  return n;
-}
-
-std::size_t Evaluator::full_tokens() const {
-  std::size_t n = 0;
-  for (const std::size_t w : all_) n += windows_[w].second;
-  return n;
-}
-
 double Evaluator::loss(const xtgrad::GPT<float>& model, const std::vector<std::size_t>& which,
                        xtgrad::training::Parallel& parallel) const {
   // Batches of windows of one length, in order; batch b on rank b % P.
@@ -144,7 +103,10 @@ double Evaluator::loss(const xtgrad::GPT<float>& model, const std::vector<std::s
   for (std::size_t b = 0; b < batches.size(); ++b) {
     for (const std::size_t w : batches[b]) tokens += windows_[w].second;
     if (!every_rank_ && b % ranks != static_cast<std::size_t>(parallel.rank())) continue;
-    const TokenBatch batch = window_batch(text_, windows_, batches[b]);
+    std::vector<std::size_t> starts;  // of windows of one length T
+    for (const std::size_t w : batches[b]) starts.push_back(windows_[w].first);
+    const std::size_t T = windows_[batches[b].front()].second;
+    const TokenBatch batch = xtgrad::next_token_windows(text_.data(), text_.size(), starts, T);
     sum += cross_entropy_sum(model.infer(batch.inputs), batch.targets);
   }
   // The job's sum: the mean over ranks times their number.

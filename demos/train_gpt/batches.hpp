@@ -23,16 +23,15 @@
 #include <utility>
 #include <vector>
 
+#include <xtgrad/data/token_windows.hpp>
 #include <xtgrad/engine/indices.hpp>
 #include <xtgrad/modules/gpt.hpp>
 #include <xtgrad/training/data_parallel.hpp>
 
 namespace gpt_demo {
 
-struct TokenBatch {
-  xtgrad::Indices inputs;   // [rows, T]
-  xtgrad::Indices targets;  // [rows * T], the inputs shifted by one, flat for cross_entropy
-};
+// inputs [rows, T], targets [rows * T] (data/token_windows.hpp)
+using TokenBatch = xtgrad::TokenWindows;
 
 // Start of row `row` of step `step` in a text of `length` tokens.
 std::size_t window_start(std::uint64_t seed, std::uint64_t step, std::uint64_t row,
@@ -41,15 +40,6 @@ std::size_t window_start(std::uint64_t seed, std::uint64_t step, std::uint64_t r
 // Rows [first, first + count) of step `step` from `text` ([N] ids).
 TokenBatch training_batch(const xtgrad::Indices& text, std::size_t block_size, std::uint64_t seed,
                           std::uint64_t step, std::size_t first, std::size_t count);
-
-// The evaluation windows of a text of `length` tokens: (start, T), T <= block_size.
-std::vector<std::pair<std::size_t, std::size_t>> evaluation_windows(std::size_t length,
-                                                                    std::size_t block_size);
-
-// The windows `windows[i]` for i in `which` (all of one length T) as a batch.
-TokenBatch window_batch(const xtgrad::Indices& text,
-                        const std::vector<std::pair<std::size_t, std::size_t>>& windows,
-                        const std::vector<std::size_t>& which);
 
 // The validation loss of train_gpt: the mean cross-entropy, in nats, of the
 // next character over the evaluation windows of batches.hpp, computed
@@ -71,9 +61,6 @@ class Evaluator {
 
   double periodic(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
   double full(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
-
-  std::size_t periodic_tokens() const;
-  std::size_t full_tokens() const;
 
  private:
   double loss(const xtgrad::GPT<float>& model, const std::vector<std::size_t>& which,

@@ -44,44 +44,29 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
                           const TrainResult& r, double unigram, int processes, double data_seconds,
                           double total_seconds) {
   const ModelOptions& m = o.model;
-  const TrainOptions& t = o.train;
-  nlohmann::json summary = {
-      {"model",
-       {{"kind", "gpt2"},
-        {"n_layer", m.n_layer},
-        {"n_head", m.n_head},
-        {"n_embd", m.n_embd},
-        {"block_size", m.block_size},
-        {"dropout", m.dropout},
-        {"vocab_size", vocab.size()},
-        {"parameters", parameters}}},
-      {"data",
-       {{"dir", o.app.data_dir},
-        {"files", corpus.files.size()},
-        {"train_records", corpus.train_records},
-        {"validation_records", corpus.validation_records},
-        {"train_chars", corpus.train.size()},
-        {"validation_chars", corpus.validation.size()},
-        {"split", "record i (from 0, files in name order) is held out when i % 10 == 9"}}},
-      {"steps", t.steps},
-      {"step", r.step},
-      {"batch_size", t.batch_size},
-      {"lr", t.lr},
-      {"min_lr_ratio", t.min_lr_ratio},
-      {"warmup_steps", t.warmup_steps},
-      {"weight_decay", t.weight_decay},
-      {"beta2", t.beta2},
-      {"grad_clip", t.grad_clip},
-      {"seed", t.seed},
-      {"threads", o.app.threads},
-      {"processes", processes},
-      {"final_train_loss", r.final_train_loss},
-      {"final_val_loss", r.final_val_loss},
-      {"unigram_baseline", unigram},
-      {"tokens_per_second", r.tokens_per_second},
-      {"data_seconds", data_seconds},
-      {"train_seconds", r.train_seconds},
-      {"total_seconds", total_seconds}};
+  nlohmann::json model = o.model;  // its sizes
+  model.update({{"kind", "gpt2"}, {"vocab_size", vocab.size()}, {"parameters", parameters}});
+  nlohmann::json summary = o.train;  // the options that fix the run's numbers
+  summary.update(
+      {{"model", model},
+       {"data",
+        {{"dir", o.app.data_dir},
+         {"files", corpus.files.size()},
+         {"train_records", corpus.train_records},
+         {"validation_records", corpus.validation_records},
+         {"train_chars", corpus.train.size()},
+         {"validation_chars", corpus.validation.size()},
+         {"split", "record i (from 0, files in name order) is held out when i % 10 == 9"}}},
+       {"step", r.step},
+       {"threads", o.app.threads},
+       {"processes", processes},
+       {"final_train_loss", r.final_train_loss},
+       {"final_val_loss", r.final_val_loss},
+       {"unigram_baseline", unigram},
+       {"tokens_per_second", r.tokens_per_second},
+       {"data_seconds", data_seconds},
+       {"train_seconds", r.train_seconds},
+       {"total_seconds", total_seconds}});
   if (m.experts > 0) {
     nlohmann::json& model = summary["model"];
     model["experts"] = m.experts;
@@ -283,7 +268,6 @@ int main(int argc, char** argv) {
     return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  o.app.threads = program.threads(o.app.threads);
   return program.run<DataError>([&] {
     return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
   });

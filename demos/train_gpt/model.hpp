@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <xtgrad/modules/gpt.hpp>
 #include <xtgrad/optim/optim.hpp>
 
@@ -32,6 +33,8 @@ struct ModelOptions {
   std::size_t expert_hidden = 0;      // each expert's width; 0: 4 n_embd
   double aux_loss_coef = 0.01;        // of the load-balancing loss
 };
+// A dense model's sizes (summary.json, the saved identity; run_state.cpp adds the experts').
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelOptions, n_layer, n_head, n_embd, block_size, dropout)
 
 // The GPTConfig of `options` over a vocabulary of `vocab_size`;
 // std::invalid_argument when n_head does not divide n_embd, --experts is 1

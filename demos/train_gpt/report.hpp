@@ -15,7 +15,6 @@
 // when it is not installed, the run says so and writes the rest.
 
 #include <filesystem>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,7 +24,6 @@
 namespace gpt_demo {
 
 using demos::PlotResult;
-using demos::write_summary_json;  // demos/common/report_files.hpp
 
 // Writes the files and pictures above into `out` (its summary.json
 // `summary`), then prints the final losses and what it wrote; the exit code
@@ -33,15 +31,5 @@ using demos::write_summary_json;  // demos/common/report_files.hpp
 int write_report(const std::filesystem::path& out, const TrainResult& result,
                  const ModelOptions& model, double unigram, double total_seconds,
                  const nlohmann::json& summary);
-
-// Renders loss.png into `out` from history.csv there.
-PlotResult plot_losses(const std::filesystem::path& out, double unigram_baseline);
-
-// experts.csv of `records` for `layers` layers of `experts` experts each.
-void write_experts_csv(const std::filesystem::path& file, const std::vector<ExpertRecord>& records,
-                       std::size_t layers, std::size_t experts);
-// Renders experts.png into `out` from experts.csv there.
-PlotResult plot_experts(const std::filesystem::path& out, std::size_t layers, std::size_t experts,
-                        std::size_t experts_per_token);
 
 }  // namespace gpt_demo

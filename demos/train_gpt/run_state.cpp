@@ -13,6 +13,8 @@
 
 #include <xtgrad/training/run_state.hpp>
 
+#include "../common/program.hpp"
+
 namespace gpt_demo {
 
 namespace {
@@ -30,37 +32,24 @@ constexpr std::size_t k_max_array_bytes = std::size_t{1} << 32;
 // run must repeat, as saved extras.
 TrainingExtras identity_extras(const RunIdentity& id) {
   const ModelOptions& m = id.model;
-  const TrainOptions& o = id.options;
   TrainingExtras e;
-  e.integers = {{"model.n_layer", as_integer(m.n_layer)},
-                {"model.n_head", as_integer(m.n_head)},
-                {"model.n_embd", as_integer(m.n_embd)},
-                {"model.block_size", as_integer(m.block_size)},
-                {"option.steps", as_integer(o.steps)},
-                {"option.batch_size", as_integer(o.batch_size)},
-                {"option.warmup_steps", as_integer(o.warmup_steps)},
-                {"option.seed", training::seed_bits(o.seed)},
-                {"option.eval_interval", as_integer(o.eval_interval)},
-                {"option.eval_windows", as_integer(o.eval_windows)},
-                {"data.train_tokens", as_integer(id.train_tokens)},
-                {"data.validation_tokens", as_integer(id.validation_tokens)},
-                {k_vocab_size, as_integer(id.vocab.size())}};
+  demos::add_extras(e, "model.", m);
+  demos::add_extras(e, "option.", id.options);
+  e.integers["option.eval_interval"] = as_integer(id.options.eval_interval);
+  e.integers["option.eval_windows"] = as_integer(id.options.eval_windows);
+  e.integers["data.train_tokens"] = as_integer(id.train_tokens);
+  e.integers["data.validation_tokens"] = as_integer(id.validation_tokens);
   // A sparse model's options (--experts 0, a dense one, has no others).
   e.integers["model.experts"] = as_integer(m.experts);
   if (m.experts > 0) {
     e.integers["model.experts_per_token"] = as_integer(m.experts_per_token);
     e.integers["model.expert_hidden"] = as_integer(m.expert_hidden);
+    e.reals["model.aux_loss_coef"] = m.aux_loss_coef;
   }
   const std::vector<char32_t>& points = id.vocab.code_points();
+  e.integers[k_vocab_size] = as_integer(points.size());
   for (std::size_t i = 0; i < points.size(); ++i)
     e.integers["vocab." + std::to_string(i)] = static_cast<std::int64_t>(points[i]);
-  e.reals = {{"model.dropout", m.dropout},
-             {"option.lr", o.lr},
-             {"option.min_lr_ratio", o.min_lr_ratio},
-             {"option.weight_decay", o.weight_decay},
-             {"option.beta2", o.beta2},
-             {"option.grad_clip", o.grad_clip}};
-  if (m.experts > 0) e.reals["model.aux_loss_coef"] = m.aux_loss_coef;
   return e;
 }
 

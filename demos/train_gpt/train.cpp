@@ -107,20 +107,6 @@ void clip_gradients(training::TrainingRun& run, training::Parallel& parallel, GP
                              "; try a smaller --lr");
 }
 
-// What train returns: the run's records, this call's speed and the final losses.
-TrainResult result_of(RunPosition position, const training::Progress& progress,
-                      double final_val_loss) {
-  TrainResult result;
-  result.tokens_per_second = progress.items_per_second();
-  result.train_seconds = progress.train_seconds();
-  result.final_val_loss = final_val_loss;
-  result.history = std::move(position.history);
-  result.experts = std::move(position.experts);
-  result.step = position.step;
-  result.final_train_loss = result.history.empty() ? 0.0 : result.history.back().train_loss;
-  return result;
-}
-
 }  // namespace
 
 TrainResult train(GPT<float>& model, const ModelOptions& model_options, const TrainData& data,
@@ -209,7 +195,9 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
   }
   progress.finish();
   model.eval();
-  return result_of(std::move(position), progress, evaluator.full(model, parallel));
+  const double final_train = position.history.empty() ? 0.0 : position.history.back().train_loss;
+  return {std::move(position), evaluator.full(model, parallel), final_train,
+          progress.items_per_second(), progress.train_seconds()};
 }
 
 }  // namespace gpt_demo

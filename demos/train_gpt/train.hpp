@@ -41,11 +41,11 @@ namespace gpt_demo {
 
 // --save writes at every evaluation and at the end; --stop-after is a step.
 struct TrainOptions : xtgrad::training::RunOptions {
-  std::size_t steps = 1500;
-  std::size_t batch_size = 32;
-  double lr = 3e-3;
+  double lr = 3e-3;           // the peak, after warmup_steps of the schedule's steps
   double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio
+  std::size_t steps = 1500;
   std::size_t warmup_steps = 100;
+  std::size_t batch_size = 32;
   double weight_decay = 0.1;
   double beta2 = 0.99;
   double grad_clip = 1.0;
@@ -57,6 +57,10 @@ struct TrainOptions : xtgrad::training::RunOptions {
   double sample_temperature = 0.8;
   bool expert_parallel = false;  // under mpirun the experts sharded over the ranks
 };
+// The options that fix a run's numbers in summary.json (the saved identity
+// adds eval_interval and eval_windows, run_state.cpp).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOptions, steps, batch_size, lr, min_lr_ratio, warmup_steps,
+                                   weight_decay, beta2, grad_clip, seed)
 
 struct HistoryRecord {
   std::size_t step = 0;     // 1-based, the step just done
@@ -89,14 +93,20 @@ struct TrainData {
   const xtgrad::Indices& validation;  // [M] ids
 };
 
-struct TrainResult {
-  std::vector<HistoryRecord> history;  // resumed records included
-  std::vector<ExpertRecord> experts;   // one per record of a sparse model
-  std::size_t step = 0;                // steps done
-  double final_val_loss = 0.0;         // on the whole validation text
-  double final_train_loss = 0.0;       // the last record's
-  double tokens_per_second = 0.0;      // of this call's training steps
-  double train_seconds = 0.0;          // this call's
+// Where a run is, saved with it: its records (resumed ones included), the
+// steps done and the open interval.
+struct RunPosition {
+  std::vector<HistoryRecord> history;
+  std::vector<ExpertRecord> experts;  // one per record of a sparse model
+  std::size_t step = 0;
+  OpenInterval interval;
+};
+
+struct TrainResult : RunPosition {
+  double final_val_loss = 0.0;     // on the whole validation text
+  double final_train_loss = 0.0;   // the last record's
+  double tokens_per_second = 0.0;  // of this call's training steps
+  double train_seconds = 0.0;      // this call's
 };
 
 // Trains `model` from the start or from the state in options.resume up to
@@ -109,27 +119,18 @@ TrainResult train(xtgrad::GPT<float>& model, const ModelOptions& model_options,
                   const TrainData& data, const TrainOptions& options, std::FILE* out,
                   std::FILE* samples, xtgrad::training::Parallel& parallel);
 
-// Saving and resuming a run (run_state.cpp, demos/common/run_state.hpp): beside
-// the model, AdamW and the schedule, the step, the history, the open
-// interval's loss sum, the options that fix the run's numbers, the model's
-// sizes and the character vocabulary (as code points), so that --generate
-// rebuilds the model and its tokenizer from the directory alone. The data
-// position is the step: the windows of a step are a function of (seed,
-// step, row) (batches.hpp).
-
-// What a run must share with the run it resumes (its numbers depend on them).
+// Saving and resuming a run (run_state.cpp): beside the model, AdamW and the
+// schedule, the position, the options that fix the run's numbers, the
+// model's sizes and the character vocabulary (as code points), so that
+// --generate rebuilds the model and its tokenizer from the directory alone.
+// The data position is the step: the windows of a step are a function of
+// (seed, step, row) (batches.hpp). What a run must share with the run it
+// resumes (its numbers depend on them):
 struct RunIdentity {
   const ModelOptions& model;
   const TrainOptions& options;
   const Vocabulary& vocab;
   std::size_t train_tokens, validation_tokens;
-};
-
-struct RunPosition {
-  std::vector<HistoryRecord> history;
-  std::vector<ExpertRecord> experts;  // a sparse model's
-  std::size_t step = 0;
-  OpenInterval interval;
 };
 
 // Collective: `run`'s state and the position saved to `dir`.

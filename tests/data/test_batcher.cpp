@@ -1,4 +1,5 @@
-// Batcher and shuffled_order (data/batcher.hpp). The reference
+// Batcher and shuffled_order (data/batcher.hpp), and next_token_windows
+// (data/token_windows.hpp), the batches of a token sequence. The reference
 // shuffle is written out again here as a plain loop from its description
 // (std::mt19937_64 seeded by std::seed_seq, rejection draws, Fisher-Yates).
 // Its rejection keeps the outputs below the largest multiple of the bound;
@@ -18,6 +19,7 @@
 
 #include <xtensor/xtensor.hpp>
 #include <xtgrad/data/batcher.hpp>
+#include <xtgrad/data/token_windows.hpp>
 
 #include "support/bad_input.hpp"
 
@@ -187,6 +189,27 @@ TEST_CASE("bad input: Batcher") {
        },
        Expect::invalid_argument,
        {"Batcher", "'batch_size'", "is 0"}},
+  };
+  MESSAGE(run_rows(rows, [] { return State(); }) << " rows");
+}
+
+TEST_CASE(
+    "next_token_windows: each row and its targets one token further on, bad windows refused") {
+  const std::vector<std::int64_t> ids = {10, 11, 12, 13, 14, 15};
+  const TokenWindows w = next_token_windows(ids.data(), ids.size(), {3, 0}, 2);
+  CHECK(w.inputs == Indices{{13, 14}, {10, 11}});
+  CHECK(w.targets == Indices{14, 15, 11, 12});
+  const std::vector<Row> rows = {
+      {"a window past the end",
+       [&] {
+         next_token_windows(ids.data(), ids.size(), {0, 4}, 2);
+       },
+       Expect::invalid_argument,
+       {"next_token_windows", "'starts'", "window 1 from 4", "needs 3 tokens"}},
+      {"T 0",
+       [&] { next_token_windows(ids.data(), ids.size(), {0}, 0); },
+       Expect::invalid_argument,
+       {"next_token_windows", "'T'", "is 0"}},
   };
   MESSAGE(run_rows(rows, [] { return State(); }) << " rows");
 }
