@@ -31,9 +31,10 @@ struct NormStats {
 // The mean as hi + lo in T (see the file comment).
 template <class T>
 struct SplitMean {
+  SplitMean() = default;
   explicit SplitMean(double mean)
       : hi(static_cast<T>(mean)), lo(static_cast<T>(mean - static_cast<T>(mean))) {}
-  T hi, lo;
+  T hi = T(0), lo = T(0);
 };
 
 // x - mean, as (x - hi) - lo; x itself for rms_norm.
@@ -45,33 +46,52 @@ V deviation(const V& x, const SplitMean<T>& m) {
     return x;
 }
 
+// The statistics of R rows of d > 0 elements, x[r * d, (r + 1) * d) into
+// st[r]: each row's sums in the order of a row on its own, the R rows
+// interleaved, so that their chains of dependent adds, divide and square
+// root overlap (one row at a time, a row of 128 floats waits on them).
+template <bool Centered, std::size_t R, class T>
+void norm_rows_stats(const T* x, std::size_t d, double eps, NormStats* st) {
+  using B = simd_math::Batch<T>;
+  constexpr std::size_t lanes = B::size;
+  for (std::size_t r = 0; r < R; ++r) st[r] = NormStats{};
+  if constexpr (Centered) {  // mean = x0 + sum_j (x_j - x0) / D
+    T x0[R];
+    RowSum<T> shifted[R];
+    for (std::size_t r = 0; r < R; ++r) x0[r] = x[r * d];
+    std::size_t j = 0;
+    for (; j + lanes <= d; j += lanes)
+      for (std::size_t r = 0; r < R; ++r)
+        shifted[r].add(B::load_unaligned(x + r * d + j) - B(x0[r]));
+    for (; j < d; ++j)
+      for (std::size_t r = 0; r < R; ++r) shifted[r].add(x[r * d + j] - x0[r]);
+    for (std::size_t r = 0; r < R; ++r)
+      st[r].mean = static_cast<double>(x0[r]) + shifted[r].total() / static_cast<double>(d);
+  }
+  // var = sum_j (x_j - mean)^2 / D (rms_norm: sum_j x_j^2 / D)
+  SplitMean<T> m[R];
+  RowSum<T> squares[R];
+  for (std::size_t r = 0; r < R; ++r) m[r] = SplitMean<T>(st[r].mean);
+  std::size_t j = 0;
+  for (; j + lanes <= d; j += lanes)
+    for (std::size_t r = 0; r < R; ++r) {
+      const B c = deviation<Centered>(B::load_unaligned(x + r * d + j), m[r]);
+      squares[r].add(c * c);
+    }
+  for (; j < d; ++j)
+    for (std::size_t r = 0; r < R; ++r) {
+      const T c = deviation<Centered>(x[r * d + j], m[r]);
+      squares[r].add(c * c);
+    }
+  for (std::size_t r = 0; r < R; ++r)
+    st[r].rstd = 1.0 / std::sqrt(squares[r].total() / static_cast<double>(d) + eps);
+}
+
 // The statistics of x[0, d), d > 0.
 template <bool Centered, class T>
 NormStats norm_row_stats(const T* x, std::size_t d, double eps) {
-  using B = simd_math::Batch<T>;
-  constexpr std::size_t lanes = B::size;
   NormStats st;
-  if constexpr (Centered) {  // mean = x0 + sum_j (x_j - x0) / D
-    const T x0 = x[0];
-    RowSum<T> shifted;
-    std::size_t j = 0;
-    for (; j + lanes <= d; j += lanes) shifted.add(B::load_unaligned(x + j) - B(x0));
-    for (; j < d; ++j) shifted.add(x[j] - x0);
-    st.mean = static_cast<double>(x0) + shifted.total() / static_cast<double>(d);
-  }
-  // var = sum_j (x_j - mean)^2 / D (rms_norm: sum_j x_j^2 / D)
-  const SplitMean<T> m(st.mean);
-  RowSum<T> squares;
-  std::size_t j = 0;
-  for (; j + lanes <= d; j += lanes) {
-    const B c = deviation<Centered>(B::load_unaligned(x + j), m);
-    squares.add(c * c);
-  }
-  for (; j < d; ++j) {
-    const T c = deviation<Centered>(x[j], m);
-    squares.add(c * c);
-  }
-  st.rstd = 1.0 / std::sqrt(squares.total() / static_cast<double>(d) + eps);
+  norm_rows_stats<Centered, 1>(x, d, eps, &st);
   return st;
 }
 

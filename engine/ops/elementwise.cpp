@@ -4,6 +4,7 @@
 
 #include "../check.hpp"
 #include "../checked_size.hpp"
+#include "../kernels/parallel.hpp"
 #include "sum_to.hpp"
 #include "support/broadcast.hpp"
 
@@ -23,17 +24,14 @@ void div_divisor_backward(const xt::xarray<T>& dy, const xt::xarray<T>& y, const
   const T* yv = y.data();
   const T* bv = b.data();
   if (b.shape() == dy.shape()) {  // one pass
-    const std::size_t n = dy.size();
-    if (db.accumulate)
-      for (std::size_t i = 0; i < n; ++i) d[i] -= g[i] * yv[i] / bv[i];
-    else
-      for (std::size_t i = 0; i < n; ++i) d[i] = -(g[i] * yv[i]) / bv[i];
+    detail::write_or_add(d, db.accumulate, dy.size(),
+                         [=](std::size_t i) { return -(g[i] * yv[i]) / bv[i]; });
     return;
   }
   if (!db.accumulate) std::fill(d, d + db.buffer.size(), T(0));  // [0, D] / [D] gives zeros
   const Shape& shape = b.shape();
   const detail::BroadcastPlan plan = detail::make_plan(dy.shape(), {&shape, &shape});
-  detail::for_each_run(
+  detail::parallel_sum_runs(
       plan, dy.size(),
       [&](std::size_t o, std::size_t ob, std::size_t, std::size_t n, bool step, bool) {
         if (step)  // db[n] -= dy[n] * y[n] / b[n]: one row
@@ -77,6 +75,14 @@ Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b)
 
   tape.set_backward(yi, [ai, bi, yi, kind](Tape<T>& t, const xt::xarray<T>& dy) {
     // When ai == bi (mul(x, x)) the second grad_slot accumulates onto the first.
+    const bool linear = kind == Arithmetic::add || kind == Arithmetic::sub;
+    if (linear && t.requires_grad(ai) && t.requires_grad(bi)) {
+      // da[a] (+)= sum over a's repeated axes of dy[y], db[b] likewise (negated for
+      // sub): one pass over dy when neither operand was broadcast
+      const GradSlot<T> da = t.grad_slot(ai);
+      detail::sum_to_shapes(dy, da, t.grad_slot(bi), kind == Arithmetic::sub ? T(-1) : T(1));
+      return;
+    }
     if (t.requires_grad(ai)) {
       if (kind == Arithmetic::mul)  // da[a] (+)= sum over a's repeated axes of dy[y] * b[y]
         detail::sum_product_to_shape(dy, t.value(bi), t.grad_slot(ai));
@@ -114,18 +120,6 @@ Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b)
   return tape.var(yi);
 }
 
-// dx[i] (+)= term(i) for i < dx's size: the write-or-accumulate rule of
-// grad_slot, as a branch outside the loop.
-template <class T, class Term>
-void write_or_add(GradSlot<T> dx, Term term) {
-  T* d = dx.buffer.data();
-  const std::size_t n = dx.buffer.size();
-  if (dx.accumulate)
-    for (std::size_t i = 0; i < n; ++i) d[i] += term(i);
-  else
-    for (std::size_t i = 0; i < n; ++i) d[i] = term(i);
-}
-
 enum class WithScalar { add, rsub, div, rdiv };
 
 // y = x + s, s - x, x / s or s / x, elementwise over n values.
@@ -159,14 +153,16 @@ void with_scalar_backward(WithScalar kind, const xt::xarray<T>& x, T s, const xt
       detail::sum_to_shape(dy, dx, T(-1));
       break;
     case WithScalar::div:  // dx[x] (+)= dy[x] / s
-      write_or_add(dx, [g, s](std::size_t i) { return g[i] / s; });
+      detail::write_or_add(dx.buffer.data(), dx.accumulate, dx.buffer.size(),
+                           [g, s](std::size_t i) { return g[i] / s; });
       break;
     case WithScalar::rdiv: {  // dx[x] (+)= -(dy[x] s) r[x]^2, r = 1 / x (torch's reciprocal')
       const T* xd = x.data();
-      write_or_add(dx, [g, s, xd](std::size_t i) {
-        const T r = T(1) / xd[i];
-        return -(g[i] * s) * (r * r);
-      });
+      detail::write_or_add(dx.buffer.data(), dx.accumulate, dx.buffer.size(),
+                           [g, s, xd](std::size_t i) {
+                             const T r = T(1) / xd[i];
+                             return -(g[i] * s) * (r * r);
+                           });
       break;
     }
   }
@@ -181,7 +177,11 @@ Var<T> with_scalar(const char* op, WithScalar kind, const Var<T>& x, T s) {
   const xt::xarray<T>& xv = tape.value(xi);
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(xv.shape());
-  with_scalar_forward(kind, xv.data(), s, y.data(), xv.size());
+  const T* xd = xv.data();
+  T* yd = y.data();
+  detail::parallel_for(xv.size(), detail::k_parallel_light, [&](std::size_t i0, std::size_t i1) {
+    with_scalar_forward(kind, xd + i0, s, yd + i0, i1 - i0);
+  });
 
   tape.set_backward(yi, [xi, s, kind](Tape<T>& t, const xt::xarray<T>& dy) {
     if (t.requires_grad(xi)) with_scalar_backward(kind, t.value(xi), s, dy, t.grad_slot(xi));
@@ -238,7 +238,7 @@ Var<T> scale(const Var<T>& a, NoDeduce<T> s) {
   const xt::xarray<T>& av = tape.value(ai);
   y.resize(av.shape());
   // y = a * s   (one pass over the data pointers)
-  detail::binary_run(y.data(), av.data(), true, &s, false, y.size(), std::multiplies<T>());
+  detail::parallel_binary_run(y.data(), av.data(), true, &s, false, y.size(), std::multiplies<T>());
 
   tape.set_backward(yi, [ai, s](Tape<T>& t, const xt::xarray<T>& dy) {
     // da[a] (+)= s * dy[a]

@@ -64,6 +64,8 @@ constexpr std::size_t k_rows_per_flush = 16;
 constexpr std::size_t k_norm_rows_per_group = 256;
 // Elements a thread must have before a second one pays.
 constexpr std::size_t k_norm_min_elements = std::size_t(1) << 15;
+// Rows whose statistics the forward computes together (norm_rows_stats).
+constexpr std::size_t k_norm_stats_rows = 4;
 
 // The rows [r0, r1) of the backward (norm_backward_row per row), their
 // weight and bias shares summed into sums[2, D] (dw then db; when wanted): in
@@ -143,11 +145,20 @@ void norm_forward(const T* x, const T* w, const T* b, T* y, std::size_t rows, st
   const std::size_t min_rows =
       std::max<std::size_t>(k_norm_min_elements / std::max<std::size_t>(d, 1), 1);
   detail::parallel_for_rows(rows, min_rows, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      const detail::NormStats st = detail::norm_row_stats<Centered>(x + r * d, d, eps);
-      detail::norm_forward_row<Centered, HasWeight, HasBias>(x + r * d, w, b, y + r * d, d, st);
-      if (stats && Centered) stats[2 * r] = st.mean;
-      if (stats) stats[Centered ? 2 * r + 1 : r] = st.rstd;
+    for (std::size_t r = r0; r < r1;) {
+      // the statistics of k_norm_stats_rows rows at a time (the last few one by one)
+      detail::NormStats st[k_norm_stats_rows];
+      const std::size_t n = r1 - r >= k_norm_stats_rows ? k_norm_stats_rows : 1;
+      if (n == k_norm_stats_rows)
+        detail::norm_rows_stats<Centered, k_norm_stats_rows>(x + r * d, d, eps, st);
+      else
+        detail::norm_rows_stats<Centered, 1>(x + r * d, d, eps, st);
+      for (std::size_t i = 0; i < n; ++i, ++r) {
+        detail::norm_forward_row<Centered, HasWeight, HasBias>(x + r * d, w, b, y + r * d, d,
+                                                               st[i]);
+        if (stats && Centered) stats[2 * r] = st[i].mean;
+        if (stats) stats[Centered ? 2 * r + 1 : r] = st[i].rstd;
+      }
     }
   });
 }

@@ -271,3 +271,27 @@ TEST_CASE("parallel passes: the Adam, AdamW and SGD updates, same bits on 1-3 th
     });
   }
 }
+
+TEST_CASE_TEMPLATE(
+    "parallel passes: elementwise ops, broadcast and summed back, same bits on 1-3 threads", T,
+    float, double) {
+  using V = Var<T>;
+  const std::size_t rows = 1040, cols = 520;  // above k_parallel_light on two threads
+  check_same_bits([&] {
+    Tape<T> tape;
+    const V x = tape.leaf(random_array<T>({rows, cols}, 80));
+    const V z = tape.leaf(random_array<T>({rows, cols}, 81, 1.0, 2.0));
+    const V b = tape.leaf(random_array<T>({cols}, 82));  // summed over rows (columns split)
+    const V c =
+        tape.leaf(random_array<T>({rows, 1}, 83, 1.0, 2.0));  // summed along rows (rows split)
+    const V d = tape.leaf(random_array<T>({1, cols}, 84, 1.0, 2.0));
+    // sub's rule runs last: its one pass adds onto the gradients of x and z
+    const V same = add(sub(x, z), mul(x, z));
+    const V y = add(div(mul(add(same, b), c), d), rdiv(scale(z, T(0.5)), T(3)));
+    tape.backward(y, random_array<T>({rows, cols}, 85));
+    std::vector<T> out(y.value().begin(), y.value().end());
+    for (const V* v : {&x, &z, &b, &c, &d})
+      out.insert(out.end(), v->grad().begin(), v->grad().end());
+    return out;
+  });
+}

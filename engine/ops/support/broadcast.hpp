@@ -14,6 +14,12 @@
 //   [N, D] with [D]    -> N runs of D (a bias: one simple row loop),
 //   [N, D] with [N, 1] -> N runs of D against one element each,
 //   anything with []   -> one run against one element.
+//
+// Every pass here splits between the threads in use (kernels/parallel.hpp)
+// from k_parallel_light elements a thread on: elementwise passes by elements
+// or runs, sums onto an operand so that each of its elements is written by one
+// thread in the serial order of its terms, so that the bits do not depend on
+// the thread count.
 
 #include <algorithm>
 #include <array>
@@ -25,6 +31,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "../../errors.hpp"
+#include "../../kernels/parallel.hpp"
 #include "../../tape.hpp"
 
 namespace xtgrad::detail {
@@ -99,20 +106,27 @@ inline BroadcastPlan make_plan(const Shape& out, const std::array<const Shape*, 
 }
 
 // Calls run(out_offset, offset0, offset1, n, step0, step1) once per innermost
-// run: result elements out_offset + j, j < n, pair with operand k's element
-// offset_k + j * step_k. The innermost stride of an operand is 1 or 0 (its
-// last kept axis is contiguous or repeated), so step_k is a bool.
+// run r in [first, last): result elements out_offset + j, j < n (out_offset =
+// r * n), pair with operand k's element offset_k + j * step_k. The innermost
+// stride of an operand is 1 or 0 (its last kept axis is contiguous or
+// repeated), so step_k is a bool.
 template <class Run>
-void for_each_run(const BroadcastPlan& plan, std::size_t size, Run&& run) {
-  if (size == 0) return;
+void for_each_run(const BroadcastPlan& plan, std::size_t first, std::size_t last, Run&& run) {
+  if (first >= last) return;
   const std::size_t outer = plan.extent.size() - 1;
   const std::size_t n = plan.extent.back();
   const bool step0 = plan.stride[0].back() != 0;
   const bool step1 = plan.stride[1].back() != 0;
   Shape index(outer, 0);
   std::size_t offset0 = 0, offset1 = 0;
-  for (std::size_t start = 0; start < size; start += n) {
-    run(start, offset0, offset1, n, step0, step1);
+  for (std::size_t axis = outer, rest = first; axis-- > 0;) {  // the odometer at run `first`
+    index[axis] = rest % plan.extent[axis];
+    rest /= plan.extent[axis];
+    offset0 += index[axis] * plan.stride[0][axis];
+    offset1 += index[axis] * plan.stride[1][axis];
+  }
+  for (std::size_t r = first; r < last; ++r) {
+    run(r * n, offset0, offset1, n, step0, step1);
     for (std::size_t axis = outer; axis-- > 0;) {  // odometer over the outer axes
       offset0 += plan.stride[0][axis];
       offset1 += plan.stride[1][axis];
@@ -121,6 +135,50 @@ void for_each_run(const BroadcastPlan& plan, std::size_t size, Run&& run) {
       offset1 -= plan.stride[1][axis] * plan.extent[axis];
       index[axis] = 0;
     }
+  }
+}
+
+// Every run of a result of `size` elements, in order, on the calling thread.
+template <class Run>
+void for_each_run(const BroadcastPlan& plan, std::size_t size, Run&& run) {
+  if (size != 0) for_each_run(plan, 0, size / plan.extent.back(), run);
+}
+
+// The runs split between the threads in use, for a pass in which every run
+// writes elements of its own (a result of the plan's shape).
+template <class Run>
+void parallel_runs(const BroadcastPlan& plan, std::size_t size, Run&& run) {
+  if (size == 0) return;
+  const std::size_t n = plan.extent.back();
+  parallel_for_rows(size / n, std::max<std::size_t>(k_parallel_light / n, 1),
+                    [&](std::size_t r0, std::size_t r1) { for_each_run(plan, r0, r1, run); });
+}
+
+// The runs of a sum onto operand 0 (repeated along some axes of the result),
+// split so that each element of operand 0 is written by one thread, which
+// adds its terms in the serial order: by runs when operand 0 steps along
+// every outer axis (each run has elements of its own), else by columns of
+// the runs when it steps along them (each thread its columns of every run),
+// else not at all.
+template <class Run>
+void parallel_sum_runs(const BroadcastPlan& plan, std::size_t size, Run&& run) {
+  if (size == 0) return;
+  const std::size_t outer = plan.extent.size() - 1, n = plan.extent.back(), runs = size / n;
+  const Shape& stride = plan.stride[0];
+  if (std::all_of(stride.begin(), stride.begin() + static_cast<std::ptrdiff_t>(outer),
+                  [](std::size_t s) { return s != 0; })) {
+    parallel_runs(plan, size, run);
+  } else if (stride.back() != 0) {
+    parallel_for(n, std::max<std::size_t>(k_parallel_light / runs, 1),
+                 [&](std::size_t j0, std::size_t j1) {
+                   for_each_run(plan, 0, runs,
+                                [&](std::size_t o, std::size_t o0, std::size_t o1, std::size_t,
+                                    bool step0, bool step1) {
+                                  run(o + j0, o0 + j0, step1 ? o1 + j0 : o1, j1 - j0, step0, step1);
+                                });
+                 });
+  } else {
+    for_each_run(plan, 0, runs, run);
   }
 }
 
@@ -158,18 +216,41 @@ void binary_run(T* out, const T* a, bool step_a, const T* b, bool step_b, std::s
   }
 }
 
+// binary_run over n elements split between the threads in use.
+template <class T, class F>
+void parallel_binary_run(T* out, const T* a, bool step_a, const T* b, bool step_b, std::size_t n,
+                         F f) {
+  parallel_for(n, k_parallel_light, [&](std::size_t i0, std::size_t i1) {
+    binary_run(out + i0, step_a ? a + i0 : a, step_a, step_b ? b + i0 : b, step_b, i1 - i0, f);
+  });
+}
+
 // y = f(a, b) with broadcasting; y is already shaped as the broadcast result.
 template <class T, class F>
 void broadcast_apply(xt::xarray<T>& y, const xt::xarray<T>& a, const xt::xarray<T>& b, F f) {
   if (a.shape() == b.shape()) {  // one pass over the data pointers
-    binary_run(y.data(), a.data(), true, b.data(), true, y.size(), f);
+    parallel_binary_run(y.data(), a.data(), true, b.data(), true, y.size(), f);
     return;
   }
   const BroadcastPlan plan = make_plan(y.shape(), {&a.shape(), &b.shape()});
-  for_each_run(plan, y.size(),
-               [&](std::size_t o, std::size_t oa, std::size_t ob, std::size_t n, bool sa, bool sb) {
-                 binary_run(y.data() + o, a.data() + oa, sa, b.data() + ob, sb, n, f);
-               });
+  parallel_runs(
+      plan, y.size(),
+      [&](std::size_t o, std::size_t oa, std::size_t ob, std::size_t n, bool sa, bool sb) {
+        binary_run(y.data() + o, a.data() + oa, sa, b.data() + ob, sb, n, f);
+      });
+}
+
+// d[i] (+)= term(i) for i < n, as `accumulate` says (grad_slot's
+// write-or-accumulate rule: a branch outside the loop), split between the
+// threads in use.
+template <class T, class Term>
+void write_or_add(T* d, bool accumulate, std::size_t n, Term term) {
+  parallel_for(n, k_parallel_light, [&](std::size_t i0, std::size_t i1) {
+    if (accumulate)
+      for (std::size_t i = i0; i < i1; ++i) d[i] += term(i);
+    else
+      for (std::size_t i = i0; i < i1; ++i) d[i] = term(i);
+  });
 }
 
 // dst (+)= scale * g summed over the axes along which dst's shape was
@@ -179,24 +260,62 @@ void sum_to_shape(const xt::xarray<T>& g, GradSlot<T> dst, T scale = T(1)) {
   T* d = dst.buffer.data();
   const T* gd = g.data();
   if (dst.buffer.shape() == g.shape()) {  // nothing repeated: one pass, no temporary
-    const std::size_t n = g.size();
-    if (dst.accumulate)
-      for (std::size_t i = 0; i < n; ++i) d[i] += scale * gd[i];
-    else
-      for (std::size_t i = 0; i < n; ++i) d[i] = scale * gd[i];
+    write_or_add(d, dst.accumulate, g.size(), [=](std::size_t i) { return scale * gd[i]; });
     return;
   }
   if (!dst.accumulate) std::fill(d, d + dst.buffer.size(), T(0));  // [0, D] -> [D] gives zeros
   const Shape& shape = dst.buffer.shape();
   const BroadcastPlan plan = make_plan(g.shape(), {&shape, &shape});
-  for_each_run(plan, g.size(),
-               [&](std::size_t o, std::size_t od, std::size_t, std::size_t n, bool step, bool) {
-                 if (step)  // d[n] += scale * g[n]: one row of a bias reduction
-                   for (std::size_t j = 0; j < n; ++j) d[od + j] += scale * gd[o + j];
-                 else  // d[] += scale * sum(g[n]): the run collapses onto one element
-                   d[od] +=
-                       static_cast<T>(scale * sum_of(n, [&](std::size_t j) { return gd[o + j]; }));
-               });
+  parallel_sum_runs(
+      plan, g.size(),
+      [&](std::size_t o, std::size_t od, std::size_t, std::size_t n, bool step, bool) {
+        if (step)  // d[n] += scale * g[n]: one row of a bias reduction
+          for (std::size_t j = 0; j < n; ++j) d[od + j] += scale * gd[o + j];
+        else  // d[] += scale * sum(g[n]): the run collapses onto one element
+          d[od] += static_cast<T>(scale * sum_of(n, [&](std::size_t j) { return gd[o + j]; }));
+      });
+}
+
+// a[i] (+)= g[i] and b[i] (+)= scale_b * g[i] for i in [i0, i1).
+template <bool AddA, bool AddB, class T>
+void copy_to_both(const T* g, T* a, T* b, T scale_b, std::size_t i0, std::size_t i1) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    const T v = g[i];
+    if constexpr (AddA)
+      a[i] += v;
+    else
+      a[i] = v;
+    if constexpr (AddB)
+      b[i] += scale_b * v;
+    else
+      b[i] = scale_b * v;
+  }
+}
+
+// da (+)= g and db (+)= scale_b * g, each summed to its operand's shape (the
+// backward of add, scale_b 1, and sub, -1), da claimed first: one pass over g
+// when both have g's shape and are two nodes, else sum_to_shape for each.
+template <class T>
+void sum_to_shapes(const xt::xarray<T>& g, GradSlot<T> da, GradSlot<T> db, T scale_b) {
+  if (&da.buffer == &db.buffer || da.buffer.shape() != g.shape() ||
+      db.buffer.shape() != g.shape()) {
+    sum_to_shape(g, da);
+    sum_to_shape(g, db, scale_b);
+    return;
+  }
+  const T* gd = g.data();
+  T* a = da.buffer.data();
+  T* b = db.buffer.data();
+  parallel_for(g.size(), k_parallel_light, [&](std::size_t i0, std::size_t i1) {
+    if (da.accumulate && db.accumulate)
+      copy_to_both<true, true>(gd, a, b, scale_b, i0, i1);
+    else if (da.accumulate)
+      copy_to_both<true, false>(gd, a, b, scale_b, i0, i1);
+    else if (db.accumulate)
+      copy_to_both<false, true>(gd, a, b, scale_b, i0, i1);
+    else
+      copy_to_both<false, false>(gd, a, b, scale_b, i0, i1);
+  });
 }
 
 // dst (+)= combine(g, other) summed over the axes along which dst's shape was
@@ -211,16 +330,12 @@ void sum_product_to_shape(const xt::xarray<T>& g, const xt::xarray<T>& other, Gr
   const T* gd = g.data();
   const T* od = other.data();
   if (dst.buffer.shape() == g.shape() && other.shape() == g.shape()) {  // one pass
-    const std::size_t n = g.size();
-    if (dst.accumulate)
-      for (std::size_t i = 0; i < n; ++i) d[i] += combine(gd[i], od[i]);
-    else
-      for (std::size_t i = 0; i < n; ++i) d[i] = combine(gd[i], od[i]);
+    write_or_add(d, dst.accumulate, g.size(), [=](std::size_t i) { return combine(gd[i], od[i]); });
     return;
   }
   if (!dst.accumulate) std::fill(d, d + dst.buffer.size(), T(0));
   const BroadcastPlan plan = make_plan(g.shape(), {&dst.buffer.shape(), &other.shape()});
-  for_each_run(
+  parallel_sum_runs(
       plan, g.size(),
       [&](std::size_t o, std::size_t i, std::size_t k, std::size_t n, bool step_d, bool step_o) {
         T* dr = d + i;
