@@ -155,7 +155,7 @@ void pack_rows(const T* x, std::ptrdiff_t row_stride, std::size_t rows, std::siz
 // Rows (and columns) of a square block that transpose_block turns over at
 // once: one AVX vector of each row. Measured on a 2-core AMD EPYC (Zen 5),
 // 47 keys of Dh = 64 floats packed into K^T [64, 64]: 0.64-0.74 us against
-// 1.7-1.9 element by element (the decoding step's attention is mostly this).
+// 1.7-1.9 element by element (a decoding step packs every cached key so).
 template <class T>
 constexpr std::size_t k_transpose_block = 32 / sizeof(T);
 
