@@ -218,11 +218,8 @@ Var<T> CausalSelfAttention<T>::forward(const Var<T>& x, KvCache<T>& cache, std::
   else if (t > 1)
     mask = AttentionMask<T>(causal_mask(t, past + t, static_cast<std::int64_t>(past)));
   cache.store(layer, heads.k.value(), heads.v.value());  // [B, Hkv, T, Dh], checked above
-  const Var<T> keys = tape.leaf(cache.keys(layer), false);
-  const Var<T> values = tape.leaf(cache.values(layer), false);
-  const Var<T> y = scaled_dot_product_attention(heads.q, keys, values, mask, false, 0.0,
-                                                std::nullopt, DropoutKey{}, n_kv_heads() != h);
-  return output(y, b, t);
+  // the cached keys and values read where they are (scaled_dot_product_attention's bits)
+  return output(attention_over_rows(heads.q, cache.rows(layer), mask), b, t);
 }
 
 template <class T>

@@ -5,6 +5,7 @@
 
 #include "../engine/checked_size.hpp"
 #include "../engine/errors.hpp"
+#include "../engine/ops/attention.hpp"
 
 namespace xtgrad {
 
@@ -96,6 +97,20 @@ xt::xarray<T> KvCache<T>::filled(const xt::xarray<T>& store, std::size_t layer) 
   for (std::size_t bh = 0; bh < batch_ * n_kv_heads_; ++bh)
     std::copy_n(store.data() + bh * capacity_ * head_dim_, n * head_dim_,
                 out.data() + bh * n * head_dim_);
+  return out;
+}
+
+template <class T>
+KeyValueRows<T> KvCache<T>::rows(std::size_t layer) const {
+  KeyValueRows<T> out;
+  out.k = k_[layer].data();
+  out.v = v_[layer].data();
+  out.batch = batch_;
+  out.kv_heads = n_kv_heads_;
+  out.length = length_[layer];
+  out.head_dim = head_dim_;
+  out.head_stride = capacity_ * head_dim_;
+  out.batch_stride = n_kv_heads_ * out.head_stride;
   return out;
 }
 

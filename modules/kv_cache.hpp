@@ -31,6 +31,8 @@ namespace xtgrad {
 
 template <class T>
 class CausalSelfAttention;
+template <class T>
+struct KeyValueRows;  // engine/ops/attention.hpp
 
 template <class T>
 class KvCache {
@@ -82,6 +84,9 @@ class KvCache {
   void check_layer(const char* owner, std::size_t layer) const;
   // append without its checks: layer, shapes and capacity already checked.
   void store(std::size_t layer, const xt::xarray<T>& k, const xt::xarray<T>& v);
+  // Layer `layer`'s filled keys and values where they are, for attention to
+  // read without a copy; valid until the cache next changes.
+  KeyValueRows<T> rows(std::size_t layer) const;
   xt::xarray<T> filled(const xt::xarray<T>& store, std::size_t layer) const;
 
   std::size_t batch_, n_kv_heads_, head_dim_, capacity_;

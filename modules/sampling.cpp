@@ -17,12 +17,10 @@ void apply_temperature(std::vector<double>& z, double temperature) {
   for (double& v : z) v /= temperature;
 }
 
-// Every value below the k-th largest becomes -inf (ties at the k-th value stay).
-void keep_top_k(std::vector<double>& z, std::size_t k) {
-  if (k >= z.size()) return;
-  // The k largest values so far in a min-heap: its top is the k-th largest
-  // (duplicates counted), as nth_element finds it, in one pass that for
-  // k << V mostly compares against the top.
+// The k-th largest value of z (duplicates counted, as nth_element finds it),
+// k < z.size(): the k largest values so far in a min-heap, whose top it is,
+// in one pass that for k << V mostly compares against the top.
+double kth_largest(const std::vector<double>& z, std::size_t k) {
   std::vector<double> largest(z.begin(), z.begin() + std::ptrdiff_t(k));
   std::make_heap(largest.begin(), largest.end(), std::greater<double>());
   for (std::size_t i = k; i < z.size(); ++i)
@@ -31,7 +29,13 @@ void keep_top_k(std::vector<double>& z, std::size_t k) {
       largest.back() = z[i];
       std::push_heap(largest.begin(), largest.end(), std::greater<double>());
     }
-  const double threshold = largest.front();
+  return largest.front();
+}
+
+// Every value below the k-th largest becomes -inf (ties at the k-th value stay).
+void keep_top_k(std::vector<double>& z, std::size_t k) {
+  if (k >= z.size()) return;
+  const double threshold = kth_largest(z, k);
   for (double& v : z)
     if (v < threshold) v = -std::numeric_limits<double>::infinity();
 }
@@ -75,6 +79,39 @@ std::int64_t draw(std::vector<double>& z, Generator& rng) {
   return last;  // rounding left target at the very end
 }
 
+// keep_top_k(z, k) then draw(z, rng), for k < z.size(), over the kept
+// tokens alone (at most k plus the ties, against all V of them): the same
+// sums in the same order, since the tokens cut add exp(-inf) = 0 to them, so
+// the same token. nullopt, for the other path to take, when a kept value is
+// not finite (NaN, or every kept logit -inf), whose passes are not these.
+std::optional<std::int64_t> draw_top_k(const std::vector<double>& z, std::size_t k,
+                                       Generator& rng) {
+  const double threshold = kth_largest(z, k);
+  std::vector<std::size_t> kept;
+  kept.reserve(k);
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < z.size(); ++i)
+    if (!(z[i] < threshold)) {
+      if (!std::isfinite(z[i])) return std::nullopt;
+      kept.push_back(i);
+      m = std::max(m, z[i]);
+    }
+  std::vector<double> p(kept.size());
+  double total = 0.0;
+  for (std::size_t r = 0; r < kept.size(); ++r) total += (p[r] = std::exp(z[kept[r]] - m));
+  const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
+  const double target = u * total;
+  double cumulative = 0.0;
+  std::int64_t last = 0;
+  for (std::size_t r = 0; r < kept.size(); ++r) {
+    if (p[r] == 0.0) continue;
+    cumulative += p[r];
+    last = std::int64_t(kept[r]);
+    if (cumulative > target) return last;
+  }
+  return last;  // rounding left target at the very end
+}
+
 }  // namespace
 
 void check_sampling(const detail::Check& check, double temperature,
@@ -99,6 +136,8 @@ std::int64_t sample_token(std::vector<double> logits, double temperature,
   if (temperature == 0.0)
     return std::int64_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   apply_temperature(logits, temperature);
+  if (top_k && *top_k < logits.size() && top_p == 1.0)
+    if (const std::optional<std::int64_t> token = draw_top_k(logits, *top_k, rng)) return *token;
   if (top_k) keep_top_k(logits, *top_k);
   if (top_p < 1.0) keep_top_p(logits, top_p);
   return draw(logits, rng);

@@ -32,6 +32,15 @@ struct PackedKeys {
     return data + (head_index * tiles + tile) * (kt_size + v_size);
   }
   T* v(std::size_t head_index, std::size_t tile) const { return kt(head_index, tile) + kt_size; }
+
+  // Set (by forward_per_head, for one (batch, kv head) at a time) when v's
+  // rows already are a packed V tile's (contiguous, Dv a whole number of
+  // vectors): its tile t is then read in place at v_rows + t * v_size, and
+  // not packed (the products read the same values, so the same bits).
+  const T* v_rows = nullptr;
+  const T* v_tile(std::size_t head_index, std::size_t tile) const {
+    return v_rows != nullptr ? v_rows + tile * v_size : v(head_index, tile);
+  }
 };
 
 // The online softmax of one query tile (FlashAttention-2's O~, m and l), in

@@ -23,9 +23,10 @@ void pack_key_tile(const Problem<T>& p, const Tiles& tiles, const T* k, const T*
   const std::size_t bc = tiles.cols, j0 = tile * bc, count = std::min(bc, p.k_len - j0);
   // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
   pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim, packed.kt(slot, tile), bc);
-  // v[count, Dv padded] = v[j0 : j0 + count, Dv]
-  pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(slot, tile),
-            padded<T>(p.v_dim));
+  // v[count, Dv padded] = v[j0 : j0 + count, Dv], unless read in place
+  if (packed.v_rows == nullptr)
+    pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(slot, tile),
+              padded<T>(p.v_dim));
 }
 
 // Every key tile of every (batch, kv head), slot b * Hkv + hk.
@@ -119,7 +120,7 @@ void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& 
       for (std::size_t r = band.r0; r < band.r1; ++r)
         softmax_row(p, t, bc, b, h, i0 + r, r, j0, std::min(count, band.width), band.width);
       // acc[n, Dv] += P[n, cols] . v[cols, Dv]
-      tile_product<T, true>(n, t.acc_row, band.cols, s, bc, 1, packed.v(head_index, tile),
+      tile_product<T, true>(n, t.acc_row, band.cols, s, bc, 1, packed.v_tile(head_index, tile),
                             t.acc_row, t.acc + band.r0 * t.acc_row, t.acc_row);
     });
   }
@@ -133,6 +134,10 @@ void forward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, const
                       T* o, T* lse) {
   const std::size_t q_tiles = (p.q_len + tiles.rows - 1) / tiles.rows;
   const std::size_t flops = 2 * p.group() * p.q_len * p.k_len * (p.qk_dim + p.v_dim);
+  // v's rows are already a V tile's (a KV cache's, or [B, H, T, Dv] with Dv
+  // a whole number of vectors): read in place (PackedKeys::v_rows)
+  const bool v_in_place =
+      p.v_dim % k_lanes<T> == 0 && p.v.row == static_cast<std::ptrdiff_t>(p.v_dim);
   parallel_for_rows(p.batch * p.kv_heads, tasks_per_thread(k_parallel_flops, flops),
                     [&](std::size_t t0, std::size_t t1) {
                       PackedKeys<T> own(p, tiles);
@@ -140,6 +145,7 @@ void forward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, const
                           ScratchSlot::attention_packed, std::max<std::size_t>(own.head_size(), 1));
                       for (std::size_t task = t0; task < t1; ++task) {
                         const std::size_t b = task / p.kv_heads, hk = task % p.kv_heads;
+                        own.v_rows = v_in_place ? v + p.v.at(b, hk, 0) : nullptr;
                         for (std::size_t tile = 0; tile < own.tiles; ++tile)
                           pack_key_tile(p, tiles, k, v, own, b, hk, 0, tile);
                         for (std::size_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h)

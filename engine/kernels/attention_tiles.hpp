@@ -151,16 +151,73 @@ void pack_rows(const T* x, std::ptrdiff_t row_stride, std::size_t rows, std::siz
   }
 }
 
+#if defined(__AVX__)
+// Rows (and columns) of a square block that transpose_block turns over at
+// once: one AVX vector of each row. Measured on a 2-core AMD EPYC (Zen 5),
+// 47 keys of Dh = 64 floats packed into K^T [64, 64]: 0.64-0.74 us against
+// 1.7-1.9 element by element (a decoding step packs every cached key so).
+template <class T>
+constexpr std::size_t k_transpose_block = 32 / sizeof(T);
+
+// out[c * width + r] = x[r * row_stride + c] for r, c < 8: the classic
+// unpack / shuffle / lane-permute transpose of eight rows of eight floats.
+inline void transpose_block(const float* x, std::ptrdiff_t row_stride, float* out,
+                            std::size_t width) {
+  __m256 r[8], t[8];
+  for (std::size_t i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + std::ptrdiff_t(i) * row_stride);
+  for (std::size_t i = 0; i < 8; i += 2) {  // t: rows i, i + 1 interleaved pairwise
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (std::size_t i = 0; i < 8; i += 4) {  // r: columns of four rows per 128-bit lane
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (std::size_t c = 0; c < 4; ++c) {  // the lanes of rows 0-3 and 4-7 joined
+    _mm256_storeu_ps(out + c * width, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+    _mm256_storeu_ps(out + (c + 4) * width, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+  }
+}
+
+// The same for four rows of four doubles.
+inline void transpose_block(const double* x, std::ptrdiff_t row_stride, double* out,
+                            std::size_t width) {
+  __m256d r[4];
+  for (std::size_t i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(x + std::ptrdiff_t(i) * row_stride);
+  const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+  _mm256_storeu_pd(out, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(out + width, _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(out + 2 * width, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(out + 3 * width, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#endif
+
 // out[c, r] = x(r, c) for c < cols, r < rows, and 0 for rows <= r < width:
-// the transpose of rows of a strided tensor, padded the same way.
+// the transpose of rows of a strided tensor, padded the same way; square
+// blocks at once where the target has AVX, element by element at the edges.
 template <class T>
 void pack_transposed(const T* x, std::ptrdiff_t row_stride, std::size_t rows, std::size_t cols,
                      T* out, std::size_t width) {
   for (std::size_t c = 0; c < cols; ++c)
     std::fill(out + c * width + rows, out + (c + 1) * width, T(0));
-  for (std::size_t r = 0; r < rows; ++r) {
-    const T* src = x + static_cast<std::ptrdiff_t>(r) * row_stride;
-    for (std::size_t c = 0; c < cols; ++c) out[c * width + r] = src[c];
+  std::size_t r0 = 0;
+#if defined(__AVX__)
+  constexpr std::size_t n = k_transpose_block<T>;
+  for (; r0 + n <= rows; r0 += n) {
+    const T* src = x + static_cast<std::ptrdiff_t>(r0) * row_stride;
+    std::size_t c = 0;
+    for (; c + n <= cols; c += n) transpose_block(src + c, row_stride, out + c * width + r0, width);
+    for (; c < cols; ++c)
+      for (std::size_t r = 0; r < n; ++r)
+        out[c * width + r0 + r] = src[static_cast<std::ptrdiff_t>(r) * row_stride + c];
+  }
+#endif
+  for (; r0 < rows; ++r0) {
+    const T* src = x + static_cast<std::ptrdiff_t>(r0) * row_stride;
+    for (std::size_t c = 0; c < cols; ++c) out[c * width + r0] = src[c];
   }
 }
 

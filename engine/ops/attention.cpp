@@ -64,6 +64,13 @@ void check_qkv(const detail::Check& check, const Shape& qs, const Shape& ks, con
               "Dh >= 1 for the default scale 1 / sqrt(Dh)");
 }
 
+// [..., Tq, Dv]: the output of attention of q [..., Tq, Dh].
+Shape output_shape(const Shape& qs, std::size_t v_dim) {
+  Shape out(qs.begin(), qs.end());
+  out.back() = v_dim;
+  return out;
+}
+
 // dropout_p and scale (default 1 / sqrt(Dh)) checked into p.
 template <class T>
 void set_scalars(const detail::Check& check, attention::Problem<T>& p, double dropout_p,
@@ -111,6 +118,34 @@ template <class T>
 void point_mask(attention::MaskView<T>& view, const AttentionMask<T>& mask) {
   view.keep = mask.is_boolean() ? mask.keep().data() : nullptr;
   view.additive = mask.is_additive() ? mask.additive().data() : nullptr;
+}
+
+// The sizes and scalars of attention of q [..., Tq, Dh] (q and the output
+// contiguous; the caller places k and v) over kv_heads heads of k_len keys,
+// values of v_dim; dropout_p, scale and the mask (against [..., Tq, k_len])
+// checked.
+template <class T>
+attention::Problem<T> query_problem(const detail::Check& check, const Shape& qs,
+                                    std::size_t kv_heads, std::size_t k_len, std::size_t v_dim,
+                                    const AttentionMask<T>& mask, bool is_causal, double dropout_p,
+                                    std::optional<double> scale, const DropoutKey& dropout_key) {
+  const std::size_t rank = qs.size();
+  attention::Problem<T> p;
+  p.batch = rank == 4 ? qs[0] : 1;
+  p.heads = rank >= 3 ? axis(qs, 3) : 1;
+  p.kv_heads = kv_heads;
+  p.q_len = axis(qs, 2);
+  p.k_len = k_len;
+  p.qk_dim = axis(qs, 1);
+  p.v_dim = v_dim;
+  p.causal = is_causal;
+  set_scalars(check, p, dropout_p, scale, dropout_key);
+  Shape scores(qs.begin(), qs.end());  // [..., Tq, Tk]
+  scores.back() = p.k_len;
+  p.mask = mask_strides(check, mask, scores);
+  p.q = contiguous(qs);
+  p.o = contiguous(output_shape(qs, v_dim));
+  return p;
 }
 
 // Where the inputs of the node live: inputs[part] is the node holding q
@@ -243,28 +278,42 @@ Var<T> scaled_dot_product_attention(const Var<T>& q, const Var<T>& k, const Var<
   const Shape& vs = v.shape();
   check_qkv(check, qs, ks, vs, enable_gqa, !scale);
 
-  const std::size_t rank = qs.size();
-  attention::Problem<T> p;
-  p.batch = rank == 4 ? qs[0] : 1;
-  p.heads = rank >= 3 ? axis(qs, 3) : 1;
-  p.kv_heads = std::max<std::size_t>(rank >= 3 ? axis(ks, 3) : 1, 1);
-  p.q_len = axis(qs, 2);
-  p.k_len = axis(ks, 2);
-  p.qk_dim = axis(qs, 1);
-  p.v_dim = axis(vs, 1);
-  p.causal = is_causal;
-  set_scalars(check, p, dropout_p, scale, dropout_key);
-  Shape scores(qs.begin(), qs.end());  // [..., Tq, Tk]
-  scores.back() = p.k_len;
-  p.mask = mask_strides(check, mask, scores);
-  Shape out_shape(qs.begin(), qs.end());  // [..., Tq, Dv]
-  out_shape.back() = p.v_dim;
-  p.q = contiguous(qs);
+  const std::size_t kv_heads = std::max<std::size_t>(qs.size() >= 3 ? axis(ks, 3) : 1, 1);
+  attention::Problem<T> p = query_problem(check, qs, kv_heads, axis(ks, 2), axis(vs, 1), mask,
+                                          is_causal, dropout_p, scale, dropout_key);
   p.k = contiguous(ks);
   p.v = contiguous(vs);
-  p.o = contiguous(out_shape);
   const Sources src{{q.index(), k.index(), v.index()}, {0, 0, 0}, false};
-  return record(check.function(), tape, p, src, out_shape, mask, dropout_p);
+  return record(check.function(), tape, p, src, output_shape(qs, p.v_dim), mask, dropout_p);
+}
+
+template <class T>
+Var<T> attention_over_rows(const Var<T>& q, const KeyValueRows<NoDeduce<T>>& kv,
+                           const AttentionMask<NoDeduce<T>>& mask) {
+  const detail::Check check("attention_over_rows");
+  Tape<T>& tape = detail::common_tape<T>(check.function(), {{"q", &q}});
+  check.logic(!tape.grad_enabled(),
+              "reads keys and values outside the tape and has no backward: record on a tape "
+              "whose recording is off (NoGradGuard)");
+  const Shape& qs = q.shape();
+  check.shape(qs.size() == 4 && qs[0] == kv.batch && qs[3] == kv.head_dim && kv.head_dim != 0 &&
+                  kv.kv_heads != 0 && qs[1] % kv.kv_heads == 0,
+              "q", qs, "[", kv.batch, ", H, Tq, ", kv.head_dim, "] with H a multiple of the ",
+              kv.kv_heads, " key/value heads");
+  attention::Problem<T> p = query_problem(check, qs, kv.kv_heads, kv.length, kv.head_dim, mask,
+                                          false, 0.0, std::nullopt, DropoutKey{});
+  p.k =
+      p.v = {static_cast<std::ptrdiff_t>(kv.batch_stride),
+             static_cast<std::ptrdiff_t>(kv.head_stride), static_cast<std::ptrdiff_t>(kv.head_dim)};
+  const std::size_t yi = tape.record(check.function(), {q.index()}, false);
+  xt::xarray<T>& y = tape.value_mut(yi);
+  y.resize(output_shape(qs, p.v_dim));
+  T* lse = detail::thread_scratch<T>(detail::ScratchSlot::attention_rows,
+                                     std::max<std::size_t>(p.batch * p.heads * p.q_len, 1));
+  point_mask(p.mask, mask);
+  attention::forward(p, tape.value(q.index()).data(), kv.k, kv.v, y.data(), lse);
+  tape.set_backward(yi, [](Tape<T>&, const xt::xarray<T>&) {});  // dropped: nothing records
+  return tape.var(yi);
 }
 
 template <class T>
@@ -319,6 +368,10 @@ template Var<double> scaled_dot_product_attention(const Var<double>&, const Var<
                                                   const Var<double>&, const AttentionMask<double>&,
                                                   bool, double, std::optional<double>,
                                                   const DropoutKey&, bool);
+template Var<float> attention_over_rows(const Var<float>&, const KeyValueRows<float>&,
+                                        const AttentionMask<float>&);
+template Var<double> attention_over_rows(const Var<double>&, const KeyValueRows<double>&,
+                                         const AttentionMask<double>&);
 template Var<float> packed_qkv_attention(const Var<float>&, std::size_t,
                                          const AttentionMask<float>&, bool, double,
                                          std::optional<double>, const DropoutKey&);

@@ -119,4 +119,28 @@ Var<T> packed_qkv_attention(const Var<T>& qkv, std::size_t n_heads,
                             double dropout_p = 0.0, std::optional<double> scale = std::nullopt,
                             const DropoutKey& dropout_key = {});
 
+// Keys and values that live outside the tape (the KV cache of incremental
+// decoding, whose buffers hold more rows than are filled), read where they
+// are: row t of kv head g of batch b is at k + b * batch_stride + g *
+// head_stride + t * head_dim (v alike), for t < length.
+template <class T>
+struct KeyValueRows {
+  const T* k = nullptr;
+  const T* v = nullptr;
+  std::size_t batch = 0, kv_heads = 0, length = 0, head_dim = 0;
+  std::size_t batch_stride = 0, head_stride = 0;  // in elements
+};
+
+// scaled_dot_product_attention(q, k, v, mask) with the default scale, no
+// dropout and grouped-query heads allowed, k and v [B, Hkv, length, Dh] read
+// in place from `kv`: the same kernel over the same values, so the same bits,
+// without copying them into the tape. Inference only: on a tape that records,
+// std::logic_error; the node's one parent is q and it has no backward.
+// q [B, H, Tq, Dh] -> [B, H, Tq, Dh]; std::invalid_argument for a q of another
+// rank, batch or head size than kv's, H not a multiple of Hkv, or a mask that
+// does not broadcast to [B, H, Tq, length].
+template <class T>
+Var<T> attention_over_rows(const Var<T>& q, const KeyValueRows<NoDeduce<T>>& kv,
+                           const AttentionMask<NoDeduce<T>>& mask = {});
+
 }  // namespace xtgrad
