@@ -20,6 +20,7 @@
 
 #include "support/bad_input.hpp"
 #include "support/test_helpers.hpp"
+#include "support/tiny_llama.hpp"
 
 using namespace xtgrad;
 using namespace xtgrad::testing;
@@ -230,15 +231,7 @@ TEST_CASE("sample_token: top_p keeps the fewest most probable tokens reaching p"
 }
 
 TEST_CASE("LlamaForCausalLM::generate (batch) is its GPT's") {
-  LlamaConfig c;
-  c.vocab_size = 13;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 16;
-  const LlamaForCausalLM<float> model(c);
+  const LlamaForCausalLM<float> model(tiny_llama());
   const std::vector<Ids> out = model.generate(k_prompts, options(3, 0.7, 4));
   CHECK(out == model.gpt.generate(k_prompts, options(3, 0.7, 4)));
   CHECK(out[1] == model.generate(k_prompts[1], 3, 0.7, std::nullopt, 4 + k_row_seed_step));

@@ -17,6 +17,7 @@
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
 
 #include "support/test_helpers.hpp"
+#include "support/tiny_llama.hpp"
 
 using namespace xtgrad;
 using namespace xtgrad::testing;
@@ -42,18 +43,6 @@ Var<double> adapted(Tape<double>& tape, const Var<double>& x, Linear<double>& la
   adapters.insert(adapters.end(), {a, b});
   const Var<double> delta = scale(linear(linear(x, a), b), layer.lora->scaling());
   return add(linear(x, tape.leaf(layer.weight.value, false)), delta);
-}
-
-LlamaConfig tiny_llama() {
-  LlamaConfig c;
-  c.vocab_size = 13;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 16;
-  return c;
 }
 
 }  // namespace
