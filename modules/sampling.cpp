@@ -59,6 +59,25 @@ void keep_top_p(std::vector<double>& z, double top_p) {
     z[order[r]] = -std::numeric_limits<double>::infinity();
 }
 
+// The inverse CDF of the weights w (their sum `total`) at one uniform u in
+// [0, 1): the token index_of(r) of the first w[r] where the running sum
+// passes u * total.
+template <class IndexOf>
+std::int64_t inverse_cdf(const std::vector<double>& w, double total, Generator& rng,
+                         const IndexOf& index_of) {
+  const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
+  const double target = u * total;
+  double cumulative = 0.0;
+  std::int64_t last = 0;
+  for (std::size_t r = 0; r < w.size(); ++r) {
+    if (w[r] == 0.0) continue;
+    cumulative += w[r];
+    last = std::int64_t(index_of(r));
+    if (cumulative > target) return last;
+  }
+  return last;  // rounding left target at the very end
+}
+
 // softmax(z) in double, then the inverse CDF at one uniform u in [0, 1).
 std::int64_t draw(std::vector<double>& z, Generator& rng) {
   const double m = *std::max_element(z.begin(), z.end());
@@ -66,17 +85,7 @@ std::int64_t draw(std::vector<double>& z, Generator& rng) {
   // exp(-inf) is 0: the tokens top_k or top_p cut cost no exp
   for (double& v : z)
     total += (v = v == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(v - m));
-  const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
-  const double target = u * total;
-  double cumulative = 0.0;
-  std::int64_t last = 0;
-  for (std::size_t i = 0; i < z.size(); ++i) {
-    if (z[i] == 0.0) continue;
-    cumulative += z[i];
-    last = std::int64_t(i);
-    if (cumulative > target) return last;
-  }
-  return last;  // rounding left target at the very end
+  return inverse_cdf(z, total, rng, [](std::size_t i) { return i; });
 }
 
 // keep_top_k(z, k) then draw(z, rng), for k < z.size(), over the kept
@@ -99,17 +108,7 @@ std::optional<std::int64_t> draw_top_k(const std::vector<double>& z, std::size_t
   std::vector<double> p(kept.size());
   double total = 0.0;
   for (std::size_t r = 0; r < kept.size(); ++r) total += (p[r] = std::exp(z[kept[r]] - m));
-  const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // uniform in [0, 1)
-  const double target = u * total;
-  double cumulative = 0.0;
-  std::int64_t last = 0;
-  for (std::size_t r = 0; r < kept.size(); ++r) {
-    if (p[r] == 0.0) continue;
-    cumulative += p[r];
-    last = std::int64_t(kept[r]);
-    if (cumulative > target) return last;
-  }
-  return last;  // rounding left target at the very end
+  return inverse_cdf(p, total, rng, [&kept](std::size_t r) { return kept[r]; });
 }
 
 }  // namespace
