@@ -71,6 +71,20 @@ struct Net {
   }
 };
 
+// One process's model and this rank's, whose experts are sharded over the
+// ranks and whose replicated parameters a synchronizer on its tape holds.
+struct ShardedPair {
+  Net one, ranks;
+  distributed::GradientSynchronizer<double> sync;
+  explicit ShardedPair(const Config& c)
+      : one(c, false),
+        ranks(c, true),
+        sync((distributed::shard_experts(world(), ranks.net), world()), ranks.net,
+             distributed::SynchronizerOptions().first_bucket(16).bucket(32)) {
+    sync.attach(ranks.tape);
+  }
+};
+
 std::map<std::string, Parameter<double>*> by_name(Module<double>& m) {
   std::map<std::string, Parameter<double>*> out;
   for (auto& [name, p] : m.named_parameters()) out[name] = p;
@@ -100,15 +114,13 @@ TEST_CASE("expert parallel: P ranks on a global batch equal one process (values,
       for (const std::optional<double> cf : {std::optional<double>(), std::optional<double>(1.0)}) {
         const Config c{experts, k, cf, experts == 8 ? std::size_t(3) : 0};
         INFO("E = " << experts << ", k = " << k << ", capacity factor " << cf.value_or(0.0));
-        Net one(c, false), ranks(c, true);
-        distributed::shard_experts(world(), ranks.net);
+        ShardedPair pair(c);
+        Net &one = pair.one, &ranks = pair.ranks;
+        auto& sync = pair.sync;
         REQUIRE(ranks.moe->experts.size() == experts / p);
         CHECK(ranks.moe->first_expert() == world().rank() * (experts / p));
-        distributed::GradientSynchronizer<double> sync(
-            world(), ranks.net, distributed::SynchronizerOptions().first_bucket(16).bucket(32));
         CHECK(sync.parameters().size() ==
               ranks.net.parameters().size() - 3 * (experts / p));  // not the experts
-        sync.attach(ranks.tape);
         one.forward();
         ranks.forward();
         // values: this rank's rows of the output; the loss' mean over ranks
@@ -141,11 +153,9 @@ TEST_CASE("expert parallel: P ranks on a global batch equal one process (values,
 
 TEST_CASE("expert parallel: AdamW steps with ZeRO on the replicated parameters match one process") {
   const Config c{4, 2, 1.25, 3};
-  Net one(c, false), ranks(c, true);
-  distributed::shard_experts(world(), ranks.net);
-  distributed::GradientSynchronizer<double> sync(
-      world(), ranks.net, distributed::SynchronizerOptions().first_bucket(16).bucket(32));
-  sync.attach(ranks.tape);
+  ShardedPair pair(c);
+  Net &one = pair.one, &ranks = pair.ranks;
+  auto& sync = pair.sync;
   const auto options = optim::AdamWOptions(1e-2).weight_decay(0.1);
   optim::AdamW<double> one_opt(one.net.parameters(), options);
   distributed::ShardedOptimizer<double> zero(sync, options, distributed::ZeroOptions{2});
@@ -172,11 +182,9 @@ TEST_CASE("expert parallel: AdamW steps with ZeRO on the replicated parameters m
 // them too, and the steps (two groups) match one process's.
 TEST_CASE("expert parallel: ZeRO with the experts rank-local clips and steps as one process") {
   const Config c{4, 2, 1.25, 3};
-  Net one(c, false), ranks(c, true);
-  distributed::shard_experts(world(), ranks.net);
-  distributed::GradientSynchronizer<double> sync(
-      world(), ranks.net, distributed::SynchronizerOptions().first_bucket(16).bucket(32));
-  sync.attach(ranks.tape);
+  ShardedPair pair(c);
+  Net &one = pair.one, &ranks = pair.ranks;
+  auto& sync = pair.sync;
   const auto options = optim::AdamWOptions(1e-2).weight_decay(0.1);
   const auto split = [&options](Module<double>& m) {  // the experts' w2 in a group of their own
     std::vector<optim::ParamGroup<double, optim::AdamWOptions>> g(2);
