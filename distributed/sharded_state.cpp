@@ -344,6 +344,7 @@ template StateDict<float> ShardedOptimizer<float>::consolidated_state_dict() con
 template StateDict<float> ShardedOptimizer<float>::shard_from_full(const StateDict<float>&,
                                                                    const std::string&) const;
 template void ShardedOptimizer<float>::load_consolidated_state_dict(const StateDict<float>&);
+template void ShardedOptimizer<float>::refuse_rank_local(const char*) const;
 template StateDict<double> ShardedOptimizer<double>::state_dict() const;
 template StateDict<double> ShardedOptimizer<double>::strip_zero_entries(const StateDict<double>&,
                                                                         const std::string&) const;
@@ -353,5 +354,6 @@ template StateDict<double> ShardedOptimizer<double>::consolidated_state_dict() c
 template StateDict<double> ShardedOptimizer<double>::shard_from_full(const StateDict<double>&,
                                                                      const std::string&) const;
 template void ShardedOptimizer<double>::load_consolidated_state_dict(const StateDict<double>&);
+template void ShardedOptimizer<double>::refuse_rank_local(const char*) const;
 
 }  // namespace xtgrad::distributed
