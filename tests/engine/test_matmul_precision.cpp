@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -315,4 +316,38 @@ TEST_CASE("matmul precision: linear and the fused FFN ops, forward and backward,
       if (i != 5) CHECK(diff > 1e-6 * norm);  // and not float (db2 = sum of dy: no GEMM)
     }
   }
+}
+
+TEST_CASE(
+    "matmul precision: linear's backward rounds dy once, with the bits of each product's own") {
+  if (!bf16_supported()) return;
+  // dx = dy . op(W) and dW = dy^T . x (or x^T . dy) share one rounding of dy:
+  // the result must be bit for bit that of each product rounding dy itself,
+  // in both weight layouts, with one or both gradients required.
+  const std::size_t n = 48, in = 40, out = 56;
+  const xt::xarray<float> x0 = random_array<float>({n, in}, 31);
+  const xt::xarray<float> dy = random_array<float>({n, out}, 32);
+  const xt::xarray<float> zeros_dx = xt::zeros<float>({n, in});
+  const PrecisionScope scope(MatmulPrecision::bf16);
+  for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out})
+    for (bool x_grad : {false, true}) {
+      const bool out_in = layout == WeightLayout::out_in;
+      CAPTURE(out_in);
+      CAPTURE(x_grad);
+      const xt::xarray<float> w0 =
+          random_array<float>(out_in ? std::vector{out, in} : std::vector{in, out}, 33);
+      Tape<float> tape;
+      Var<float> x = tape.leaf(x0, x_grad), w = tape.leaf(w0);
+      tape.backward(linear(x, w, std::nullopt, layout), dy);
+      const xt::xarray<float> zeros_dw = xt::zeros<float>(w0.shape());
+      const auto weight_grad = [&] {
+        return out_in ? gemm_product(dy, true, x0, false, zeros_dw, false, {out, in, n})
+                      : gemm_product(x0, true, dy, false, zeros_dw, false, {in, out, n});
+      };
+      CHECK(w.grad() == weight_grad());
+      if (x_grad)
+        CHECK(x.grad() == gemm_product(dy, false, w0, !out_in, zeros_dx, false, {n, in, out}));
+      const PrecisionScope float_scope(MatmulPrecision::highest);
+      CHECK(w.grad() != weight_grad());  // the products above ran in bf16
+    }
 }
