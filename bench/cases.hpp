@@ -94,11 +94,13 @@ std::string xtgrad_fashion_profile(FashionModel model, int warmup, int steps);
 
 // ---- the floors (cases_floor.cpp) ----
 
-// The GEMMs an FFN cannot avoid, through cblas_sgemm on preallocated buffers:
-// 2 forward + 4 backward (3 + 6 for swiglu), nothing else.
+// The GEMMs an FFN cannot avoid, on preallocated buffers: 2 forward + 4
+// backward (3 + 6 for swiglu), nothing else, each through the faster of
+// OpenBLAS's cblas_sgemm and oneDNN's matmul for its shape (timed when the
+// floor is made, at the thread count in force).
 Runner gemm_floor(Family family, Pass pass, FfnShape shape);
 // The GEMMs of a batched matmul, per batch: 1 forward, 2 backward
-// (accumulating, as xtgrad_matmul's).
+// (accumulating, as xtgrad_matmul's), each by the faster library likewise.
 Runner matmul_floor(Pass pass, MatmulShape shape);
 // A copy of n floats (vector loads and stores): the bandwidth floor of an
 // elementwise pass.

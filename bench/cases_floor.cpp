@@ -1,9 +1,11 @@
-// The floors: the GEMMs of an FFN called straight through cblas on
-// preallocated buffers, and a plain memory copy.
+// The floors: the GEMMs of an FFN called straight through the faster of
+// OpenBLAS and oneDNN on preallocated buffers, and a plain memory copy.
 #include <cblas.h>
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -11,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <xtgrad/engine/kernels/onednn_gemm.hpp>
 #include <xtgrad/engine/kernels/parallel.hpp>
 
 #include "cases.hpp"
@@ -43,13 +46,70 @@ Buffer random_buffer(std::size_t n, unsigned seed) {
   return v;
 }
 
-// c[m, n] = op(a) op(b) (+ c when accumulate), row-major, lda/ldb/ldc from the shapes.
-void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, const float* a, const float* b,
-          float* c, bool accumulate = false) {
+// c[m, n] = op(a) op(b) (+ c when accumulate), row-major, lda/ldb/ldc from
+// the shapes, by OpenBLAS's sgemm or oneDNN's float matmul (as xtgrad calls
+// it: detail::onednn_gemm, split over xtgrad's pool).
+void library_gemm(bool use_onednn, bool transpose_a, bool transpose_b, int m, int n, int k,
+                  const float* a, const float* b, float* c, bool accumulate) {
+  if (use_onednn) {
+    const auto size = [](int v) { return static_cast<std::size_t>(v); };
+    detail::onednn_gemm(a, size(transpose_a ? m : k), transpose_a, b, size(transpose_b ? k : n),
+                        transpose_b, c, size(n), size(m), size(n), size(k), accumulate);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
               transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, transpose_a ? m : k, b,
               transpose_b ? k : n, accumulate ? 1.0f : 0.0f, c, n);
 }
+
+// The products of a floor, each by the faster library for its shape: the
+// floor is the fastest backend's GEMMs, whichever xtgrad is set to use.
+// The first run (choose_libraries) times every product on both libraries
+// (best of three each, in call order) and keeps the faster; later runs call
+// the products in the same order with those choices. Without oneDNN in the
+// build, every product is OpenBLAS's.
+class FastestGemms {
+ public:
+  void operator()(bool transpose_a, bool transpose_b, int m, int n, int k, const float* a,
+                  const float* b, float* c, bool accumulate = false) {
+    if (choosing_) {
+      use_onednn_.push_back(
+          detail::onednn_compiled() &&
+          best_of_three(true, transpose_a, transpose_b, m, n, k, a, b, c, accumulate) <
+              best_of_three(false, transpose_a, transpose_b, m, n, k, a, b, c, accumulate));
+    }
+    library_gemm(use_onednn_.at(next_++), transpose_a, transpose_b, m, n, k, a, b, c, accumulate);
+  }
+  // Runs run() once choosing the libraries; run() must call the products in
+  // the same order every time.
+  template <class Run>
+  void choose_libraries(Run&& run) {
+    choosing_ = true;
+    use_onednn_.clear();
+    run();
+    choosing_ = false;
+  }
+  // Before each run.
+  void restart() { next_ = 0; }
+
+ private:
+  double best_of_three(bool use_onednn, bool transpose_a, bool transpose_b, int m, int n, int k,
+                       const float* a, const float* b, float* c, bool accumulate) const {
+    double best = 0;
+    for (int round = 0; round < 3; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      library_gemm(use_onednn, transpose_a, transpose_b, m, n, k, a, b, c, accumulate);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = round == 0 ? seconds : std::min(best, seconds);
+    }
+    return best;
+  }
+
+  std::vector<bool> use_onednn_;
+  std::size_t next_ = 0;
+  bool choosing_ = false;
+};
 
 // The buffers of both layouts: two-layer weights are [out, in] (PyTorch), the
 // gated ones [in, out] (GatedFFN), exactly as the modules store them.
@@ -59,6 +119,7 @@ struct FloorState {
   int n, d, h;
   Buffer x, w1, w2, w3, hidden, gate, product, y;          // forward
   Buffer dy, dproduct, dhidden, dgate, dx, dw1, dw2, dw3;  // backward
+  FastestGemms gemm;
 
   FloorState(Family family_, Pass pass_, FfnShape s)
       : family(family_),
@@ -88,7 +149,10 @@ struct FloorState {
     }
   }
 
-  void run() { family == Family::swiglu ? run_gated() : run_two_layer(); }
+  void run() {
+    gemm.restart();
+    family == Family::swiglu ? run_gated() : run_two_layer();
+  }
 
   // relu / gelu, W1 [H, D], W2 [D, H]
   void run_two_layer() {
@@ -122,8 +186,10 @@ struct MatmulFloorState {
   Pass pass;
   int batch, m, k, n;
   Buffer a, b, y, dy, da, db;
+  FastestGemms gemm;
 
   void run() {
+    gemm.restart();
     const std::size_t mk = std::size_t(m) * k, kn = std::size_t(k) * n, mn = std::size_t(m) * n;
     for (std::size_t i = 0; i < std::size_t(batch); ++i)  // y_i = a_i b_i
       gemm(false, false, m, n, k, a.data() + i * mk, b.data() + i * kn, y.data() + i * mn);
@@ -296,6 +362,7 @@ Runner roofline_floor(Family family, FfnShape shape) {
 
 Runner gemm_floor(Family family, Pass pass, FfnShape shape) {
   auto state = std::make_shared<FloorState>(family, pass, shape);
+  state->gemm.choose_libraries([&] { state->run(); });
   return [state] { state->run(); };
 }
 
@@ -314,6 +381,7 @@ Runner matmul_floor(Pass pass, MatmulShape shape) {
   state->y.resize(mn);
   state->da.assign(mk, 0.0f);
   state->db.assign(kn, 0.0f);
+  state->gemm.choose_libraries([&] { state->run(); });
   return [state] { state->run(); };
 }
 

@@ -246,6 +246,11 @@ void small_gemm(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c
   }
 }
 
+// Products small enough for small_gemm's loop.
+bool is_small_gemm(std::size_t m, std::size_t n, std::size_t k) {
+  return m * n * k <= k_small_gemm_macs;
+}
+
 // gemm, or with a bias (then !accumulate): c = op(a) . op(b) + bias on every
 // row, the bias oneDNN's bias argument where the product goes to oneDNN's
 // float matmul, else written into c before a product that accumulates.
@@ -263,13 +268,14 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
                            std::to_string(k_b) + "x" + std::to_string(n) + "] -> [" +
                            std::to_string(c.rows) + "x" + std::to_string(c.cols) + "]");
   if (m == 0 || n == 0) return;
-  const bool small = m * n * k <= k_small_gemm_macs, few_rows = m <= k_streaming_rows;
+  const bool small = is_small_gemm(m, n, k), few_rows = m <= k_streaming_rows;
   // Read once: every part of a split product computes at this precision.
   [[maybe_unused]] const MatmulPrecision precision = get_matmul_precision();
   bool onednn = false;
   if constexpr (std::is_same_v<T, float>)
     onednn = k > 0 && !small && !few_rows &&
              (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
+  const bool rounded = onednn && precision == MatmulPrecision::bf16;
   if (bias != nullptr && !onednn) {  // c = bias, then c += op(a) . op(b)
     broadcast_rows(bias, c.data, m, n);
     accumulate = true;
@@ -290,7 +296,8 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
   if constexpr (std::is_same_v<T, float>) {
     if (onednn) {
       onednn_gemm(a.data, a.cols, transpose_a, b.data, b.cols, transpose_b, c.data, c.cols, m, n, k,
-                  accumulate, precision, bias, weight);
+                  accumulate, precision, bias, weight,
+                  {rounded ? a.bf16 : nullptr, rounded ? b.bf16 : nullptr});
       return;
     }
     warn_if_stale_openblas();
@@ -310,6 +317,12 @@ template <class T>
 void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
                bool transpose_b, MatrixRef<T> c, const T* bias, WeightTag weight) {
   gemm_or_bias<T>(op, a, transpose_a, b, transpose_b, c, false, bias, weight);
+}
+
+template <class T>
+bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k) {
+  return std::is_same_v<T, float> && onednn_compiled() && k > 0 && !is_small_gemm(m, n, k) &&
+         m > k_streaming_rows && get_matmul_precision() == MatmulPrecision::bf16;
 }
 
 template <class T>
@@ -392,6 +405,7 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
                         MatrixRef<T>, bool, WeightTag);                                        \
   template void gemm_bias<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,  \
                              MatrixRef<T>, const T*, WeightTag);                               \
+  template bool gemm_runs_bf16<T>(std::size_t, std::size_t, std::size_t);                      \
   template void blas_gemm<T>(MatrixRef<const T>, bool, MatrixRef<const T>, bool, MatrixRef<T>, \
                              bool);                                                            \
   template void broadcast_rows<T>(const T*, T*, std::size_t, std::size_t);                     \

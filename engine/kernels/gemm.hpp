@@ -17,6 +17,12 @@ struct MatrixRef {
   T* data;
   std::size_t rows;
   std::size_t cols;
+  // The same matrix already rounded to bfloat16 (bf16.hpp's to_bf16_matrix,
+  // contiguous), or null. An operand that two products read at
+  // MatmulPrecision::bf16 is rounded once by its owner (a linear layer's dy,
+  // read by dx = dy . W and dW = dy^T . x) instead of once per product. Read
+  // only by a product that runs in bf16 (gemm_runs_bf16), ignored otherwise.
+  const std::uint16_t* bf16 = nullptr;
 };
 
 // Which value b is when it is a Parameter's (Parameter::id and ::version,
@@ -61,6 +67,13 @@ WeightTag weight_tag(const P* p) {
 template <class T>
 void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<const T> b,
           bool transpose_b, MatrixRef<T> c, bool accumulate, WeightTag weight = {});
+
+// Whether gemm<T> runs an [m, k] . [k, n] product on oneDNN's bf16 matmul
+// at the precision in force now: float, MatmulPrecision::bf16, neither small
+// nor few rows (the paths above). Where an operand read by two such products
+// is worth rounding once (MatrixRef::bf16).
+template <class T>
+bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k);
 
 // c = op(a) . op(b) + bias on every row of c (bias [n]), for a linear layer's
 // forward. On oneDNN's float (or bf16) matmul the bias is the primitive's

@@ -330,7 +330,7 @@ void split_gemm(const E* a, std::size_t lda, bool transpose_a, const E* b, std::
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
                  std::size_t k, bool accumulate, MatmulPrecision precision, const float* bias,
-                 WeightTag weight) {
+                 WeightTag weight, RoundedOperands rounded) {
   // oneDNN always runs on one OpenMP thread: an OpenMP team's workers keep
   // spinning after each call (OMP_WAIT_POLICY is active by default and read
   // only at load), taking the core xtgrad's pool needs next. A large product
@@ -349,14 +349,25 @@ void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float*
     return;
   }
   // bf16: each operand's stored block ([k, m] when a is transposed, else
-  // [m, k]; [n, k] or [k, n] for b) rounded once into contiguous scratch,
-  // then split as in float; the primitive accumulates in float.
+  // [m, k]; [n, k] or [k, n] for b) rounded once into contiguous scratch
+  // (unless the caller rounded it), then split as in float; the primitive
+  // accumulates in float.
   const std::size_t a_rows = transpose_a ? k : m, a_cols = transpose_a ? m : k;
   const std::size_t b_rows = transpose_b ? n : k, b_cols = transpose_b ? k : n;
-  std::uint16_t* a16 = thread_scratch<std::uint16_t>(ScratchSlot::gemm_bf16_a, a_rows * a_cols);
-  std::uint16_t* b16 = thread_scratch<std::uint16_t>(ScratchSlot::gemm_bf16_b, b_rows * b_cols);
-  to_bf16_matrix(a, lda, a_rows, a_cols, a16);
-  to_bf16_matrix(b, ldb, b_rows, b_cols, b16);
+  const std::uint16_t* a16 = rounded.a;
+  const std::uint16_t* b16 = rounded.b;
+  if (a16 == nullptr) {
+    std::uint16_t* scratch =
+        thread_scratch<std::uint16_t>(ScratchSlot::gemm_bf16_a, a_rows * a_cols);
+    to_bf16_matrix(a, lda, a_rows, a_cols, scratch);
+    a16 = scratch;
+  }
+  if (b16 == nullptr) {
+    std::uint16_t* scratch =
+        thread_scratch<std::uint16_t>(ScratchSlot::gemm_bf16_b, b_rows * b_cols);
+    to_bf16_matrix(b, ldb, b_rows, b_cols, scratch);
+    b16 = scratch;
+  }
   split_gemm<std::uint16_t>(a16, a_cols, transpose_a, b16, b_cols, transpose_b, c, ldc, m, n, k,
                             accumulate, precision, bias, weight, weight.id != 0 ? b : nullptr);
 }
@@ -405,7 +416,7 @@ bool onednn_compiled() {
 
 void onednn_gemm(const float*, std::size_t, bool, const float*, std::size_t, bool, float*,
                  std::size_t, std::size_t, std::size_t, std::size_t, bool, MatmulPrecision,
-                 const float*, WeightTag) {
+                 const float*, WeightTag, RoundedOperands) {
   throw std::logic_error("xtgrad: onednn_gemm called in a build without oneDNN");
 }
 

@@ -31,7 +31,8 @@
 // At MatmulPrecision::bf16 (matmul_precision.hpp) the stored blocks of a and
 // b are first rounded to bfloat16 by xtgrad's own pass (bf16.hpp) into the
 // calling thread's scratch (ScratchSlot::gemm_bf16_a / _b, grown, never
-// shrunk: no allocation per call once warm), contiguous; the primitive reads
+// shrunk: no allocation per call once warm), contiguous, unless the caller
+// hands one already rounded (RoundedOperands); the primitive reads
 // them with the same transposes as strides, accumulates in float and writes
 // float c (the sum post-op adds onto float c). The precision is another
 // field of a primitive's key and another data type of its source and
@@ -43,6 +44,7 @@
 #include "gemm.hpp"  // WeightTag
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace xtgrad::detail {
@@ -64,11 +66,17 @@ bool onednn_compiled();
 // into c and accumulating through the sum post-op (test_gemm_backend checks
 // both precisions, split and unsplit products).
 // weight: which Parameter value b is (packed once per version), none by default.
+// rounded: a's or b's stored block already rounded to bfloat16 by the caller
+// (MatrixRef::bf16), used at bf16 instead of rounding it here.
+struct RoundedOperands {
+  const std::uint16_t* a = nullptr;
+  const std::uint16_t* b = nullptr;
+};
 void onednn_gemm(const float* a, std::size_t lda, bool transpose_a, const float* b, std::size_t ldb,
                  bool transpose_b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
                  std::size_t k, bool accumulate,
                  MatmulPrecision precision = MatmulPrecision::highest, const float* bias = nullptr,
-                 WeightTag weight = {});
+                 WeightTag weight = {}, RoundedOperands rounded = {});
 
 // "oneDNN 2.6.3 (brg:avx512_core)": the version and the implementation
 // oneDNN picks for a representative product at `precision` on this CPU

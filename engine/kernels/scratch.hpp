@@ -17,6 +17,7 @@ enum class ScratchSlot : std::size_t {
   gemm_pack,          // kernels/gemm: an operand of a small product, repacked
   gemm_bf16_a,        // kernels/onednn_gemm: a's stored block in bfloat16 (std::uint16_t)
   gemm_bf16_b,        // kernels/onednn_gemm: b's stored block in bfloat16 (std::uint16_t)
+  linear_dy_bf16,     // ops/linear: a linear layer's dy in bfloat16, read by its dx and dW products
   gemm_x_blocks,      // kernels/gemm_streaming: a few rows of x in blocks of k
   gemm_partial_sums,  // kernels/gemm_streaming: partial sums carried between blocks
   attention_packed,   // kernels/attention_*: the key / value tiles of every head or of one task

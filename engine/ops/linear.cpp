@@ -1,11 +1,15 @@
 #include "linear.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "../check.hpp"
 #include "../errors.hpp"
+#include "../kernels/bf16.hpp"
 #include "../kernels/gemm.hpp"
+#include "../kernels/scratch.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"
 #include "shape.hpp"
@@ -42,24 +46,38 @@ void linear_forward(const char* op, const LinearGeometry& d, const xt::xarray<T>
             matrix(y, d.n, d.out), false, tag);
 }
 
-// out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T[out,in]
 template <class T>
-void linear_input_grad(const char* op, const LinearGeometry& d, const xt::xarray<T>& dy,
-                       const xt::xarray<T>& w, GradSlot<T> dx, WeightTag tag) {
-  gemm<T>(op, matrix(dy, d.n, d.out), false, matrix(w, d.w_rows(), d.w_cols()), !d.out_in,
-          matrix(dx.buffer, d.n, d.in), dx.accumulate, tag);
-}
-
-// The weight's gradient, in the weight's layout.
-template <class T>
-void linear_weight_grad(const char* op, const LinearGeometry& d, const xt::xarray<T>& dy,
-                        const xt::xarray<T>& x, GradSlot<T> dw) {
-  if (d.out_in)  // dW[out,in] (+)= dy^T[out,N] . x[N,in]
-    gemm<T>(op, matrix(dy, d.n, d.out), true, matrix(x, d.n, d.in), false,
-            matrix(dw.buffer, d.out, d.in), dw.accumulate);
-  else  // dW[in,out] (+)= x^T[in,N] . dy[N,out]
-    gemm<T>(op, matrix(x, d.n, d.in), true, matrix(dy, d.n, d.out), false,
-            matrix(dw.buffer, d.in, d.out), dw.accumulate);
+void linear_backward(const char* op, const LinearGeometry& d, Tape<T>& t, const xt::xarray<T>& dy,
+                     std::size_t xi, std::size_t wi, std::optional<std::size_t> bi) {
+  const bool dx_needed = t.requires_grad(xi), dw_needed = t.requires_grad(wi);
+  MatrixRef<const T> dy_rows = matrix(dy, d.n, d.out);
+  // dW's product: out_in: dW[out,in] = dy^T[out,N] . x[N,in]; in_out: dW[in,out] = x^T . dy
+  const std::size_t dw_rows = d.out_in ? d.out : d.in, dw_cols = d.out_in ? d.in : d.out;
+  if (dx_needed && dw_needed && gemm_runs_bf16<T>(d.n, d.in, d.out) &&
+      gemm_runs_bf16<T>(dw_rows, dw_cols, d.n)) {
+    // Both products read dy's bf16 rounding: made once here (gemm would round it in each).
+    auto* dy_bf16 = thread_scratch<std::uint16_t>(ScratchSlot::linear_dy_bf16, d.n * d.out);
+    if constexpr (std::is_same_v<T, float>) to_bf16_matrix(dy.data(), d.out, d.n, d.out, dy_bf16);
+    dy_rows.bf16 = dy_bf16;
+  }
+  if (dx_needed) {  // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: . W^T
+    GradSlot<T> dx = t.grad_slot(xi);
+    gemm<T>(op, dy_rows, false, matrix(t.value(wi), d.w_rows(), d.w_cols()), !d.out_in,
+            matrix(dx.buffer, d.n, d.in), dx.accumulate, weight_tag(t.node_param(wi)));
+  }
+  if (dw_needed) {
+    GradSlot<T> dw = t.grad_slot(wi);
+    const MatrixRef<const T> x_rows = matrix(t.value(xi), d.n, d.in);
+    if (d.out_in)
+      gemm<T>(op, dy_rows, true, x_rows, false, matrix(dw.buffer, d.out, d.in), dw.accumulate);
+    else
+      gemm<T>(op, x_rows, true, dy_rows, false, matrix(dw.buffer, d.in, d.out), dw.accumulate);
+  }
+  if (bi && t.requires_grad(*bi)) {
+    GradSlot<T> db = t.grad_slot(*bi);
+    // db[out] (+)= sum_r dy[r, out]
+    sum_rows(dy.data(), d.n, d.out, db.buffer.data(), db.accumulate);
+  }
 }
 
 template <class T>
@@ -82,13 +100,12 @@ void linear_grad_rule(const LinearGeometry& d, bool has_bias, GradSink<T>& g) {
     g.add(2, xtgrad::sum(dy2, 0));
 }
 
-#define XTGRAD_LINEAR_PARTS(T)                                                               \
-  template void linear_forward(const char*, const LinearGeometry&, const xt::xarray<T>&,     \
-                               const xt::xarray<T>&, const T*, xt::xarray<T>&, WeightTag);   \
-  template void linear_input_grad(const char*, const LinearGeometry&, const xt::xarray<T>&,  \
-                                  const xt::xarray<T>&, GradSlot<T>, WeightTag);             \
-  template void linear_weight_grad(const char*, const LinearGeometry&, const xt::xarray<T>&, \
-                                   const xt::xarray<T>&, GradSlot<T>);                       \
+#define XTGRAD_LINEAR_PARTS(T)                                                             \
+  template void linear_forward(const char*, const LinearGeometry&, const xt::xarray<T>&,   \
+                               const xt::xarray<T>&, const T*, xt::xarray<T>&, WeightTag); \
+  template void linear_backward(const char*, const LinearGeometry&, Tape<T>&,              \
+                                const xt::xarray<T>&, std::size_t, std::size_t,            \
+                                std::optional<std::size_t>);                               \
   template void linear_grad_rule(const LinearGeometry&, bool, GradSink<T>&);
 XTGRAD_LINEAR_PARTS(float)
 XTGRAD_LINEAR_PARTS(double)
@@ -157,16 +174,7 @@ Var<T> detail::record_linear(const LinearDims& dims, const Var<T>& x, const Var<
                          detail::weight_tag(tape.node_param(wi)));
 
   tape.set_backward(yi, [xi, wi, bi, geo](Tape<T>& t, const xt::xarray<T>& dy) {
-    if (t.requires_grad(xi))
-      detail::linear_input_grad(k_linear_op, geo, dy, t.value(wi), t.grad_slot(xi),
-                                detail::weight_tag(t.node_param(wi)));
-    if (t.requires_grad(wi))
-      detail::linear_weight_grad(k_linear_op, geo, dy, t.value(xi), t.grad_slot(wi));
-    if (bi && t.requires_grad(*bi)) {
-      GradSlot<T> db = t.grad_slot(*bi);
-      // db[out] (+)= sum_r dy[r, out]
-      detail::sum_rows(dy.data(), geo.n, geo.out, db.buffer.data(), db.accumulate);
-    }
+    detail::linear_backward(k_linear_op, geo, t, dy, xi, wi, bi);
   });
   tape.set_grad_rule(yi, [geo, has_bias = bi.has_value()](GradSink<T>& g) {
     detail::linear_grad_rule(geo, has_bias, g);

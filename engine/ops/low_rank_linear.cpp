@@ -77,22 +77,6 @@ void low_rank_forward(const LowRankGeometry<T>& d, const xt::xarray<T>& x, const
   detail::binary_run(y.data(), y.data(), true, update.data(), true, y.size(), std::plus<T>());
 }
 
-// The base layer's gradients: dx, dW and db as linear's.
-template <class T>
-void base_backward(const LowRankGeometry<T>& d, Tape<T>& t, const xt::xarray<T>& dy, std::size_t xi,
-                   std::size_t wi, std::optional<std::size_t> bi) {
-  if (t.requires_grad(xi))
-    detail::linear_input_grad(k_low_rank_op, d.base, dy, t.value(wi), t.grad_slot(xi),
-                              detail::weight_tag(t.node_param(wi)));
-  if (t.requires_grad(wi))
-    detail::linear_weight_grad(k_low_rank_op, d.base, dy, t.value(xi), t.grad_slot(wi));
-  if (bi && t.requires_grad(*bi)) {
-    GradSlot<T> db = t.grad_slot(*bi);
-    // db[out] (+)= sum_r dy[r, out]
-    detail::sum_rows(dy.data(), d.base.n, d.base.out, db.buffer.data(), db.accumulate);
-  }
-}
-
 // The adapter's gradients, through g[N,out] = s * dy (the forward added s * (h . B^T)).
 template <class T>
 void adapter_backward(const LowRankGeometry<T>& d, Tape<T>& t, const xt::xarray<T>& dy,
@@ -160,7 +144,7 @@ Var<T> low_rank_linear(const Var<T>& x, const Var<T>& weight,
   low_rank_forward(d, tape.value(xi), tape.value(wi), bi ? tape.value(*bi).data() : nullptr,
                    tape.value(hi), tape.value(li), y, detail::weight_tag(tape.node_param(wi)));
   tape.set_backward(yi, [d, xi, wi, bi, hi, li](Tape<T>& t, const xt::xarray<T>& dy) {
-    base_backward(d, t, dy, xi, wi, bi);
+    detail::linear_backward(k_low_rank_op, d.base, t, dy, xi, wi, bi);
     adapter_backward(d, t, dy, hi, li);
   });
   tape.set_grad_rule(

@@ -5,6 +5,7 @@
 // `op` names the calling op in the GEMM's messages.
 
 #include <cstddef>
+#include <optional>
 
 #include "../../grad_rule.hpp"
 #include "../../kernels/gemm.hpp"
@@ -26,15 +27,13 @@ template <class T>
 void linear_forward(const char* op, const LinearGeometry& d, const xt::xarray<T>& x,
                     const xt::xarray<T>& w, const T* bias, xt::xarray<T>& y, WeightTag tag);
 
-// out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: dx[N,in] (+)= dy[N,out] . W^T[out,in]
+// The gradients of a linear layer the tape needs, into their grad slots:
+// dx[N,in] (+)= dy . op(W), dW (+)= dy^T . x in W's layout, db[out] (+)= the
+// sum of dy's rows (bi: the bias's node, if any). At MatmulPrecision::bf16 dy
+// is rounded once for the two products that read it.
 template <class T>
-void linear_input_grad(const char* op, const LinearGeometry& d, const xt::xarray<T>& dy,
-                       const xt::xarray<T>& w, GradSlot<T> dx, WeightTag tag);
-
-// The weight's gradient, in the weight's layout.
-template <class T>
-void linear_weight_grad(const char* op, const LinearGeometry& d, const xt::xarray<T>& dy,
-                        const xt::xarray<T>& x, GradSlot<T> dw);
+void linear_backward(const char* op, const LinearGeometry& d, Tape<T>& t, const xt::xarray<T>& dy,
+                     std::size_t xi, std::size_t wi, std::optional<std::size_t> bi);
 
 // create_graph: the same products as ops on inputs 0, 1 and 2 (x, W, b), on
 // dy and x seen as [N, out] and [N, in].
