@@ -37,9 +37,11 @@ std::string format(const char* pattern, double a, double b) {
 void write_sample(const GPT<float>& model, const Vocabulary& vocab,
                   const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
                   training::Progress& progress, std::FILE* samples) {
-  const std::vector<std::int64_t> ids = generate_tokens(
-      model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
-  const std::string text = encode_utf8(vocab.decode(ids));
+  GenerationOptions sampling;
+  sampling.max_new_tokens = o.sample_chars;
+  sampling.temperature = o.sample_temperature;
+  sampling.seed = o.seed + step;
+  const std::string text = encode_utf8(vocab.decode(model.generate({prompt}, sampling).front()));
   const std::string block = "--- sample after step " + std::to_string(step) + " ---\n" + text +
                             (text.empty() || text.back() != '\n' ? "\n" : "");
   if (samples == nullptr) return;
