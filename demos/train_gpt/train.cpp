@@ -12,6 +12,7 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/evaluation.hpp>
 #include <xtgrad/training/expert_parallel.hpp>
 #include <xtgrad/training/progress.hpp>
 
@@ -139,7 +140,8 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
   if (o.sample_chars > 0 && prompt.empty())
     throw std::invalid_argument("--prompt is empty, expected at least one character");
-  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows, sharded);
+  const training::NextTokenEvaluator evaluator(data.validation, T, o.eval_windows,
+                                               k_eval_batch_rows, sharded);
   const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
   const bool sparse = model.gpt_config().num_experts > 0;
 
