@@ -17,6 +17,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <xtgrad/modules/parameter_count.hpp>
 
 #include "../common/program.hpp"
 #include "corpus.hpp"
@@ -99,7 +100,7 @@ int run_training(const Options& o, demos::Program& program) {
 
   xtgrad::Generator generator(o.train.seed);
   xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
-  const std::size_t parameters = parameter_count(model);
+  const std::size_t parameters = xtgrad::parameter_count(model);
   const std::size_t active_parameters = active_parameter_count(model);
   const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
   const fs::path out(o.app.out);

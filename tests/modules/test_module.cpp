@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <xtgrad/modules/module.hpp>
+#include <xtgrad/modules/parameter_count.hpp>
 
 #include "support/module_fixtures.hpp"
 #include "support/test_helpers.hpp"
@@ -48,6 +49,22 @@ class TestDuplicate : public Module<T> {
                           typename Module<T>::NamedParameters& out) override {
     this->add_child(prefix, "a", a, out);
     this->add_child(prefix, "a", b, out);
+  }
+};
+
+// Lists one child twice, under two names (a tied weight).
+template <class T>
+class TestTied : public Module<T> {
+ public:
+  TestTied() : a(2, 3, 1), b(3, 1, 2) {}
+  TestLeaf<T> a, b;
+
+ protected:
+  void collect_parameters(const std::string& prefix,
+                          typename Module<T>::NamedParameters& out) override {
+    this->add_child(prefix, "a", a, out);
+    this->add_child(prefix, "b", b, out);
+    this->add_child(prefix, "tied", a, out);
   }
 };
 
@@ -131,4 +148,13 @@ TEST_CASE_TEMPLATE("module: copies own their parameters", T, float, double) {
   TestComposite<T> moved = std::move(assigned);
   CHECK(moved.named_parameters()[3].second == &moved.w2.bias);
   CHECK(xt::all(xt::equal(moved.w2.bias.value, T(7))));
+}
+
+TEST_CASE("module: parameter_count counts a tied parameter once, and the trainable ones") {
+  TestTied<float> model;  // a: 3 x 2 + 3, b: 1 x 3 + 1, a again
+  CHECK(model.parameters().size() == 6);
+  CHECK(parameter_count(model) == 13);
+  model.a.weight.set_requires_grad(false);
+  CHECK(parameter_count(model, /*trainable_only=*/true) == 7);
+  CHECK(parameter_count(model) == 13);
 }
