@@ -63,11 +63,7 @@ double train_step(training::TrainingRun& run, Module<float>& model, const Batch<
     loss = cross_entropy(model(run.tape.leaf(batch.inputs, false)), batch.labels, loss_options);
     run.tape.backward(loss);
     run.optimizer.finish();
-    observer.region("optimizer.step", [&] {
-      run.optimizer.step();
-      run.optimizer.zero_grad();
-      run.schedule->step();
-    });
+    observer.region("optimizer.step", [&] { run.step(); });
   }
   observer.graph(run.tape, {loss}, model.named_parameters(), observed);
   return loss.value()();

@@ -100,10 +100,8 @@ Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch&
 
 // --grad-clip over the whole model (every ZeRO shard, every rank's experts);
 // a norm that is not finite ends the run.
-void clip_gradients(training::TrainingRun& run, training::Parallel& parallel, GPT<float>& model,
-                    double max_norm, std::size_t step) {
-  const double norm = run.optimizer.sharded() ? run.optimizer.clip_grad_norm({}, max_norm)
-                                              : training::clip_grad_norm(parallel, model, max_norm);
+void clip_gradients(training::TrainingRun& run, double max_norm, std::size_t step) {
+  const double norm = run.clip_grad_norm(max_norm);
   if (!std::isfinite(norm))
     throw std::runtime_error("training diverged at step " + std::to_string(step) +
                              ": the gradient norm is " + std::to_string(norm) +
@@ -157,10 +155,8 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     Var<float> cross_entropy_loss;
     run.tape.backward(training_loss(model, run.tape, batch, cross_entropy_loss));
     run.optimizer.finish();
-    clip_gradients(run, parallel, model, o.grad_clip, step + 1);
-    run.optimizer.step();
-    run.optimizer.zero_grad();
-    run.schedule->step();
+    clip_gradients(run, o.grad_clip, step + 1);
+    run.step();
     // the global batch's mean cross-entropy
     const double value = parallel.mean(cross_entropy_loss.value()());
     if (sparse) add_routed(position.interval.expert_tokens, model, parallel, sharded);

@@ -62,7 +62,8 @@ TEST_CASE(
   CHECK(score.predictions == std::vector<std::size_t>{2, 0, 0});
 }
 
-TEST_CASE("evaluation: CrossEntropyScore refuses other row counts and targets outside [0, V)") {
+TEST_CASE(
+    "evaluation: CrossEntropyScore refuses other row counts and targets outside the classes") {
   training::CrossEntropyScore<float> score;
   const xt::xarray<float> logits = xt::zeros<float>({2, 3});
   CHECK_THROWS_WITH_PARTS(score.add(logits, Indices{0}), std::invalid_argument,

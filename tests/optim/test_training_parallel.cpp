@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <xtgrad/training/training_optimizer.hpp>
+#include <xtgrad/training/training_run.hpp>
 
 #include "support/bit_equal.hpp"
 
@@ -115,4 +116,34 @@ TEST_CASE(
         return 42;
       });
   CHECK(loaded == 42);
+}
+
+TEST_CASE(
+    "training::TrainingRun: clip_grad_norm and step are optim::clip_grad_norm, the optimizer's "
+    "and the schedule's steps in one process") {
+  Generator g0(5);
+  Linear<float> plain_model(3, 2, true, g0);
+  Tape<float> plain_tape;
+  optim::AdamW<float> plain(training::decay_groups(plain_model, optim::AdamWOptions(1e-2)));
+  optim::WarmupCosineLR<float> schedule(plain, 2, 3);
+  std::vector<double> plain_norms, norms;
+  const xt::xarray<float> expected = train(plain_model, plain_tape, [&] {
+    plain_norms.push_back(optim::clip_grad_norm(plain_model.parameters(), 0.05));
+    plain.step();
+    plain.zero_grad();
+    schedule.step();
+  });
+  Generator g(5);
+  Linear<float> m(3, 2, true, g);
+  training::Parallel parallel(g_argc, g_argv);
+  training::TrainingRun run(parallel, m, training::decay_groups(m, optim::AdamWOptions(1e-2)), 1,
+                            training::warmup_cosine(2, 5));
+  const xt::xarray<float> got = train(m, run.tape, [&] {
+    run.optimizer.finish();
+    norms.push_back(run.clip_grad_norm(0.05));
+    run.step();
+  });
+  CHECK(bit_equal(got, expected));
+  CHECK(norms == plain_norms);
+  CHECK(run.schedule->last_lr() == schedule.last_lr());
 }
