@@ -34,6 +34,22 @@ void CrossEntropyScore<T>::add(const xt::xarray<T>& logits, const Indices& targe
 template struct CrossEntropyScore<float>;
 template struct CrossEntropyScore<double>;
 
+double unigram_cross_entropy(const Indices& train, const Indices& held_out,
+                             std::size_t vocab_size) {
+  const detail::Check check("training::unigram_cross_entropy");
+  check.argument(held_out.size() >= 2, "held_out", "has ", held_out.size(),
+                 " tokens, expected at least 2 (the first is not scored)");
+  detail::check_indices(check.function(), "train", train, vocab_size);
+  detail::check_indices(check.function(), "held_out", held_out, vocab_size);
+  std::vector<double> counts(vocab_size, 1.0);  // add-one smoothing
+  for (const std::int64_t id : train) counts[static_cast<std::size_t>(id)] += 1.0;
+  const double total = static_cast<double>(train.size() + vocab_size);
+  double sum = 0.0;
+  for (std::size_t n = 1; n < held_out.size(); ++n)
+    sum -= std::log(counts[static_cast<std::size_t>(held_out(n))] / total);
+  return sum / static_cast<double>(held_out.size() - 1);
+}
+
 NextTokenEvaluator::NextTokenEvaluator(const Indices& tokens, std::size_t block_size,
                                        std::size_t subset, std::size_t batch_rows, bool every_rank)
     : tokens_(tokens), batch_rows_(batch_rows), every_rank_(every_rank) {

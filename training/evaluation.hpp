@@ -55,6 +55,16 @@ struct CrossEntropyScore {
 extern template struct CrossEntropyScore<float>;
 extern template struct CrossEntropyScore<double>;
 
+// The unigram baseline of a next-token evaluation: the cross-entropy, in
+// nats, of the training tokens' frequencies on the held-out tokens,
+//   H = -(1/N) sum_n log p(t_n),   p(t) = (count_train(t) + 1) / (N_train + V)
+// (add-one smoothing, so that a token seen only in the held-out ones has a
+// finite cost), over the N tokens NextTokenEvaluator scores: every held-out
+// token but the first, which no window predicts. A model that learned
+// nothing about context scores at best about this. std::invalid_argument
+// for an id outside [0, vocab_size) or fewer than two held-out tokens.
+double unigram_cross_entropy(const Indices& train, const Indices& held_out, std::size_t vocab_size);
+
 class NextTokenEvaluator {
  public:
   // `tokens` (kept by reference): the held-out ids; `subset`: how many

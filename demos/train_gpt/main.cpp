@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 #include <xtgrad/modules/parameter_count.hpp>
+#include <xtgrad/training/evaluation.hpp>
 
 #include "../common/program.hpp"
 #include "corpus.hpp"
@@ -95,7 +96,8 @@ int run_training(const Options& o, demos::Program& program) {
   const xtgrad::Indices train_ids = vocab.encode_indices(corpus.train, "the training text");
   const xtgrad::Indices validation_ids =
       vocab.encode_indices(corpus.validation, "the validation text");
-  const double unigram = unigram_cross_entropy(train_ids, validation_ids, vocab.size());
+  const double unigram =
+      xtgrad::training::unigram_cross_entropy(train_ids, validation_ids, vocab.size());
   const double data_seconds = program.seconds();
 
   xtgrad::Generator generator(o.train.seed);

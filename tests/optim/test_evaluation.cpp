@@ -1,7 +1,7 @@
 // training/evaluation.hpp: CrossEntropyScore against the cross-entropy and
-// argmax written out by hand, and NextTokenEvaluator's windows (every token
-// but the first predicted once, in batches of one length) through a model
-// whose logits are known.
+// argmax written out by hand, NextTokenEvaluator's windows (every token but
+// the first predicted once, in batches of one length) through a model whose
+// logits are known, and the unigram baseline against its formula.
 
 #include <doctest/doctest.h>
 
@@ -89,4 +89,17 @@ TEST_CASE("evaluation: NextTokenEvaluator predicts every token but the first onc
   model.sure = 0.0;  // uniform: log V per token
   CHECK(evaluator.periodic(model, parallel) == doctest::Approx(std::log(double(k_vocab))));
   CHECK(model.calls == std::vector<std::vector<std::size_t>>{{2, 4}});  // two of the five
+}
+
+TEST_CASE(
+    "evaluation: unigram_cross_entropy scores the held-out tokens but the first by add-one "
+    "counts") {
+  // counts + 1: id 0 -> 3, id 1 -> 2, id 2 -> 1, of 3 + 3
+  const double h = training::unigram_cross_entropy(Indices{0, 0, 1}, Indices{2, 0, 1}, 3);
+  CHECK(h == doctest::Approx(-(std::log(3.0 / 6.0) + std::log(2.0 / 6.0)) / 2).epsilon(1e-14));
+  CHECK_THROWS_WITH_PARTS(training::unigram_cross_entropy(Indices{0}, Indices{1}, 3),
+                          std::invalid_argument,
+                          {"unigram_cross_entropy", "'held_out'", "at least 2"});
+  CHECK_THROWS_WITH_PARTS(training::unigram_cross_entropy(Indices{0, 3}, Indices{1, 2}, 3),
+                          std::invalid_argument, {"unigram_cross_entropy", "'train'", "holds 3"});
 }
