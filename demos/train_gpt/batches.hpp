@@ -40,11 +40,8 @@ namespace gpt_demo {
 // inputs [rows, T], targets [rows * T] (data/token_windows.hpp)
 using TokenBatch = xtgrad::TokenWindows;
 
-// Start of row `row` of step `step` in a text of `length` tokens.
-std::size_t window_start(std::uint64_t seed, std::uint64_t step, std::uint64_t row,
-                         std::size_t length, std::size_t block_size);
-
-// Rows [first, first + count) of step `step` from `text` ([N] ids).
+// Rows [first, first + count) of step `step` from `text` ([N] ids)
+// (xtgrad::random_token_windows).
 TokenBatch training_batch(const xtgrad::Indices& text, std::size_t block_size, std::uint64_t seed,
                           std::uint64_t step, std::size_t first, std::size_t count);
 
