@@ -51,23 +51,6 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
     throw std::runtime_error("cannot write the samples file");
 }
 
-// Adds the step's routed tokens of every expert of every layer, summed over
-// the processes, to `tokens` (as ExpertRecord::tokens).
-// Sharded experts count the global batch on every rank already.
-void add_routed(std::vector<std::size_t>& tokens, const GPT<float>& model,
-                const training::Parallel& parallel, bool sharded) {
-  const double ranks = sharded ? 1.0 : parallel.size();
-  const std::vector<MoeStats> stats = model.router_stats();
-  const std::size_t experts = model.gpt_config().num_experts;
-  tokens.resize(stats.size() * experts, 0);
-  for (std::size_t l = 0; l < stats.size(); ++l)
-    for (std::size_t e = 0; e < stats[l].routed.size(); ++e)
-      tokens[l * experts + e] += static_cast<std::size_t>(
-          std::llround((sharded ? static_cast<double>(stats[l].routed[e])
-                                : parallel.mean(static_cast<double>(stats[l].routed[e]))) *
-                       ranks));
-}
-
 // "experts: layer 0 31% 22% 27% 20% | layer 1 ...": each expert's share of its layer's choices.
 std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t experts) {
   std::string line = "experts:";
@@ -159,7 +142,8 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     run.step();
     // the global batch's mean cross-entropy
     const double value = parallel.mean(cross_entropy_loss.value()());
-    if (sparse) add_routed(position.interval.expert_tokens, model, parallel, sharded);
+    if (sparse)
+      training::add_routed_tokens(position.interval.expert_tokens, model, parallel, sharded);
     position.interval.loss_sum += value;
     ++position.interval.steps;
     position.step = step + 1;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <xtgrad/training/expert_parallel.hpp>
 #include <xtgrad/training/training_optimizer.hpp>
 #include <xtgrad/training/training_run.hpp>
 
@@ -146,4 +147,41 @@ TEST_CASE(
   CHECK(bit_equal(got, expected));
   CHECK(norms == plain_norms);
   CHECK(run.schedule->last_lr() == schedule.last_lr());
+}
+
+TEST_CASE("training::add_routed_tokens: in one process, each forward's router counts, added up") {
+  GPTConfig c;  // a dense layer, then a sparse one of 4 experts, 2 per token
+  c.vocab_size = 7;
+  c.block_size = 4;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 6;
+  c.decoder_sparse_step = 2;
+  Generator g(1);
+  GPT<float> model(c, g);
+  training::Parallel parallel(g_argc, g_argv);
+  std::vector<std::size_t> tokens;
+  const Indices ids{{1, 2, 3}, {4, 5, 6}};
+  Tape<float> tape;
+  (void)model.forward(tape, ids);
+  training::add_routed_tokens(tokens, model, parallel, false);
+  const std::vector<std::size_t> first = tokens;
+  const std::vector<MoeStats> stats = model.router_stats();
+  REQUIRE(stats.size() == 2);
+  REQUIRE(stats[1].routed.size() == 4);
+  tape.clear();
+  (void)model.forward(tape, ids);
+  training::add_routed_tokens(tokens, model, parallel, false);
+  REQUIRE(tokens.size() == 2 * 4);
+  std::size_t sparse_total = 0;
+  for (std::size_t e = 0; e < 4; ++e) {
+    CHECK(tokens[e] == 0);  // the dense layer
+    CHECK(tokens[4 + e] == 2 * first[4 + e]);
+    CHECK(first[4 + e] == stats[1].routed[e]);
+    sparse_total += first[4 + e];
+  }
+  CHECK(sparse_total == 6 * 2);  // 6 tokens, 2 choices each
 }
