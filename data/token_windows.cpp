@@ -1,10 +1,11 @@
-// next_token_windows (token_windows.hpp).
+// next_token_windows and random_token_windows (token_windows.hpp).
 
 #include "token_windows.hpp"
 
 #include <algorithm>
 
 #include "../engine/errors.hpp"
+#include "counter_key.hpp"
 
 namespace xtgrad {
 
@@ -23,6 +24,20 @@ TokenWindows next_token_windows(const std::int64_t* ids, std::size_t length,
     std::copy_n(ids + starts[r] + 1, T, batch.targets.data() + r * T);
   }
   return batch;
+}
+
+TokenWindows random_token_windows(const std::int64_t* ids, std::size_t length, std::size_t T,
+                                  std::uint64_t seed, std::uint64_t step, std::size_t first,
+                                  std::size_t count) {
+  const detail::Check check("random_token_windows");
+  check.argument(T > 0, "T", "is 0, expected a positive window length");
+  check.argument(length > T, "length", "is ", length, ", expected at least T + 1 = ", T + 1);
+  constexpr std::uint64_t k_window_stream = 0x77696e646f77ULL;  // "window"
+  std::vector<std::size_t> starts;
+  for (std::size_t r = first; r < first + count; ++r)
+    starts.push_back(
+        static_cast<std::size_t>(counter_key(seed, k_window_stream, step, r) % (length - T)));
+  return next_token_windows(ids, length, starts, T);
 }
 
 }  // namespace xtgrad

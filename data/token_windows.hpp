@@ -8,6 +8,15 @@
 // [rows, T, V] reshaped to [rows * T, V]. std::invalid_argument naming
 // next_token_windows when T is 0 or a window runs past the end
 // (starts[r] + T + 1 > length).
+//
+// random_token_windows: rows [first, first + count) of step `step`'s batch
+// of random windows of T + 1 tokens, nanoGPT's get_batch with a
+// counter-based draw: row r starts at counter_key(seed, "window", step, r)
+// (data/counter_key.hpp) modulo length - T, a function of (seed, step, r)
+// alone. So processes that build their rows of one global batch build
+// together the batch one process builds, and a run resumed at a step draws
+// the windows the uninterrupted run would. std::invalid_argument naming
+// random_token_windows when T is 0 or the sequence is shorter than T + 1.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,5 +33,9 @@ struct TokenWindows {
 
 TokenWindows next_token_windows(const std::int64_t* ids, std::size_t length,
                                 const std::vector<std::size_t>& starts, std::size_t T);
+
+TokenWindows random_token_windows(const std::int64_t* ids, std::size_t length, std::size_t T,
+                                  std::uint64_t seed, std::uint64_t step, std::size_t first,
+                                  std::size_t count);
 
 }  // namespace xtgrad

@@ -233,7 +233,7 @@ int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBas
     slice_x(i, 0) = static_cast<T>(-1.0 + 2.0 * i / (k_slice_points - 1));
   const xt::xarray<T> slice_ffn = ffn.infer(slice_x), slice_base = baseline.infer(slice_x);
   double slice_error = 0.0;
-  std::ofstream slice_csv = demos::open_for_writing(out / "slice.csv");
+  std::ostringstream slice_csv;
   slice_csv << "x1,true_y1,ffn_y1,baseline_y1\n" << std::setprecision(9);
   for (std::size_t i = 0; i < k_slice_points; ++i) {
     const double x1 = slice_x(i, 0);
@@ -241,7 +241,7 @@ int report(const Options& o, const fs::path& out, FeedForward<T>& ffn, LinearBas
     slice_csv << x1 << ',' << std::abs(x1) << ',' << slice_ffn(i, 0) << ',' << slice_base(i, 0)
               << '\n';
   }
-  demos::check_written(slice_csv, out / "slice.csv");
+  training::write_text_file(out / "slice.csv", slice_csv.str());
   training::write_history_csv(out / "history.csv", history, k_history_fields);
 
   const double heldout_ffn = evaluate(ffn, d.x_heldout, d.y_heldout);

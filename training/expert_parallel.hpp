@@ -1,5 +1,5 @@
 #pragma once
-// training::shard_experts and training::clip_grad_norm: expert parallelism
+// training::shard_experts, clip_grad_norm and add_routed_tokens: expert parallelism
 // (distributed/expert_parallel.hpp) for a program written with
 // training::Parallel (training/data_parallel.hpp), which runs the same code
 // as a plain process or under mpirun.
@@ -22,11 +22,14 @@
 // replicated parameters and its own experts: a plain optimizer over them
 // steps this rank's share of the one-process model, and its checkpoints are
 // per rank (Module::state_dict holds the rank's experts under their global
-// names).
+// names). add_routed_tokens counts the choices of every sparse layer's
+// router over the whole job, as a training program reports its routing.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
+#include "../modules/gpt.hpp"
 #include "../optim/clip.hpp"
 #include "data_parallel.hpp"
 
@@ -82,6 +85,28 @@ double clip_grad_norm(Parallel& parallel, Module<T>& model, double max_norm) {
   (void)parallel;
 #endif
   return optim::clip_grad_norm(params, max_norm);
+}
+
+// Adds to `tokens` (tokens[l * E + e], grown to the model's layers times
+// its E experts) the tokens the last forward of `model` routed to expert e
+// of layer l (GPT::router_stats: k choices per token; a dense layer none),
+// over the whole job: summed over the processes under mpirun, or, with the
+// experts sharded (shard_experts returned true), as they are, every rank's
+// routers having counted the global batch already. Collective under mpirun
+// unless sharded.
+template <class T>
+void add_routed_tokens(std::vector<std::size_t>& tokens, const GPT<T>& model,
+                       const Parallel& parallel, bool sharded) {
+  const double ranks = sharded ? 1.0 : parallel.size();
+  const std::vector<MoeStats> stats = model.router_stats();
+  const std::size_t experts = model.gpt_config().num_experts;
+  tokens.resize(stats.size() * experts, 0);
+  for (std::size_t l = 0; l < stats.size(); ++l)
+    for (std::size_t e = 0; e < stats[l].routed.size(); ++e)
+      tokens[l * experts + e] += static_cast<std::size_t>(
+          std::llround((sharded ? static_cast<double>(stats[l].routed[e])
+                                : parallel.mean(static_cast<double>(stats[l].routed[e]))) *
+                       ranks));
 }
 
 }  // namespace xtgrad::training

@@ -10,7 +10,7 @@
 //   if (!o.resume.empty()) position = position_of(run.resume(o.resume, identity, "train_x", mismatch));
 //   for (...) {
 //     run.tape.clear(); loss = ...; run.tape.backward(loss);
-//     run.optimizer.finish(); run.optimizer.step(); run.optimizer.zero_grad(); run.schedule->step();
+//     run.optimizer.finish(); run.clip_grad_norm(max_norm); run.step();
 //     if (!o.save.empty()) run.save(o.save, extras_of(identity, position));
 //   }
 
@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "expert_parallel.hpp"
 #include "run_state.hpp"
 #include "training_optimizer.hpp"
 
@@ -98,6 +99,23 @@ class TrainingRun {
   // Every rank saves and resumes its own state in <dir>/rank<r> (a model
   // whose experts are sharded, training/expert_parallel.hpp).
   bool per_rank = false;
+
+  // After the backward pass and optimizer.finish(): the optimizer's step,
+  // its zero_grad and the schedule's step.
+  void step() {
+    optimizer.step();
+    optimizer.zero_grad();
+    schedule->step();
+  }
+
+  // optim::clip_grad_norm over the whole model: across every ZeRO shard
+  // (TrainingOptimizer::clip_grad_norm) or every rank's experts
+  // (training::clip_grad_norm), collective under mpirun. After
+  // optimizer.finish(); returns the norm before clipping.
+  double clip_grad_norm(double max_norm) {
+    return optimizer.sharded() ? optimizer.clip_grad_norm({}, max_norm)
+                               : training::clip_grad_norm(parallel_, model_, max_norm);
+  }
 
   // Collective: training::resume_run from `dir` into the model, the optimizer
   // and the schedule (the whole state read, then sharded by --zero);

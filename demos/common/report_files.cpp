@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
+#include <sstream>
+
+#include <xtgrad/training/run_state.hpp>
 
 namespace demos {
 
@@ -21,17 +23,6 @@ std::string shell_quote(const std::string& s) {
 
 }  // namespace
 
-std::ofstream open_for_writing(const fs::path& file) {
-  std::ofstream out(file, std::ios::trunc);
-  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
-  return out;
-}
-
-void check_written(std::ofstream& out, const fs::path& file) {
-  out.close();
-  if (!out) throw std::runtime_error("cannot write '" + file.string() + "'");
-}
-
 std::string gp_quote(const std::string& s) {
   std::string out = "'";
   for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
@@ -39,9 +30,7 @@ std::string gp_quote(const std::string& s) {
 }
 
 void write_summary_json(const fs::path& file, const nlohmann::json& summary) {
-  std::ofstream out = open_for_writing(file);
-  out << summary.dump(2) << "\n";
-  check_written(out, file);
+  xtgrad::training::write_text_file(file, summary.dump(2) + "\n");
 }
 
 bool have_gnuplot() {
@@ -57,11 +46,10 @@ PlotResult run_gnuplot(const fs::path& script, const fs::path& out) {
 PlotResult plot(const fs::path& out, const std::string& name,
                 const std::function<void(std::ostream&)>& write) {
   if (!have_gnuplot()) return PlotResult::no_gnuplot;
-  const fs::path script = out / name;
-  std::ofstream gp = open_for_writing(script);
+  std::ostringstream gp;
   write(gp);
-  check_written(gp, script);
-  return run_gnuplot(script, out);
+  xtgrad::training::write_text_file(out / name, gp.str());
+  return run_gnuplot(out / name, out);
 }
 
 std::string line_chart(const std::string& xlabel) {

@@ -1,12 +1,11 @@
 #pragma once
-// What the training demos share in writing their output directories: files
-// that are written whole or refused, summary.json, and the gnuplot run that
-// renders their pictures. A picture needs gnuplot (with
+// What the training demos share in writing their output directories:
+// summary.json and the gnuplot run that renders their pictures (each file
+// written whole or refused: training::write_text_file). A picture needs gnuplot (with
 // its pngcairo terminal, as gnuplot-nox has): without it a run says so and
 // writes the rest.
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -14,12 +13,6 @@
 #include <nlohmann/json.hpp>
 
 namespace demos {
-
-// `file` opened for writing (truncated); std::runtime_error "cannot write
-// '<file>'" when it cannot be.
-std::ofstream open_for_writing(const std::filesystem::path& file);
-// Closes `out`; std::runtime_error "cannot write '<file>'" when any write failed.
-void check_written(std::ofstream& out, const std::filesystem::path& file);
 
 // A string as a gnuplot single-quoted literal.
 std::string gp_quote(const std::string& s);

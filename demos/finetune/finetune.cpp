@@ -9,6 +9,7 @@
 #include <xtgrad/data/token_windows.hpp>
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/lora.hpp>
+#include <xtgrad/modules/parameter_count.hpp>
 #include <xtgrad/modules/pretrained/hf_llama.hpp>
 #include <xtgrad/optim/optim.hpp>
 #include <xtgrad/training/progress.hpp>
@@ -109,11 +110,8 @@ int run(const Options& o) {
   xtgrad::Generator generator(o.seed);
   const std::vector<std::string> layers =
       xtgrad::apply_lora(model, o.targets, {o.rank, o.alpha, o.lora_dropout}, generator);
-  std::size_t total = 0, trainable = 0;
-  for (const xtgrad::Parameter<float>* p : model.parameters()) {
-    total += p->value.size();
-    if (p->requires_grad) trainable += p->value.size();
-  }
+  const std::size_t total = xtgrad::parameter_count(model);
+  const std::size_t trainable = xtgrad::parameter_count(model, /*trainable_only=*/true);
   std::printf("finetune: LoRA r=%zu alpha=%g on %zu layers: %zu of %zu parameters trainable\n",
               o.rank, o.alpha, layers.size(), trainable, total);
   xtgrad::optim::AdamW<float> optimizer(model.parameters(), xtgrad::optim::AdamWOptions(o.lr));

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <xtgrad/modules/parameter_count.hpp>
 
 #include "../common/program.hpp"
 #include "data.hpp"
@@ -77,7 +78,7 @@ int run(const Options& o, demos::Program& program) {
   const std::size_t n_train = data.train.labels.size();
   xtgrad::Generator generator(o.train.seed);
   auto model = make_model(o.model, generator);
-  const std::size_t parameters = parameter_count(*model);
+  const std::size_t parameters = xtgrad::parameter_count(*model);
   // Under mpirun rank 0 alone prints and writes; the others train quietly.
   if (!parallel.quiet())
     std::printf(

@@ -3,7 +3,9 @@
 #include "report.hpp"
 
 #include <cstdio>
-#include <fstream>
+#include <sstream>
+
+#include <xtgrad/training/run_state.hpp>
 
 #include "zoo/fashion/models.hpp"
 
@@ -12,9 +14,8 @@ namespace fashion {
 namespace {
 
 namespace fs = std::filesystem;
-using demos::check_written;
 using demos::gp_quote;
-using demos::open_for_writing;
+using xtgrad::training::write_text_file;
 
 constexpr std::size_t k_grid_columns = 8;
 constexpr std::size_t k_cell = k_image_side + 8;  // an image and the margin for its label
@@ -55,11 +56,11 @@ std::string write_misclassified(const fs::path& out, const Split& test,
               " center front textcolor rgb '#b00000' font 'Sans,7'\n";
   }
   const fs::path file = out / "misclassified.dat";
-  std::ofstream data = open_for_writing(file);
+  std::ostringstream data;
   for (std::size_t y = 0; y < height; ++y)
     for (std::size_t x = 0; x < width; ++x)
       data << canvas[y * width + x] << (x + 1 < width ? ' ' : '\n');
-  check_written(data, file);
+  write_text_file(file, data.str());
   return labels;
 }
 
@@ -73,10 +74,10 @@ Confusion confusion_matrix(const Split& test, const std::vector<std::size_t>& pr
 }
 
 void write_confusion_csv(const fs::path& file, const Confusion& confusion) {
-  std::ofstream out = open_for_writing(file);
+  std::ostringstream out;
   for (const auto& row : confusion)
     for (std::size_t p = 0; p < row.size(); ++p) out << row[p] << (p + 1 < row.size() ? "," : "\n");
-  check_written(out, file);
+  write_text_file(file, out.str());
 }
 
 PlotResult plot_all(const fs::path& out, const Split& test,

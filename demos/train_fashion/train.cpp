@@ -3,7 +3,6 @@
 #include "train.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -14,6 +13,7 @@
 
 #include <xtensor/xview.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/evaluation.hpp>
 #include <xtgrad/training/progress.hpp>
 #include <xtgrad/training/run_state.hpp>
 
@@ -24,7 +24,6 @@ namespace fashion {
 namespace {
 
 using namespace xtgrad;
-using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t k_eval_batch = 1000;
 constexpr const char* k_program = "train_fashion";
@@ -53,10 +52,6 @@ struct Mismatch {
   }
 };
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // One optimizer step on `batch`, observed as step `observed`; this rank's loss.
 double train_step(training::TrainingRun& run, Module<float>& model, const Batch<float>& batch,
                   const CrossEntropyOptions& loss_options, training::StepObserver<float>& observer,
@@ -68,11 +63,7 @@ double train_step(training::TrainingRun& run, Module<float>& model, const Batch<
     loss = cross_entropy(model(run.tape.leaf(batch.inputs, false)), batch.labels, loss_options);
     run.tape.backward(loss);
     run.optimizer.finish();
-    observer.region("optimizer.step", [&] {
-      run.optimizer.step();
-      run.optimizer.zero_grad();
-      run.schedule->step();
-    });
+    observer.region("optimizer.step", [&] { run.step(); });
   }
   observer.graph(run.tape, {loss}, model.named_parameters(), observed);
   return loss.value()();
@@ -93,28 +84,13 @@ const training::HistoryFields<EpochRecord>& epoch_fields() {
 
 Evaluation evaluate(Module<float>& model, const Split& split) {
   const std::size_t n = split.labels.size();
-  Evaluation result;
-  result.predictions.resize(n);
-  double loss_sum = 0.0;
-  std::size_t correct = 0;
+  training::CrossEntropyScore<float> score;
   for (std::size_t start = 0; start < n; start += k_eval_batch) {
     const std::size_t stop = std::min(n, start + k_eval_batch);
-    const xt::xarray<float> logits = model.infer(xt::view(split.images, xt::range(start, stop)));
-    // Cross-entropy of each row, log-sum-exp shifted by the row's maximum.
-    for (std::size_t i = start; i < stop; ++i) {
-      const float* row = logits.data() + (i - start) * k_classes;
-      const std::size_t best =
-          static_cast<std::size_t>(std::max_element(row, row + k_classes) - row);
-      double sum = 0.0;
-      for (std::size_t c = 0; c < k_classes; ++c) sum += std::exp(double(row[c]) - row[best]);
-      loss_sum += std::log(sum) + row[best] - row[split.labels(i)];
-      result.predictions[i] = best;
-      correct += best == static_cast<std::size_t>(split.labels(i));
-    }
+    const Indices labels = xt::view(split.labels, xt::range(start, stop));
+    score.add(model.infer(xt::view(split.images, xt::range(start, stop))), labels);
   }
-  result.loss = loss_sum / static_cast<double>(n);
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
-  return result;
+  return {score.mean_loss(), score.accuracy(), std::move(score.predictions)};
 }
 
 TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist& data,
@@ -152,14 +128,13 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
   std::size_t observed = 0;
   Evaluation last_test;  // of the last epoch: the final one
   for (std::size_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
-    const Clock::time_point start = Clock::now();
-    model.train();
-    batcher.start_epoch(epoch);
-    shards.start_epoch(epoch);
-    training::Progress progress(
+    training::Progress progress(  // its training time is the epoch's
         0, steps_per_epoch, steps_per_epoch, out, "img/s",
         "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
         training::LossMean::run);
+    model.train();
+    batcher.start_epoch(epoch);
+    shards.start_epoch(epoch);
     double loss_sum = 0.0;
     std::size_t in_epoch = 0;
     while (shards.active() ? shards.next(batcher, model, batch) : batcher.next(batch)) {
@@ -177,7 +152,7 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
     EpochRecord record;
     record.epoch = epoch + 1;
     record.train_loss = loss_sum / static_cast<double>(in_epoch);
-    record.seconds = seconds_since(start);
+    record.seconds = progress.train_seconds();
     record.lr = run.schedule->last_lr();
     last_test = evaluate(model, data.test);
     record.test_loss = last_test.loss;

@@ -12,65 +12,37 @@
 // [k B / P, (k + 1) B / P) of the global batch of B rows, which together are
 // exactly the batch one process builds.
 //
-// Evaluation: the validation text cut into consecutive windows of
+// Evaluation (training::NextTokenEvaluator over the validation ids,
+// train.cpp): the validation text cut into consecutive windows of
 // block_size + 1 characters overlapping by one (window w starts at
 // w * block_size), the last one shorter, so every validation character but
 // the first is predicted exactly once, from the characters before it in
-// its window.
+// its window. The validation loss is the mean cross-entropy, in nats, of
+// the next character over these windows, computed without recording
+// (GPT::infer), the log-sum-exp of each position in double. The periodic
+// evaluations during training score an evenly spread subset of the
+// full-length windows (--eval-windows of them); the final one scores every
+// window, i.e. every validation character but the first, the characters the
+// unigram baseline is computed on. Under mpirun each rank scores every P-th
+// batch of windows and the sums are added over the job; with the experts
+// sharded over the ranks every rank scores every batch, the sparse layers'
+// all-to-alls being collective.
 
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include <xtgrad/data/token_windows.hpp>
 #include <xtgrad/engine/indices.hpp>
-#include <xtgrad/modules/gpt.hpp>
-#include <xtgrad/training/data_parallel.hpp>
 
 namespace gpt_demo {
 
 // inputs [rows, T], targets [rows * T] (data/token_windows.hpp)
 using TokenBatch = xtgrad::TokenWindows;
 
-// Start of row `row` of step `step` in a text of `length` tokens.
-std::size_t window_start(std::uint64_t seed, std::uint64_t step, std::uint64_t row,
-                         std::size_t length, std::size_t block_size);
-
-// Rows [first, first + count) of step `step` from `text` ([N] ids).
+// Rows [first, first + count) of step `step` from `text` ([N] ids)
+// (xtgrad::random_token_windows).
 TokenBatch training_batch(const xtgrad::Indices& text, std::size_t block_size, std::uint64_t seed,
                           std::uint64_t step, std::size_t first, std::size_t count);
-
-// The validation loss of train_gpt: the mean cross-entropy, in nats, of the
-// next character over the evaluation windows of batches.hpp, computed
-// without recording (GPT::infer), the log-sum-exp of each position in
-// double. The periodic evaluations during training score an evenly spread
-// subset of the full-length windows (--eval-windows of them); the final one
-// scores every window, i.e. every validation character but the first, the
-// characters the unigram baseline is computed on. Under mpirun each rank
-// scores every P-th batch of windows and the sums are added over the job;
-// with the experts sharded over the ranks (every_rank) every rank scores
-// every batch, the sparse layers' all-to-alls being collective.
-
-class Evaluator {
- public:
-  // `text`: the validation ids; `subset`: how many windows the periodic
-  // evaluations score (0 or more than there are: all full-length ones).
-  Evaluator(const xtgrad::Indices& text, std::size_t block_size, std::size_t subset,
-            std::size_t batch_rows, bool every_rank = false);
-
-  double periodic(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
-  double full(const xtgrad::GPT<float>& model, xtgrad::training::Parallel& parallel) const;
-
- private:
-  double loss(const xtgrad::GPT<float>& model, const std::vector<std::size_t>& which,
-              xtgrad::training::Parallel& parallel) const;
-
-  const xtgrad::Indices& text_;
-  std::vector<std::pair<std::size_t, std::size_t>> windows_;  // (start, T)
-  std::vector<std::size_t> subset_, all_;
-  std::size_t batch_rows_;
-  bool every_rank_;
-};
 
 }  // namespace gpt_demo

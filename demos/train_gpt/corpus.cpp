@@ -3,7 +3,6 @@
 #include "corpus.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -92,17 +91,6 @@ Corpus load_corpus(const fs::path& dir) {
                     std::to_string(k_validation_every) +
                     " (records separated by lines holding only '%')");
   return corpus;
-}
-
-double unigram_cross_entropy(const xtgrad::Indices& train, const xtgrad::Indices& validation,
-                             std::size_t vocab_size) {
-  std::vector<double> counts(vocab_size, 1.0);  // add-one smoothing
-  for (const std::int64_t id : train) counts[static_cast<std::size_t>(id)] += 1.0;
-  const double total = static_cast<double>(train.size() + vocab_size);
-  double sum = 0.0;
-  for (std::size_t n = 1; n < validation.size(); ++n)
-    sum -= std::log(counts[static_cast<std::size_t>(validation(n))] / total);
-  return sum / static_cast<double>(validation.size() - 1);
 }
 
 }  // namespace gpt_demo

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include <xtgrad/data/char_tokenizer.hpp>
-#include <xtgrad/engine/indices.hpp>
 
 namespace gpt_demo {
 
@@ -58,16 +57,5 @@ using xtgrad::encode_utf8;
 // saved with the checkpoint (run_state.cpp) so that --generate encodes and
 // decodes as the training run did.
 using Vocabulary = xtgrad::CharTokenizer;
-
-// The unigram baseline: the cross-entropy, in nats, of the training text's
-// character frequencies on the validation text,
-//   H = -(1/N) sum_n log p(c_n),   p(c) = (count_train(c) + 1) / (N_train + V)
-// (add-one smoothing, so that a character seen only in validation has a
-// finite cost), over the same N characters the model is scored on (every
-// validation character but the first, which no window predicts). A model
-// that learned nothing about context scores at best about this. `train`
-// (counts) and `validation` (targets) are already ids.
-double unigram_cross_entropy(const xtgrad::Indices& train, const xtgrad::Indices& validation,
-                             std::size_t vocab_size);
 
 }  // namespace gpt_demo

@@ -1,17 +1,16 @@
 #pragma once
 // train_gpt --generate DIR: the model a run saved to DIR (--save; its
 // sizes and vocabulary come from the directory, run_state.cpp) continues
-// --prompt by --max-new-chars characters (generate_tokens below: GPT::generate with
-// the KV cache, in chunks of the model's window; temperature 0 = greedy,
-// --top-k keeps the k most likely, --seed fixes the draws), and the prompt
-// and its continuation are printed to standard output.
+// --prompt by --max-new-chars characters (GPT::generate with the KV cache,
+// continued past the model's window from its last block_size characters;
+// temperature 0 = greedy, --top-k keeps the k most likely, --seed fixes the
+// draws), and the prompt and its continuation are printed to standard output.
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include <xtgrad/modules/gpt.hpp>
 
@@ -19,18 +18,6 @@
 #include "model.hpp"
 
 namespace gpt_demo {
-
-// Text longer than the model's window: GPT::generate (no-grad, the KV cache)
-// in chunks. The first chunk continues the prompt (its last block_size / 2
-// characters when it is longer than block_size - 1); each next chunk starts
-// a fresh generate call from the last block_size / 2 characters so far and
-// adds up to block_size minus that many. Chunk c draws with seed
-// seed + c * 0x9e3779b97f4a7c15 (wrapping), so the text is a function of
-// (model, prompt, length, temperature, top_k, seed). Returns the prompt followed by `new_tokens` generated ids.
-std::vector<std::int64_t> generate_tokens(const xtgrad::GPT<float>& model,
-                                          const std::vector<std::int64_t>& prompt,
-                                          std::size_t new_tokens, double temperature,
-                                          std::optional<std::size_t> top_k, std::uint64_t seed);
 
 struct GenerateOptions {
   std::filesystem::path checkpoint;

@@ -17,6 +17,8 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <xtgrad/modules/parameter_count.hpp>
+#include <xtgrad/training/evaluation.hpp>
 
 #include "../common/program.hpp"
 #include "corpus.hpp"
@@ -94,12 +96,13 @@ int run_training(const Options& o, demos::Program& program) {
   const xtgrad::Indices train_ids = vocab.encode_indices(corpus.train, "the training text");
   const xtgrad::Indices validation_ids =
       vocab.encode_indices(corpus.validation, "the validation text");
-  const double unigram = unigram_cross_entropy(train_ids, validation_ids, vocab.size());
+  const double unigram =
+      xtgrad::training::unigram_cross_entropy(train_ids, validation_ids, vocab.size());
   const double data_seconds = program.seconds();
 
   xtgrad::Generator generator(o.train.seed);
   xtgrad::GPT<float> model(gpt_config(o.model, vocab.size()), generator);
-  const std::size_t parameters = parameter_count(model);
+  const std::size_t parameters = xtgrad::parameter_count(model);
   const std::size_t active_parameters = active_parameter_count(model);
   const bool quiet = parallel.quiet();  // under mpirun rank 0 alone prints and writes
   const fs::path out(o.app.out);

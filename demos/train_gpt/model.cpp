@@ -1,10 +1,11 @@
-// The GPT configuration and AdamW's groups (model.hpp).
+// The GPT configuration and the active parameters (model.hpp).
 
 #include "model.hpp"
 
-#include <set>
 #include <stdexcept>
 #include <string>
+
+#include <xtgrad/modules/parameter_count.hpp>
 
 namespace gpt_demo {
 
@@ -38,23 +39,6 @@ GPTConfig gpt_config(const ModelOptions& o, std::size_t vocab_size) {
     c.router_z_loss_coef = 0.0;
   }
   return c;
-}
-
-namespace {
-// Each parameter once, in order (a tied weight may be listed under two names).
-std::vector<Parameter<float>*> distinct_parameters(Module<float>& model) {
-  std::vector<Parameter<float>*> out;
-  std::set<const Parameter<float>*> seen;
-  for (Parameter<float>* p : model.parameters())
-    if (seen.insert(p).second) out.push_back(p);
-  return out;
-}
-}  // namespace
-
-std::size_t parameter_count(Module<float>& model) {
-  std::size_t n = 0;
-  for (Parameter<float>* p : distinct_parameters(model)) n += p->value.size();
-  return n;
 }
 
 std::size_t active_parameter_count(GPT<float>& model) {

@@ -41,9 +41,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelOptions, n_layer, n_head, n_embd, block_
 // or --experts-per-token is not in 1 .. --experts.
 xtgrad::GPTConfig gpt_config(const ModelOptions& options, std::size_t vocab_size);
 
-// Number of trainable values (a tied lm_head counted once).
-std::size_t parameter_count(xtgrad::Module<float>& model);
-// Of those, the ones a token reads: without the experts it is not routed to.
+// Of the model's values (xtgrad::parameter_count: a tied lm_head counted
+// once), the ones a token reads: without the experts it is not routed to.
 std::size_t active_parameter_count(xtgrad::GPT<float>& model);
 
 }  // namespace gpt_demo

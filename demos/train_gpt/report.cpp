@@ -3,7 +3,7 @@
 #include "report.hpp"
 
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace gpt_demo {
@@ -33,7 +33,7 @@ PlotResult plot_losses(const fs::path& out, double unigram_baseline) {
 // experts.csv of `records` for `layers` layers of `experts` experts each.
 void write_experts_csv(const fs::path& file, const std::vector<ExpertRecord>& records,
                        std::size_t layers, std::size_t experts) {
-  std::ofstream csv = demos::open_for_writing(file);
+  std::ostringstream csv;
   csv << "step";
   for (std::size_t l = 0; l < layers; ++l)
     for (std::size_t e = 0; e < experts; ++e) csv << ",layer" << l << "_expert" << e;
@@ -43,7 +43,7 @@ void write_experts_csv(const fs::path& file, const std::vector<ExpertRecord>& re
     for (const std::size_t tokens : r.tokens) csv << "," << tokens;
     csv << "\n";
   }
-  demos::check_written(csv, file);
+  xtgrad::training::write_text_file(file, csv.str());
 }
 
 // experts.png from experts.csv: each expert's share of its layer's choices.

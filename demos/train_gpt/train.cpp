@@ -12,6 +12,7 @@
 #include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/dropout.hpp>
 #include <xtgrad/optim/optim.hpp>
+#include <xtgrad/training/evaluation.hpp>
 #include <xtgrad/training/expert_parallel.hpp>
 #include <xtgrad/training/progress.hpp>
 
@@ -37,32 +38,17 @@ std::string format(const char* pattern, double a, double b) {
 void write_sample(const GPT<float>& model, const Vocabulary& vocab,
                   const std::vector<std::int64_t>& prompt, const TrainOptions& o, std::size_t step,
                   training::Progress& progress, std::FILE* samples) {
-  const std::vector<std::int64_t> ids = generate_tokens(
-      model, prompt, o.sample_chars, o.sample_temperature, std::nullopt, o.seed + step);
-  const std::string text = encode_utf8(vocab.decode(ids));
+  GenerationOptions sampling;
+  sampling.max_new_tokens = o.sample_chars;
+  sampling.temperature = o.sample_temperature;
+  sampling.seed = o.seed + step;
+  const std::string text = encode_utf8(vocab.decode(model.generate({prompt}, sampling).front()));
   const std::string block = "--- sample after step " + std::to_string(step) + " ---\n" + text +
                             (text.empty() || text.back() != '\n' ? "\n" : "");
   if (samples == nullptr) return;
   progress.line(block);
   if (std::fputs(block.c_str(), samples) < 0 || std::fflush(samples) != 0)
     throw std::runtime_error("cannot write the samples file");
-}
-
-// Adds the step's routed tokens of every expert of every layer, summed over
-// the processes, to `tokens` (as ExpertRecord::tokens).
-// Sharded experts count the global batch on every rank already.
-void add_routed(std::vector<std::size_t>& tokens, const GPT<float>& model,
-                const training::Parallel& parallel, bool sharded) {
-  const double ranks = sharded ? 1.0 : parallel.size();
-  const std::vector<MoeStats> stats = model.router_stats();
-  const std::size_t experts = model.gpt_config().num_experts;
-  tokens.resize(stats.size() * experts, 0);
-  for (std::size_t l = 0; l < stats.size(); ++l)
-    for (std::size_t e = 0; e < stats[l].routed.size(); ++e)
-      tokens[l * experts + e] += static_cast<std::size_t>(
-          std::llround((sharded ? static_cast<double>(stats[l].routed[e])
-                                : parallel.mean(static_cast<double>(stats[l].routed[e]))) *
-                       ranks));
 }
 
 // "experts: layer 0 31% 22% 27% 20% | layer 1 ...": each expert's share of its layer's choices.
@@ -97,10 +83,8 @@ Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch&
 
 // --grad-clip over the whole model (every ZeRO shard, every rank's experts);
 // a norm that is not finite ends the run.
-void clip_gradients(training::TrainingRun& run, training::Parallel& parallel, GPT<float>& model,
-                    double max_norm, std::size_t step) {
-  const double norm = run.optimizer.sharded() ? run.optimizer.clip_grad_norm({}, max_norm)
-                                              : training::clip_grad_norm(parallel, model, max_norm);
+void clip_gradients(training::TrainingRun& run, double max_norm, std::size_t step) {
+  const double norm = run.clip_grad_norm(max_norm);
   if (!std::isfinite(norm))
     throw std::runtime_error("training diverged at step " + std::to_string(step) +
                              ": the gradient norm is " + std::to_string(norm) +
@@ -137,7 +121,8 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
       data.vocab.encode(decode_utf8(o.sample_prompt, "--prompt"), "--prompt");
   if (o.sample_chars > 0 && prompt.empty())
     throw std::invalid_argument("--prompt is empty, expected at least one character");
-  const Evaluator evaluator(data.validation, T, o.eval_windows, k_eval_batch_rows, sharded);
+  const training::NextTokenEvaluator evaluator(data.validation, T, o.eval_windows,
+                                               k_eval_batch_rows, sharded);
   const double seconds_before = position.history.empty() ? 0.0 : position.history.back().seconds;
   const bool sparse = model.gpt_config().num_experts > 0;
 
@@ -153,13 +138,12 @@ TrainResult train(GPT<float>& model, const ModelOptions& model_options, const Tr
     Var<float> cross_entropy_loss;
     run.tape.backward(training_loss(model, run.tape, batch, cross_entropy_loss));
     run.optimizer.finish();
-    clip_gradients(run, parallel, model, o.grad_clip, step + 1);
-    run.optimizer.step();
-    run.optimizer.zero_grad();
-    run.schedule->step();
+    clip_gradients(run, o.grad_clip, step + 1);
+    run.step();
     // the global batch's mean cross-entropy
     const double value = parallel.mean(cross_entropy_loss.value()());
-    if (sparse) add_routed(position.interval.expert_tokens, model, parallel, sharded);
+    if (sparse)
+      training::add_routed_tokens(position.interval.expert_tokens, model, parallel, sharded);
     position.interval.loss_sum += value;
     ++position.interval.steps;
     position.step = step + 1;

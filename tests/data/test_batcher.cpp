@@ -1,5 +1,5 @@
-// Batcher and shuffled_order (data/batcher.hpp), and next_token_windows
-// (data/token_windows.hpp), the batches of a token sequence. The reference
+// Batcher and shuffled_order (data/batcher.hpp), and next_token_windows and
+// random_token_windows (data/token_windows.hpp), the batches of a token sequence. The reference
 // shuffle is written out again here as a plain loop from its description
 // (std::mt19937_64 seeded by std::seed_seq, rejection draws, Fisher-Yates).
 // Its rejection keeps the outputs below the largest multiple of the bound;
@@ -19,6 +19,7 @@
 
 #include <xtensor/xtensor.hpp>
 #include <xtgrad/data/batcher.hpp>
+#include <xtgrad/data/counter_key.hpp>
 #include <xtgrad/data/token_windows.hpp>
 
 #include "support/bad_input.hpp"
@@ -212,4 +213,24 @@ TEST_CASE(
        {"next_token_windows", "'T'", "is 0"}},
   };
   MESSAGE(run_rows(rows, [] { return State(); }) << " rows");
+}
+
+TEST_CASE("random_token_windows: rows keyed by (seed, step, row), so that slices make the batch") {
+  std::vector<std::int64_t> ids(40);
+  std::iota(ids.begin(), ids.end(), 100);
+  const TokenWindows whole = random_token_windows(ids.data(), ids.size(), 5, 7, 3, 0, 4);
+  for (std::size_t r = 0; r < 4; ++r) {  // row r from counter_key(seed, "window", step, r)
+    const auto start = std::int64_t(counter_key(7, 0x77696e646f77ULL, 3, r) % (40 - 5));
+    CHECK(whole.inputs(r, 0) == 100 + start);
+  }
+  const TokenWindows rows_2_3 = random_token_windows(ids.data(), ids.size(), 5, 7, 3, 2, 2);
+  for (std::size_t t = 0; t < 5; ++t) {
+    CHECK(rows_2_3.inputs(0, t) == whole.inputs(2, t));
+    CHECK(rows_2_3.inputs(1, t) == whole.inputs(3, t));
+  }
+  CHECK(random_token_windows(ids.data(), ids.size(), 5, 7, 4, 0, 4).inputs != whole.inputs);
+  CHECK_THROWS_WITH_AS(random_token_windows(ids.data(), 5, 5, 7, 3, 0, 1),
+                       "xtgrad::random_token_windows: argument 'length' is 5, expected at least "
+                       "T + 1 = 6",
+                       std::invalid_argument);
 }

@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xtgrad/modules/module.hpp>
+#include <xtgrad/modules/parameter_count.hpp>
 
 #include "support/module_fixtures.hpp"
 #include "support/test_helpers.hpp"
@@ -36,19 +38,26 @@ class TestOuter : public Module<T> {
   }
 };
 
-// Lists one parameter twice under the same name.
+// Lists child a, then b under the name `second`, or a again when `tied`:
+// b under "a" is a duplicate name; a under another name is one Parameter
+// listed twice (a tied weight).
 template <class T>
-class TestDuplicate : public Module<T> {
+class TestTwice : public Module<T> {
  public:
-  TestDuplicate() : a(1, 1, 1), b(1, 1, 2) {}
+  explicit TestTwice(std::string second, bool tied = false)
+      : a(1, 1, 1), b(1, 1, 2), second_(std::move(second)), tied_(tied) {}
   TestLeaf<T> a, b;
 
  protected:
   void collect_parameters(const std::string& prefix,
                           typename Module<T>::NamedParameters& out) override {
     this->add_child(prefix, "a", a, out);
-    this->add_child(prefix, "a", b, out);
+    this->add_child(prefix, second_, tied_ ? a : b, out);
   }
+
+ private:
+  std::string second_;
+  bool tied_;
 };
 
 template <class T>
@@ -90,7 +99,7 @@ TEST_CASE_TEMPLATE("module: named_parameters gives dotted names in a stable orde
 }
 
 TEST_CASE("module: a duplicate parameter name is a std::logic_error") {
-  TestDuplicate<double> m;
+  TestTwice<double> m("a");
   CHECK_THROWS_WITH_PARTS(m.named_parameters(), std::logic_error,
                           {"named_parameters", "duplicate parameter name 'a.weight'"});
   CHECK_THROWS_AS(m.parameters(), std::logic_error);
@@ -131,4 +140,13 @@ TEST_CASE_TEMPLATE("module: copies own their parameters", T, float, double) {
   TestComposite<T> moved = std::move(assigned);
   CHECK(moved.named_parameters()[3].second == &moved.w2.bias);
   CHECK(xt::all(xt::equal(moved.w2.bias.value, T(7))));
+}
+
+TEST_CASE("module: parameter_count counts a tied parameter once, and the trainable ones") {
+  TestTwice<float> model("tied", /*tied=*/true);  // a: 1 x 1 weight and 1 bias, listed twice
+  CHECK(model.parameters().size() == 4);
+  CHECK(parameter_count(model) == 2);
+  model.a.weight.set_requires_grad(false);
+  CHECK(parameter_count(model, /*trainable_only=*/true) == 1);
+  CHECK(parameter_count(model) == 2);
 }

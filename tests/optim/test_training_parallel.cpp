@@ -12,7 +12,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <xtgrad/training/expert_parallel.hpp>
 #include <xtgrad/training/training_optimizer.hpp>
+#include <xtgrad/training/training_run.hpp>
 
 #include "support/bit_equal.hpp"
 
@@ -115,4 +117,71 @@ TEST_CASE(
         return 42;
       });
   CHECK(loaded == 42);
+}
+
+TEST_CASE(
+    "training::TrainingRun: clip_grad_norm and step are optim::clip_grad_norm, the optimizer's "
+    "and the schedule's steps in one process") {
+  Generator g0(5);
+  Linear<float> plain_model(3, 2, true, g0);
+  Tape<float> plain_tape;
+  optim::AdamW<float> plain(training::decay_groups(plain_model, optim::AdamWOptions(1e-2)));
+  optim::WarmupCosineLR<float> schedule(plain, 2, 3);
+  std::vector<double> plain_norms, norms;
+  const xt::xarray<float> expected = train(plain_model, plain_tape, [&] {
+    plain_norms.push_back(optim::clip_grad_norm(plain_model.parameters(), 0.05));
+    plain.step();
+    plain.zero_grad();
+    schedule.step();
+  });
+  Generator g(5);
+  Linear<float> m(3, 2, true, g);
+  training::Parallel parallel(g_argc, g_argv);
+  training::TrainingRun run(parallel, m, training::decay_groups(m, optim::AdamWOptions(1e-2)), 1,
+                            training::warmup_cosine(2, 5));
+  const xt::xarray<float> got = train(m, run.tape, [&] {
+    run.optimizer.finish();
+    norms.push_back(run.clip_grad_norm(0.05));
+    run.step();
+  });
+  CHECK(bit_equal(got, expected));
+  CHECK(norms == plain_norms);
+  CHECK(run.schedule->last_lr() == schedule.last_lr());
+}
+
+TEST_CASE("training::add_routed_tokens: in one process, each forward's router counts, added up") {
+  GPTConfig c;  // a dense layer, then a sparse one of 4 experts, 2 per token
+  c.vocab_size = 7;
+  c.block_size = 4;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 6;
+  c.decoder_sparse_step = 2;
+  Generator g(1);
+  GPT<float> model(c, g);
+  training::Parallel parallel(g_argc, g_argv);
+  std::vector<std::size_t> tokens;
+  const Indices ids{{1, 2, 3}, {4, 5, 6}};
+  Tape<float> tape;
+  (void)model.forward(tape, ids);
+  training::add_routed_tokens(tokens, model, parallel, false);
+  const std::vector<std::size_t> first = tokens;
+  const std::vector<MoeStats> stats = model.router_stats();
+  REQUIRE(stats.size() == 2);
+  REQUIRE(stats[1].routed.size() == 4);
+  tape.clear();
+  (void)model.forward(tape, ids);
+  training::add_routed_tokens(tokens, model, parallel, false);
+  REQUIRE(tokens.size() == 2 * 4);
+  std::size_t sparse_total = 0;
+  for (std::size_t e = 0; e < 4; ++e) {
+    CHECK(tokens[e] == 0);  // the dense layer
+    CHECK(tokens[4 + e] == 2 * first[4 + e]);
+    CHECK(first[4 + e] == stats[1].routed[e]);
+    sparse_total += first[4 + e];
+  }
+  CHECK(sparse_total == 6 * 2);  // 6 tokens, 2 choices each
 }

@@ -33,10 +33,4 @@ std::unique_ptr<xtgrad::Module<float>> make_model(const ModelConfig& config,
   throw std::invalid_argument("unknown model '" + config.kind + "', expected mlp or mixer");
 }
 
-std::size_t parameter_count(xtgrad::Module<float>& model) {
-  std::size_t n = 0;
-  for (const xtgrad::Parameter<float>* p : model.parameters()) n += p->value.size();
-  return n;
-}
-
 }  // namespace fashion

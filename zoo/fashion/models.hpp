@@ -51,7 +51,4 @@ struct ModelConfig {
 std::unique_ptr<xtgrad::Module<float>> make_model(const ModelConfig& config,
                                                   xtgrad::Generator& generator);
 
-// Number of trainable values.
-std::size_t parameter_count(xtgrad::Module<float>& model);
-
 }  // namespace fashion
