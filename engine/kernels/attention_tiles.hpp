@@ -20,9 +20,11 @@
 // A into MR x NV accumulators: 4 x 4 with AVX-512's 32 vector registers (16
 // accumulators, 4 B vectors, 1 broadcast; 8 x 2 for a strip of 2 vectors),
 // 4 x 2 with the 16 of AVX2 and narrower targets (8 + 2 + 1), so that
-// nothing spills. A threaded BLAS is
-// not called here: these run inside the thread pool's workers, where
-// OpenBLAS's own threads would serialise.
+// nothing spills. A threaded BLAS is not called here: these run inside the
+// thread pool's workers, where OpenBLAS's own threads would serialise.
+// attention_tiles_bf16.hpp is the bfloat16 variant of the same products
+// (MatmulPrecision::bf16), on the same register blocks
+// (for_each_register_block).
 
 #include <algorithm>
 #include <cstddef>

@@ -158,6 +158,22 @@ inline void pack_pair_columns(const float* x, std::ptrdiff_t row_stride, std::si
 }
 
 #if defined(__AVX512BF16__)
+// One step of K (a pair) of a register block: acc[r][v] += A(r, pair) .
+// B(pair, vector v), B's words anded with `keep`.
+template <std::size_t MR, std::size_t NV>
+[[gnu::always_inline]] inline void bf16_step(__m512 (&acc)[MR][NV], const Word* ap,
+                                             std::ptrdiff_t row_stride, const Word* brow,
+                                             __m512i keep) {
+  __m512bh bv[NV];
+  for (std::size_t v = 0; v < NV; ++v)
+    bv[v] = (__m512bh)_mm512_and_si512(_mm512_loadu_si512(brow + v * k_word_lanes), keep);
+  for (std::size_t r = 0; r < MR; ++r) {
+    const auto word = static_cast<int>(ap[static_cast<std::ptrdiff_t>(r) * row_stride]);
+    const __m512bh ar = (__m512bh)_mm512_set1_epi32(word);
+    for (std::size_t v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
+  }
+}
+
 // One register block: MR rows by NV vectors of C, over k (pairs_of(k) words).
 template <std::size_t MR, std::size_t NV, bool Accumulate>
 [[gnu::always_inline]] inline void bf16_block(std::size_t k, const Word* a,
@@ -167,28 +183,18 @@ template <std::size_t MR, std::size_t NV, bool Accumulate>
   __m512 acc[MR][NV];
   for (std::size_t r = 0; r < MR; ++r)
     for (std::size_t v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  const auto step = [&](std::size_t p, __m512i keep) {
-    const Word* brow = b + p * ldb;
-    __m512bh bv[NV];
-    for (std::size_t v = 0; v < NV; ++v)
-      bv[v] = (__m512bh)_mm512_and_si512(_mm512_loadu_si512(brow + v * k_word_lanes), keep);
-    const Word* ap = a + static_cast<std::ptrdiff_t>(p) * pair_stride;
-    for (std::size_t r = 0; r < MR; ++r) {
-      const __m512bh ar = (__m512bh)_mm512_set1_epi32(
-          static_cast<int>(ap[static_cast<std::ptrdiff_t>(r) * row_stride]));
-      for (std::size_t v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
-    }
-  };
-  const __m512i all = _mm512_set1_epi32(-1);
-  for (std::size_t p = 0; p < k / 2; ++p) step(p, all);
-  if (k % 2 != 0) step(k / 2, _mm512_set1_epi32(0xffff));
+  const auto at = [&](std::size_t p) { return a + static_cast<std::ptrdiff_t>(p) * pair_stride; };
+  for (std::size_t p = 0; p < k / 2; ++p)
+    bf16_step(acc, at(p), row_stride, b + p * ldb, _mm512_set1_epi32(-1));
+  if (k % 2 != 0)  // the last pair's high half is past K
+    bf16_step(acc, at(k / 2), row_stride, b + k / 2 * ldb, _mm512_set1_epi32(0xffff));
   for (std::size_t r = 0; r < MR; ++r)
     for (std::size_t v = 0; v < NV; ++v) {
-      float* at = c + r * ldc + v * k_word_lanes;
+      float* out = c + r * ldc + v * k_word_lanes;
       if constexpr (Accumulate)
-        _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), acc[r][v]));
+        _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), acc[r][v]));
       else
-        _mm512_storeu_ps(at, acc[r][v]);
+        _mm512_storeu_ps(out, acc[r][v]);
     }
 }
 #endif
