@@ -2,8 +2,8 @@
 // How the fused attention kernels fill the operand buffers of
 // attention_buffers.hpp (internal): the key tiles of the forward, and the
 // rows and row sums D of each head for the backward; in float, or (Bf16) as
-// the pair words of attention_tiles_bf16.hpp. attention_kernels.cpp calls
-// them where its header says.
+// the pair words of attention_tiles_bf16.hpp. attention_kernels.hpp says
+// when each runs.
 
 #include <algorithm>
 #include <cstddef>

@@ -22,6 +22,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -245,6 +246,23 @@ TEST_CASE("attention bf16: within bfloat16's error of the float path") {
     check_all(low, as_double(high), 2.0 / 256.0);
     CHECK_FALSE(bit_equal(low.y, high.y));
   }
+  // packed_qkv_attention: q, k and v read in place from the [B, T, 3C] rows
+  const xt::xarray<float> qkv = random_array<float>({2, 33, 3 * 2 * 12}, 13);
+  const xt::xarray<float> dy = random_array<float>({2, 33, 2 * 12}, 14);
+  const auto packed = [&](MatmulPrecision precision) {
+    const PrecisionScope scope(precision);
+    Tape<float> tape;
+    Var<float> x = tape.leaf(qkv);
+    Var<float> y = packed_qkv_attention(x, 2, {}, true);
+    tape.backward(y, dy);
+    return std::array<xt::xarray<double>, 2>{xt::cast<double>(y.value()),
+                                             xt::cast<double>(x.grad())};
+  };
+  const auto low = packed(MatmulPrecision::bf16), high = packed(MatmulPrecision::highest);
+  INFO("packed: worst errors y " << worst_error(low[0], high[0]) << ", dqkv "
+                                 << worst_error(low[1], high[1]));
+  CHECK(std::max(worst_error(low[0], high[0]), worst_error(low[1], high[1])) <= 2.0 / 256.0);
+  CHECK_FALSE(bit_equal(low[1], high[1]));
 }
 
 TEST_CASE("attention bf16: the same bits on 1 and 2 threads") {
