@@ -290,8 +290,8 @@ int main(int argc, char** argv) {
                   {"smoke run for CI: tiny sizes, two rounds",
                    "thread counts of the attention rows (default: 1 and --threads)",
                    "also write the table and settings as Markdown here",
-                   "the gpt section's float GEMMs in f32, or bf16 (xtgrad::set_matmul_precision; "
-                   "the fused attention runs no GEMM, the floors and LibTorch stay f32)"});
+                   "xtgrad's float GEMMs and fused attention products in f32, or bf16 "
+                   "(xtgrad::set_matmul_precision); the floors and LibTorch stay f32"});
   app.add_option("--batch-heads", o.batch_heads, "B*H of the attention rows (8 heads a sequence)")
       ->capture_default_str();
   app.add_option("--tokens", o.tokens, "sequence lengths T of the attention rows")

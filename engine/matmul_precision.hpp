@@ -16,7 +16,8 @@
 // one to eight rows (the weight-streaming serving path), where converting the
 // operands would cost more than the product gains (gemm_backend.hpp,
 // docs/performance.md), as torch keeps float the shapes it cannot run in
-// reduced precision.
+// reduced precision. The fused attention (ops/attention.hpp) follows the
+// precision with its own bf16 kernel where the build targets AVX512-BF16.
 //
 // The precision is read once per GEMM (all the parts of a GEMM split over the
 // threads use the same one), so a change takes effect at the next op. Set it

@@ -4,13 +4,16 @@
 // one query tile, the packed rows, row sums and partial dq sums the backward
 // tasks share, and the tiles of one backward task. All of it lives in the
 // thread's scratch slots (scratch.hpp); attention_kernels.cpp says who fills
-// and who reads each buffer.
+// and who reads each buffer. At bfloat16 (Problem::bf16) the operands of the
+// products are pair words (attention_tiles_bf16.hpp), in the Word buffers of
+// the same slots; the float ones of the products are then left unused.
 
 #include <algorithm>
 #include <cstddef>
 #include <limits>
 
 #include "attention_problem.hpp"  // first (through simd.hpp): see simd.hpp
+#include "attention_tiles_bf16.hpp"
 #include "scratch.hpp"
 
 namespace xtgrad::detail::attention {
@@ -41,6 +44,31 @@ struct PackedKeys {
   const T* v_tile(std::size_t head_index, std::size_t tile) const {
     return v_rows != nullptr ? v_rows + tile * v_size : v(head_index, tile);
   }
+
+  // At bf16: K^T as pair rows [pairs_of(Dh), Bc], V as pair rows [Bc / 2,
+  // Dv padded], in `words` (v_rows unused).
+  Word* words = nullptr;
+  std::size_t kt_words = 0, v_words = 0;
+  Word* kt_pairs(std::size_t head_index, std::size_t tile) const {
+    return words + (head_index * tiles + tile) * (kt_words + v_words);
+  }
+  Word* v_pairs(std::size_t head_index, std::size_t tile) const {
+    return kt_pairs(head_index, tile) + kt_words;
+  }
+
+  // The tiles of `heads` (batch, kv head) pairs in this thread's scratch.
+  void allocate(const Problem<T>& p, const Tiles& t, std::size_t heads) {
+    if (p.bf16) {
+      kt_words = pairs_of(p.qk_dim) * t.cols;
+      v_words = t.cols / 2 * padded_words(p.v_dim);
+      words = aligned_thread_scratch<Word>(
+          ScratchSlot::attention_packed,
+          std::max<std::size_t>(heads * tiles * (kt_words + v_words), 1));
+    } else {
+      data = aligned_thread_scratch<T>(ScratchSlot::attention_packed,
+                                       std::max<std::size_t>(heads * head_size(), 1));
+    }
+  }
 };
 
 // The online softmax of one query tile (FlashAttention-2's O~, m and l), in
@@ -51,6 +79,8 @@ template <class T>
 struct SoftmaxRows {
   T *s, *acc, *m, *l;
   std::size_t acc_row;  // Dv padded
+  // At bf16: the tile's q rows [Br, pairs_of(Dh)] and a band's P rows [Br, Bc / 2] as words.
+  Word *q_words = nullptr, *p_words = nullptr;
 
   SoftmaxRows(const Problem<T>& p, const Tiles& t, std::size_t rows) : acc_row(padded<T>(p.v_dim)) {
     const std::size_t br = t.rows;
@@ -62,6 +92,11 @@ struct SoftmaxRows {
     std::fill(acc, acc + rows * acc_row, T(0));
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     std::fill(l, l + rows, T(0));
+    if (p.bf16) {
+      q_words = aligned_thread_scratch<Word>(ScratchSlot::attention_tiles,
+                                             br * (pairs_of(p.qk_dim) + t.cols / 2));
+      p_words = q_words + br * pairs_of(p.qk_dim);
+    }
   }
 };
 
@@ -76,6 +111,9 @@ struct Shared {
   T* row_dot = nullptr;     // D [heads, Tq]
   T* dq_partial = nullptr;  // [splits, heads, Tq, Dh padded]
   std::size_t splits = 1, first = 0, count = 0;
+  // At bf16, per head: q and dO rows as words (A of S and dP) [Tq, pairs_of(D)],
+  // and as pair rows (B of dK and dV) [pairs_of(Tq), D padded].
+  Word *q_words = nullptr, *d_out_words = nullptr, *q_pairs = nullptr, *d_out_pairs = nullptr;
 
   // Points into `data`, sized by size(), for `count` heads from `first`.
   void place(const Problem<T>& p, T* data) {
@@ -84,6 +122,21 @@ struct Shared {
     d_out_packed = q_packed + count * p.q_len * dh_padded;
     row_dot = d_out_packed + count * p.q_len * dv_padded;
     dq_partial = row_dot + padded<T>(count * p.q_len);
+  }
+  void place_words(const Problem<T>& p) {
+    if (!p.bf16) return;
+    const std::size_t rows = count * p.q_len, pair_rows = count * pairs_of(p.q_len);
+    const std::size_t dh_words = pairs_of(p.qk_dim), dv_words = pairs_of(p.v_dim);
+    q_words = aligned_thread_scratch<Word>(
+        ScratchSlot::attention_rows,
+        rows * (dh_words + dv_words) + pair_rows * (padded<T>(p.qk_dim) + padded<T>(p.v_dim)) + 1);
+    d_out_words = q_words + rows * dh_words;
+    q_pairs = d_out_words + rows * dv_words;
+    d_out_pairs = q_pairs + pair_rows * padded<T>(p.qk_dim);
+  }
+  // Pair row of rows i, i + 1 (i even) of head (b * H + h).
+  std::size_t pair_row(std::size_t head, std::size_t i, std::size_t q_len) const {
+    return (head - first) * pairs_of(q_len) + i / 2;
   }
   static std::size_t size(const Problem<T>& p, std::size_t count, std::size_t splits) {
     const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
@@ -117,7 +170,24 @@ struct TaskTiles {
     s = vt + p.v_dim * t.cols;
     pd = s + tile;
     ds = pd + tile;
+    if (p.bf16) {  // (then k, kt and vt are unused)
+      const std::size_t pair_tile = pairs_of(t.rows) * t.cols;
+      k_pairs = aligned_thread_scratch<Word>(ScratchSlot::attention_tiles,
+                                             t.cols / 2 * dh_padded +
+                                                 (pairs_of(p.qk_dim) + pairs_of(p.v_dim)) * t.cols +
+                                                 t.rows * t.cols / 2 + 2 * pair_tile);
+      kt_pairs = k_pairs + t.cols / 2 * dh_padded;
+      vt_pairs = kt_pairs + pairs_of(p.qk_dim) * t.cols;
+      ds_words = vt_pairs + pairs_of(p.v_dim) * t.cols;
+      pd_pairs = ds_words + t.rows * t.cols / 2;
+      ds_pairs = pd_pairs + pair_tile;
+    }
   }
+  // At bf16: the key tile as pair rows K [Bc / 2, Dh padded], K^T [pairs_of(Dh),
+  // Bc], V^T [pairs_of(Dv), Bc]; a band's dS rows as words [Br, Bc / 2]; a key
+  // band's P (dropped) and dS as pair rows [pairs_of(Br), Bc], A = their transposes.
+  Word *k_pairs = nullptr, *kt_pairs = nullptr, *vt_pairs = nullptr, *ds_words = nullptr,
+       *pd_pairs = nullptr, *ds_pairs = nullptr;
 };
 
 }  // namespace xtgrad::detail::attention

@@ -3,47 +3,20 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
-#include "attention_buffers.hpp"
 #include "attention_kernels.hpp"
+#include "attention_packing.hpp"
 #include "parallel.hpp"
 
 // The forward kernel, then the backward kernel that inverts it
-// (attention_kernels.hpp describes both).
+// (attention_kernels.hpp describes both). Each runs its products in float,
+// or (Bf16, for float at Problem::bf16) in bfloat16 with float sums on the
+// pair words of attention_tiles_bf16.hpp, packed where the float operands are.
 
 namespace xtgrad::detail::attention {
 
 namespace {
-
-// Key tile `tile` of kv head (b, hk) into packed's slot (slot, tile).
-template <class T>
-void pack_key_tile(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
-                   const PackedKeys<T>& packed, std::size_t b, std::size_t hk, std::size_t slot,
-                   std::size_t tile) {
-  const std::size_t bc = tiles.cols, j0 = tile * bc, count = std::min(bc, p.k_len - j0);
-  // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
-  pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim, packed.kt(slot, tile), bc);
-  // v[count, Dv padded] = v[j0 : j0 + count, Dv], unless read in place
-  if (packed.v_rows == nullptr)
-    pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(slot, tile),
-              padded<T>(p.v_dim));
-}
-
-// Every key tile of every (batch, kv head), slot b * Hkv + hk.
-template <class T>
-void pack_keys(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
-               const PackedKeys<T>& packed) {
-  const std::size_t n = p.batch * p.kv_heads * packed.tiles;
-  const std::size_t elements = tiles.cols * (p.qk_dim + p.v_dim);  // copied per task
-  parallel_for_rows(
-      n, tasks_per_thread(k_parallel_light, elements), [&](std::size_t t0, std::size_t t1) {
-        for (std::size_t task = t0; task < t1; ++task) {
-          const std::size_t head_index = task / packed.tiles, tile = task % packed.tiles;
-          pack_key_tile(p, tiles, k, v, packed, head_index / p.kv_heads, head_index % p.kv_heads,
-                        head_index, tile);
-        }
-      });
-}
 
 // Row r (query i) of the tile's scores s [Br, bc], first `width` keys of the
 // key tile at j0 (its first `seen` real): s = scale q k^T (+ mask), the
@@ -103,25 +76,39 @@ void write_rows(const Problem<T>& p, const SoftmaxRows<T>& t, T* o, T* lse, std:
 // One task: query rows [i0, i0 + rows) of head (b, h), band by band over the
 // key tiles they may see: S = scale Q K^T (+ mask), the online softmax, acc
 // += P V; then the rows of O and L.
-template <class T>
+template <class T, bool Bf16>
 void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& packed, const T* q,
                   T* o, T* lse, std::size_t b, std::size_t h, std::size_t i0,
                   std::size_t head_index) {
   const std::size_t bc = tiles.cols, rows = std::min(tiles.rows, p.q_len - i0);
+  const std::size_t dh_words = pairs_of(p.qk_dim);
   const SoftmaxRows<T> t(p, tiles, rows);
+  if constexpr (Bf16)  // the tile's q rows as words, once for all key tiles
+    convert_rows(q + p.q.at(b, h, i0), p.q.row, rows, p.qk_dim, t.q_words, dh_words);
   for (std::size_t j0 = 0; j0 < visible_keys(p, i0 + rows); j0 += bc) {
     const std::size_t tile = j0 / bc, count = std::min(bc, p.k_len - j0);
     for_each_band(p, i0, rows, j0, count, bc, [&](const Band& band) {
       const std::size_t n = band.r1 - band.r0;
       T* s = t.s + band.r0 * bc;
       // s[n, width] = q[n, Dh] . kt[Dh, width]
-      tile_product<T, false>(n, band.width, p.qk_dim, q + p.q.at(b, h, i0 + band.r0), p.q.row, 1,
-                             packed.kt(head_index, tile), bc, s, bc);
+      if constexpr (Bf16)
+        bf16_tile_product<false>(n, band.width, p.qk_dim, t.q_words + band.r0 * dh_words, dh_words,
+                                 1, packed.kt_pairs(head_index, tile), bc, s, bc);
+      else
+        tile_product<T, false>(n, band.width, p.qk_dim, q + p.q.at(b, h, i0 + band.r0), p.q.row, 1,
+                               packed.kt(head_index, tile), bc, s, bc);
       for (std::size_t r = band.r0; r < band.r1; ++r)
         softmax_row(p, t, bc, b, h, i0 + r, r, j0, std::min(count, band.width), band.width);
       // acc[n, Dv] += P[n, cols] . v[cols, Dv]
-      tile_product<T, true>(n, t.acc_row, band.cols, s, bc, 1, packed.v_tile(head_index, tile),
-                            t.acc_row, t.acc + band.r0 * t.acc_row, t.acc_row);
+      T* acc = t.acc + band.r0 * t.acc_row;
+      if constexpr (Bf16) {
+        convert_rows(s, bc, n, band.cols, t.p_words, bc / 2);
+        bf16_tile_product<true>(n, t.acc_row, band.cols, t.p_words, bc / 2, 1,
+                                packed.v_pairs(head_index, tile), t.acc_row, acc, t.acc_row);
+      } else {
+        tile_product<T, true>(n, t.acc_row, band.cols, s, bc, 1, packed.v_tile(head_index, tile),
+                              t.acc_row, acc, t.acc_row);
+      }
     });
   }
   write_rows(p, t, o, lse, b, h, i0, rows);
@@ -129,7 +116,7 @@ void forward_tile(const Problem<T>& p, const Tiles& tiles, const PackedKeys<T>& 
 
 // One task per (batch, kv head): it packs its keys into its thread's scratch
 // and runs every query tile of the group's heads; one pass over the pool.
-template <class T>
+template <class T, bool Bf16>
 void forward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, const T* k, const T* v,
                       T* o, T* lse) {
   const std::size_t q_tiles = (p.q_len + tiles.rows - 1) / tiles.rows;
@@ -137,33 +124,31 @@ void forward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, const
   // v's rows are already a V tile's (a KV cache's, or [B, H, T, Dv] with Dv
   // a whole number of vectors): read in place (PackedKeys::v_rows)
   const bool v_in_place =
-      p.v_dim % k_lanes<T> == 0 && p.v.row == static_cast<std::ptrdiff_t>(p.v_dim);
+      !Bf16 && p.v_dim % k_lanes<T> == 0 && p.v.row == static_cast<std::ptrdiff_t>(p.v_dim);
   parallel_for_rows(p.batch * p.kv_heads, tasks_per_thread(k_parallel_flops, flops),
                     [&](std::size_t t0, std::size_t t1) {
                       PackedKeys<T> own(p, tiles);
-                      own.data = aligned_thread_scratch<T>(
-                          ScratchSlot::attention_packed, std::max<std::size_t>(own.head_size(), 1));
+                      own.allocate(p, tiles, 1);
                       for (std::size_t task = t0; task < t1; ++task) {
                         const std::size_t b = task / p.kv_heads, hk = task % p.kv_heads;
                         own.v_rows = v_in_place ? v + p.v.at(b, hk, 0) : nullptr;
                         for (std::size_t tile = 0; tile < own.tiles; ++tile)
-                          pack_key_tile(p, tiles, k, v, own, b, hk, 0, tile);
+                          pack_key_tile<T, Bf16>(p, tiles, k, v, own, b, hk, 0, tile);
                         for (std::size_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h)
                           for (std::size_t qt = 0; qt < q_tiles; ++qt)
-                            forward_tile(p, tiles, own, q, o, lse, b, h, qt * tiles.rows, 0);
+                            forward_tile<T, Bf16>(p, tiles, own, q, o, lse, b, h, qt * tiles.rows,
+                                                  0);
                       }
                     });
 }
 
 // Few heads: every head's keys packed first, then one task per query tile.
-template <class T>
+template <class T, bool Bf16>
 void forward_per_tile(const Problem<T>& p, const Tiles& tiles, const T* q, const T* k, const T* v,
                       T* o, T* lse) {
   PackedKeys<T> packed(p, tiles);
-  packed.data = aligned_thread_scratch<T>(
-      ScratchSlot::attention_packed,
-      std::max<std::size_t>(p.batch * p.kv_heads * packed.head_size(), 1));
-  pack_keys(p, tiles, k, v, packed);
+  packed.allocate(p, tiles, p.batch * p.kv_heads);
+  pack_keys<T, Bf16>(p, tiles, k, v, packed);
   const std::size_t q_tiles = (p.q_len + tiles.rows - 1) / tiles.rows;
   const std::size_t flops = 2 * tiles.rows * p.k_len * (p.qk_dim + p.v_dim);  // per task, at most
   parallel_for_rows(p.batch * p.heads * q_tiles, tasks_per_thread(k_parallel_flops, flops),
@@ -171,22 +156,29 @@ void forward_per_tile(const Problem<T>& p, const Tiles& tiles, const T* q, const
                       for (std::size_t task = t0; task < t1; ++task) {
                         const std::size_t head = task / q_tiles, tile = task % q_tiles;
                         const std::size_t b = head / p.heads, h = head % p.heads;
-                        forward_tile(p, tiles, packed, q, o, lse, b, h, tile * tiles.rows,
-                                     b * p.kv_heads + h / p.group());
+                        forward_tile<T, Bf16>(p, tiles, packed, q, o, lse, b, h, tile * tiles.rows,
+                                              b * p.kv_heads + h / p.group());
                       }
                     });
+}
+
+template <class T, bool Bf16>
+void forward_in(const Problem<T>& p, const T* q, const T* k, const T* v, T* o, T* lse) {
+  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim, p.q_len, p.k_len);
+  const std::size_t kv_heads = p.batch * p.kv_heads;
+  if (kv_heads >= k_head_tasks_per_thread * parallel_chunks(kv_heads, 1))
+    forward_per_head<T, Bf16>(p, tiles, q, k, v, o, lse);
+  else
+    forward_per_tile<T, Bf16>(p, tiles, q, k, v, o, lse);
 }
 
 }  // namespace
 
 template <class T>
 void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* o, T* lse) {
-  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim, p.q_len, p.k_len);
-  const std::size_t kv_heads = p.batch * p.kv_heads;
-  if (kv_heads >= k_head_tasks_per_thread * parallel_chunks(kv_heads, 1))
-    forward_per_head(p, tiles, q, k, v, o, lse);
-  else
-    forward_per_tile(p, tiles, q, k, v, o, lse);
+  if constexpr (std::is_same_v<T, float> && k_bf16_kernel)
+    if (p.bf16) return forward_in<T, true>(p, q, k, v, o, lse);
+  forward_in<T, false>(p, q, k, v, o, lse);
 }
 
 template void forward(const Problem<float>&, const float*, const float*, const float*, float*,
@@ -197,40 +189,6 @@ template void forward(const Problem<double>&, const double*, const double*, cons
 // The backward kernel.
 
 namespace {
-
-// Tasks per (batch, kv head) wanted before the key tiles of one head are
-// split between tasks. A function of the shape only (not of the thread
-// count), so that dq's partial sums, and so its bits, do not depend on it.
-constexpr std::size_t k_min_tasks = 8;
-
-// How many shares the key tiles of each (batch, kv head) are dealt to.
-template <class T>
-std::size_t share_count(const Problem<T>& p, const Tiles& tiles) {
-  const std::size_t kv_heads = p.batch * p.kv_heads;
-  if (kv_heads >= k_min_tasks) return 1;
-  const std::size_t key_tiles = (p.k_len + tiles.cols - 1) / tiles.cols;
-  const std::size_t wanted = (k_min_tasks + kv_heads - 1) / std::max<std::size_t>(kv_heads, 1);
-  return std::max<std::size_t>(1, std::min(key_tiles, wanted));
-}
-
-// Packs the rows of head (b * H + h) and computes its D.
-template <class T>
-void prepare_head(const Problem<T>& p, const T* q, const T* o, const T* d_out, const Shared<T>& sh,
-                  std::size_t head) {
-  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
-  const std::size_t b = head / p.heads, h = head % p.heads, r0 = sh.row(head, 0, p.q_len);
-  pack_rows(q + p.q.at(b, h, 0), p.q.row, p.q_len, p.qk_dim, sh.q_packed + r0 * dh_padded,
-            dh_padded);
-  pack_rows(d_out + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim, sh.d_out_packed + r0 * dv_padded,
-            dv_padded);
-  for (std::size_t i = 0; i < p.q_len; ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
-    const T* go = d_out + p.o.at(b, h, i);
-    const T* oo = o + p.o.at(b, h, i);
-    T sum = T(0);
-    for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
-    sh.row_dot[r0 + i] = sum;
-  }
-}
 
 // Row r (query i) of the tile's s = scores and ds = dP [Br, bc], first
 // `width` keys of the key tile at j0 (its first `seen` real). In the forward
@@ -261,7 +219,7 @@ void gradient_row(const Problem<T>& p, const Shared<T>& sh, const TaskTiles<T>& 
 
 // Query rows [i0, i0 + rows) of head h against key tile [j0, j0 + count):
 // band by band P, dS and dq; then key band by key band dK and dV.
-template <class T>
+template <class T, bool Bf16>
 void backward_step(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
                    const TaskTiles<T>& w, const T* q, const T* d_out, const T* lse,
                    std::size_t split, std::size_t b, std::size_t h, std::size_t i0,
@@ -273,16 +231,31 @@ void backward_step(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
     T* s = w.s + band.r0 * bc;
     T* ds = w.ds + band.r0 * bc;
     // s[n, width] = q[n, Dh] . kt[Dh, width]
-    tile_product<T, false>(n, band.width, p.qk_dim, q + p.q.at(b, h, i), p.q.row, 1, w.kt, bc, s,
-                           bc);
     // ds[n, width] = dO[n, Dv] . vt[Dv, width]   (dP, dropped-probability gradient)
-    tile_product<T, false>(n, band.width, p.v_dim, d_out + p.o.at(b, h, i), p.o.row, 1, w.vt, bc,
-                           ds, bc);
+    if constexpr (Bf16) {
+      const std::size_t dh_words = pairs_of(p.qk_dim), dv_words = pairs_of(p.v_dim);
+      const std::size_t row = sh.row(head, i, p.q_len);
+      bf16_tile_product<false>(n, band.width, p.qk_dim, sh.q_words + row * dh_words, dh_words, 1,
+                               w.kt_pairs, bc, s, bc);
+      bf16_tile_product<false>(n, band.width, p.v_dim, sh.d_out_words + row * dv_words, dv_words, 1,
+                               w.vt_pairs, bc, ds, bc);
+    } else {
+      tile_product<T, false>(n, band.width, p.qk_dim, q + p.q.at(b, h, i), p.q.row, 1, w.kt, bc, s,
+                             bc);
+      tile_product<T, false>(n, band.width, p.v_dim, d_out + p.o.at(b, h, i), p.o.row, 1, w.vt, bc,
+                             ds, bc);
+    }
     for (std::size_t r = band.r0; r < band.r1; ++r)
       gradient_row(p, sh, w, lse, bc, b, h, i0 + r, r, j0, std::min(count, band.width), band.width);
     // dq[n, Dh] += dS[n, cols] . k[cols, Dh]
-    tile_product<T, true>(n, dh_padded, band.cols, ds, bc, 1, w.k, dh_padded,
-                          sh.dq_row(split, head, i, p), dh_padded);
+    T* dq = sh.dq_row(split, head, i, p);
+    if constexpr (Bf16) {
+      convert_rows(ds, bc, n, band.cols, w.ds_words, bc / 2);
+      bf16_tile_product<true>(n, dh_padded, band.cols, w.ds_words, bc / 2, 1, w.k_pairs, dh_padded,
+                              dq, dh_padded);
+    } else {
+      tile_product<T, true>(n, dh_padded, band.cols, ds, bc, 1, w.k, dh_padded, dq, dh_padded);
+    }
   });
   const T* pd = p.dropout ? w.pd : w.s;  // P as the output saw it
   for_each_key_band(p, i0, rows, j0, count, [&](const KeyBand& band) {
@@ -290,16 +263,29 @@ void backward_step(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
     const std::size_t at = band.r0 * bc + band.c0, row = sh.row(head, i0 + band.r0, p.q_len);
     const auto stride = static_cast<std::ptrdiff_t>(bc);
     // dv[m, Dv] += pd^T[m, n] . dO[n, Dv]
-    tile_product<T, true>(m, dv_padded, n, pd + at, 1, stride, sh.d_out_packed + row * dv_padded,
-                          dv_padded, w.dv + band.c0 * dv_padded, dv_padded);
     // dk[m, Dh] += dS^T[m, n] . q[n, Dh]
-    tile_product<T, true>(m, dh_padded, n, w.ds + at, 1, stride, sh.q_packed + row * dh_padded,
-                          dh_padded, w.dk + band.c0 * dh_padded, dh_padded);
+    T* dv_rows = w.dv + band.c0 * dv_padded;
+    T* dk_rows = w.dk + band.c0 * dh_padded;
+    if constexpr (Bf16) {  // A = the transposes of the pair rows of pd and dS
+      const std::size_t pair_row = sh.pair_row(head, i0 + band.r0, p.q_len);
+      const std::size_t ld = padded_words(m);
+      pack_pair_rows(pd + at, stride, n, m, w.pd_pairs, ld);
+      pack_pair_rows(w.ds + at, stride, n, m, w.ds_pairs, ld);
+      bf16_tile_product<true>(m, dv_padded, n, w.pd_pairs, 1, ld,
+                              sh.d_out_pairs + pair_row * dv_padded, dv_padded, dv_rows, dv_padded);
+      bf16_tile_product<true>(m, dh_padded, n, w.ds_pairs, 1, ld, sh.q_pairs + pair_row * dh_padded,
+                              dh_padded, dk_rows, dh_padded);
+    } else {
+      tile_product<T, true>(m, dv_padded, n, pd + at, 1, stride, sh.d_out_packed + row * dv_padded,
+                            dv_padded, dv_rows, dv_padded);
+      tile_product<T, true>(m, dh_padded, n, w.ds + at, 1, stride, sh.q_packed + row * dh_padded,
+                            dh_padded, dk_rows, dh_padded);
+    }
   });
 }
 
 // One task: key tiles split, split + splits, ... of kv head (b, hk).
-template <class T>
+template <class T, bool Bf16>
 void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh, const T* q,
                    const T* k, const T* v, const T* d_out, const T* lse, T* dk, T* dv,
                    std::size_t b, std::size_t hk, std::size_t split) {
@@ -315,17 +301,23 @@ void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
     const std::size_t j0 = tile * bc, count = std::min(bc, p.k_len - j0);
     const T* k_rows = k + p.k.at(b, hk, j0);
     const T* v_rows = v + p.v.at(b, hk, j0);
-    pack_rows(k_rows, p.k.row, count, p.qk_dim, w.k, dh_padded);  // k [count, Dh]
-    pack_transposed(k_rows, p.k.row, count, p.qk_dim, w.kt, bc);  // k^T [Dh, Bc]
-    pack_transposed(v_rows, p.v.row, count, p.v_dim, w.vt, bc);   // v^T [Dv, Bc]
+    if constexpr (Bf16) {  // the same as pair rows
+      pack_pair_rows(k_rows, p.k.row, count, p.qk_dim, w.k_pairs, dh_padded);
+      pack_pair_columns(k_rows, p.k.row, count, p.qk_dim, w.kt_pairs, bc);
+      pack_pair_columns(v_rows, p.v.row, count, p.v_dim, w.vt_pairs, bc);
+    } else {
+      pack_rows(k_rows, p.k.row, count, p.qk_dim, w.k, dh_padded);  // k [count, Dh]
+      pack_transposed(k_rows, p.k.row, count, p.qk_dim, w.kt, bc);  // k^T [Dh, Bc]
+      pack_transposed(v_rows, p.v.row, count, p.v_dim, w.vt, bc);   // v^T [Dv, Bc]
+    }
     std::fill(w.dk, w.dk + count * dh_padded, T(0));
     std::fill(w.dv, w.dv + count * dv_padded, T(0));
     // causal: query rows i < j0 see none of these keys
     const std::size_t first = p.causal ? j0 / br * br : 0;
     for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
       for (std::size_t i0 = first; i0 < p.q_len; i0 += br)
-        backward_step(p, tiles, sh, w, q, d_out, lse, split, b, h, i0, std::min(br, p.q_len - i0),
-                      j0, count);
+        backward_step<T, Bf16>(p, tiles, sh, w, q, d_out, lse, split, b, h, i0,
+                               std::min(br, p.q_len - i0), j0, count);
     for (std::size_t j = 0; j < count; ++j) {  // dk, dv rows of this key tile, written once
       if (dk != nullptr)
         std::copy(w.dk + j * dh_padded, w.dk + j * dh_padded + p.qk_dim,
@@ -353,7 +345,7 @@ void write_dq_row(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t h
 // One task per (batch, kv head) does all of its work in its thread's
 // scratch: its heads' packed rows and D, dK and dV, then dq; one pass over
 // the pool.
-template <class T>
+template <class T, bool Bf16>
 void backward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, const T* k, const T* v,
                        const T* o, const T* d_out, const T* lse, T* dq, T* dk, T* dv) {
   const std::size_t group = p.group();
@@ -365,12 +357,14 @@ void backward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, cons
                       own.count = group;
                       own.place(p, aligned_thread_scratch<T>(ScratchSlot::attention_rows,
                                                              Shared<T>::size(p, group, 1)));
+                      own.place_words(p);
                       for (std::size_t task = t0; task < t1; ++task) {
                         const std::size_t b = task / p.kv_heads, hk = task % p.kv_heads;
                         own.first = b * p.heads + hk * group;
                         for (std::size_t head = own.first; head < own.first + group; ++head)
-                          prepare_head(p, q, o, d_out, own, head);
-                        backward_task(p, tiles, own, q, k, v, d_out, lse, dk, dv, b, hk, 0);
+                          prepare_head<T, Bf16>(p, q, o, d_out, own, head);
+                        backward_task<T, Bf16>(p, tiles, own, q, k, v, d_out, lse, dk, dv, b, hk,
+                                               0);
                         if (dq == nullptr) continue;
                         for (std::size_t head = own.first; head < own.first + group; ++head)
                           for (std::size_t i = 0; i < p.q_len; ++i)
@@ -381,7 +375,7 @@ void backward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, cons
 
 // Few heads: the rows of every head packed first, then tasks over shares
 // of each head's key tiles, then dq summed over the shares.
-template <class T>
+template <class T, bool Bf16>
 void backward_in_shares(const Problem<T>& p, const Tiles& tiles, std::size_t splits, const T* q,
                         const T* k, const T* v, const T* o, const T* d_out, const T* lse, T* dq,
                         T* dk, T* dv) {
@@ -391,11 +385,12 @@ void backward_in_shares(const Problem<T>& p, const Tiles& tiles, std::size_t spl
   sh.count = heads;
   sh.place(
       p, aligned_thread_scratch<T>(ScratchSlot::attention_rows, Shared<T>::size(p, heads, splits)));
+  sh.place_words(p);
   const std::size_t elements = 3 * p.q_len * (p.qk_dim + p.v_dim);  // read and written per head
   parallel_for_rows(heads, tasks_per_thread(k_parallel_light, elements),
                     [&](std::size_t h0, std::size_t h1) {
                       for (std::size_t head = h0; head < h1; ++head)
-                        prepare_head(p, q, o, d_out, sh, head);
+                        prepare_head<T, Bf16>(p, q, o, d_out, sh, head);
                     });
   // per task, at most: 5 products of 2 Tq (Tk / splits) D flops for each query head
   const std::size_t flops =
@@ -404,8 +399,8 @@ void backward_in_shares(const Problem<T>& p, const Tiles& tiles, std::size_t spl
                     [&](std::size_t t0, std::size_t t1) {
                       for (std::size_t task = t0; task < t1; ++task) {
                         const std::size_t head = task / splits, split = task % splits;
-                        backward_task(p, tiles, sh, q, k, v, d_out, lse, dk, dv, head / p.kv_heads,
-                                      head % p.kv_heads, split);
+                        backward_task<T, Bf16>(p, tiles, sh, q, k, v, d_out, lse, dk, dv,
+                                               head / p.kv_heads, head % p.kv_heads, split);
                       }
                     });
   if (dq == nullptr) return;
@@ -416,17 +411,25 @@ void backward_in_shares(const Problem<T>& p, const Tiles& tiles, std::size_t spl
                     });
 }
 
+template <class T, bool Bf16>
+void backward_in(const Problem<T>& p, const T* q, const T* k, const T* v, const T* o,
+                 const T* d_out, const T* lse, T* dq, T* dk, T* dv) {
+  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim, p.q_len, p.k_len);
+  const std::size_t kv_heads = p.batch * p.kv_heads, splits = share_count(p, tiles);
+  if (splits == 1 && kv_heads >= k_head_tasks_per_thread * parallel_chunks(kv_heads, 1))
+    backward_per_head<T, Bf16>(p, tiles, q, k, v, o, d_out, lse, dq, dk, dv);
+  else
+    backward_in_shares<T, Bf16>(p, tiles, splits, q, k, v, o, d_out, lse, dq, dk, dv);
+}
+
 }  // namespace
 
 template <class T>
 void backward(const Problem<T>& p, const T* q, const T* k, const T* v, const T* o, const T* d_out,
               const T* lse, T* dq, T* dk, T* dv) {
-  const Tiles tiles = choose_tiles<T>(p.qk_dim, p.v_dim, p.q_len, p.k_len);
-  const std::size_t kv_heads = p.batch * p.kv_heads, splits = share_count(p, tiles);
-  if (splits == 1 && kv_heads >= k_head_tasks_per_thread * parallel_chunks(kv_heads, 1))
-    backward_per_head(p, tiles, q, k, v, o, d_out, lse, dq, dk, dv);
-  else
-    backward_in_shares(p, tiles, splits, q, k, v, o, d_out, lse, dq, dk, dv);
+  if constexpr (std::is_same_v<T, float> && k_bf16_kernel)
+    if (p.bf16) return backward_in<T, true>(p, q, k, v, o, d_out, lse, dq, dk, dv);
+  backward_in<T, false>(p, q, k, v, o, d_out, lse, dq, dk, dv);
 }
 
 template void backward(const Problem<float>&, const float*, const float*, const float*,

@@ -37,6 +37,11 @@
 // tasks are single query tiles, and the backward packs every head's rows
 // first and sums dq last, in passes of their own. The arithmetic of a tile
 // is the same either way, so the result does not depend on the choice.
+//
+// Precision: with p.bf16 (float at MatmulPrecision::bf16, on a build with
+// AVX512-BF16) the products read bfloat16 operands, packed once per tile,
+// and sum in float (attention_tiles_bf16.hpp); the tiles, tasks and every
+// other pass are the float kernel's.
 
 #include <cstddef>
 

@@ -52,6 +52,9 @@ struct Problem {
   std::uint32_t threshold = 0;  // keep element when its word >= threshold
   T keep_scale = T(1);          // 1 / (1 - dropout_p)
   DropoutKey key;
+  // The products in bfloat16 with float sums (attention_tiles_bf16.hpp): set
+  // for float at MatmulPrecision::bf16 where k_bf16_kernel, read per call.
+  bool bf16 = false;
 
   std::size_t group() const { return heads / kv_heads; }  // query heads per kv head
   // The dropout counter of element (b, h, i, j) of the [B, H, Tq, Tk] probabilities.
@@ -106,6 +109,21 @@ inline constexpr std::size_t k_parallel_flops = std::size_t(1) << 19;
 // that starts late still takes its share. Below it, the phases are passes of
 // their own over finer tasks.
 inline constexpr std::size_t k_head_tasks_per_thread = 4;
+
+// Tasks per (batch, kv head) wanted before the key tiles of one head are
+// split between tasks. A function of the shape only (not of the thread
+// count), so that dq's partial sums, and so its bits, do not depend on it.
+inline constexpr std::size_t k_min_tasks = 8;
+
+// How many shares the backward deals the key tiles of each (batch, kv head) to.
+template <class T>
+std::size_t share_count(const Problem<T>& p, const Tiles& tiles) {
+  const std::size_t kv_heads = p.batch * p.kv_heads;
+  if (kv_heads >= k_min_tasks) return 1;
+  const std::size_t key_tiles = (p.k_len + tiles.cols - 1) / tiles.cols;
+  const std::size_t wanted = (k_min_tasks + kv_heads - 1) / std::max<std::size_t>(kv_heads, 1);
+  return std::max<std::size_t>(1, std::min(key_tiles, wanted));
+}
 
 // The min_per_thread of parallel_for_rows for tasks of `work` flops (or
 // elements, against k_parallel_light) each.

@@ -20,12 +20,15 @@
 // A into MR x NV accumulators: 4 x 4 with AVX-512's 32 vector registers (16
 // accumulators, 4 B vectors, 1 broadcast; 8 x 2 for a strip of 2 vectors),
 // 4 x 2 with the 16 of AVX2 and narrower targets (8 + 2 + 1), so that
-// nothing spills. A threaded BLAS is
-// not called here: these run inside the thread pool's workers, where
-// OpenBLAS's own threads would serialise.
+// nothing spills. A threaded BLAS is not called here: these run inside the
+// thread pool's workers, where OpenBLAS's own threads would serialise.
+// attention_tiles_bf16.hpp is the bfloat16 variant of the same products
+// (MatmulPrecision::bf16), on the same register blocks
+// (for_each_register_block).
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "vector_math.hpp"  // first (through simd.hpp): see simd.hpp
 
@@ -83,29 +86,49 @@ template <class T, std::size_t MR, std::size_t NV, bool Accumulate>
     }
 }
 
-// All rows of C for NV vectors of columns starting at column n0.
-template <class T, std::size_t NV, bool Accumulate>
-void column_strip(std::size_t m, std::size_t k, const T* a, std::ptrdiff_t row_stride,
-                  std::ptrdiff_t col_stride, const T* b, std::size_t ldb, T* c, std::size_t ldc) {
+// f(MR, NV, i, j) over the register blocks that tile C[m, n] (n a multiple of
+// W lanes): MR rows from row i by NV vectors of W columns from column j, MR
+// and NV as std::integral_constant. Strips of MaxNV vectors, then one of the
+// remaining vectors; in each strip blocks of k_rows rows (2 k_rows in a strip
+// of at most 2 vectors when MaxNV is 4, see k_rows), then the last 1-3 rows.
+// Shared by the float and the bfloat16 (attention_tiles_bf16.hpp) kernels.
+template <std::size_t N>
+using Count = std::integral_constant<std::size_t, N>;
+
+template <std::size_t NV, std::size_t MaxNV, class F>
+void for_each_strip_block(std::size_t m, std::size_t j, F& f) {
   std::size_t i = 0;
-  if constexpr (NV <= 2 && k_vectors<T> == 4)  // a narrow strip: twice the rows (see k_rows)
-    for (; i + 2 * k_rows <= m; i += 2 * k_rows)
-      block<T, 2 * k_rows, NV, Accumulate>(k, a + static_cast<std::ptrdiff_t>(i) * row_stride,
-                                           row_stride, col_stride, b, ldb, c + i * ldc, ldc);
-  for (; i + k_rows <= m; i += k_rows)
-    block<T, k_rows, NV, Accumulate>(k, a + static_cast<std::ptrdiff_t>(i) * row_stride, row_stride,
-                                     col_stride, b, ldb, c + i * ldc, ldc);
-  const T* ai = a + static_cast<std::ptrdiff_t>(i) * row_stride;
-  T* ci = c + i * ldc;
+  if constexpr (NV <= 2 && MaxNV == 4)  // a narrow strip: twice the rows (see k_rows)
+    for (; i + 2 * k_rows <= m; i += 2 * k_rows) f(Count<2 * k_rows>{}, Count<NV>{}, i, j);
+  for (; i + k_rows <= m; i += k_rows) f(Count<k_rows>{}, Count<NV>{}, i, j);
   switch (m - i) {
     case 3:
-      block<T, 3, NV, Accumulate>(k, ai, row_stride, col_stride, b, ldb, ci, ldc);
+      f(Count<3>{}, Count<NV>{}, i, j);
       break;
     case 2:
-      block<T, 2, NV, Accumulate>(k, ai, row_stride, col_stride, b, ldb, ci, ldc);
+      f(Count<2>{}, Count<NV>{}, i, j);
       break;
     case 1:
-      block<T, 1, NV, Accumulate>(k, ai, row_stride, col_stride, b, ldb, ci, ldc);
+      f(Count<1>{}, Count<NV>{}, i, j);
+      break;
+    default:
+      break;
+  }
+}
+
+template <std::size_t W, std::size_t MaxNV, class F>
+void for_each_register_block(std::size_t m, std::size_t n, F&& f) {
+  std::size_t j = 0;
+  for (; j + MaxNV * W <= n; j += MaxNV * W) for_each_strip_block<MaxNV, MaxNV>(m, j, f);
+  switch ((n - j) / W) {
+    case 3:
+      for_each_strip_block<3, MaxNV>(m, j, f);
+      break;
+    case 2:
+      for_each_strip_block<2, MaxNV>(m, j, f);
+      break;
+    case 1:
+      for_each_strip_block<1, MaxNV>(m, j, f);
       break;
     default:
       break;
@@ -119,24 +142,12 @@ template <class T, bool Accumulate>
 void tile_product(std::size_t m, std::size_t n, std::size_t k, const T* a,
                   std::ptrdiff_t row_stride, std::ptrdiff_t col_stride, const T* b, std::size_t ldb,
                   T* c, std::size_t ldc) {
-  constexpr std::size_t W = k_lanes<T>;
-  std::size_t j = 0;
-  for (; j + k_vectors<T> * W <= n; j += k_vectors<T> * W)
-    column_strip<T, k_vectors<T>, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j,
-                                              ldc);
-  switch ((n - j) / W) {
-    case 3:
-      column_strip<T, 3, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j, ldc);
-      break;
-    case 2:
-      column_strip<T, 2, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j, ldc);
-      break;
-    case 1:
-      column_strip<T, 1, Accumulate>(m, k, a, row_stride, col_stride, b + j, ldb, c + j, ldc);
-      break;
-    default:
-      break;
-  }
+  for_each_register_block<k_lanes<T>, k_vectors<T>>(
+      m, n, [&](auto rows, auto vectors, std::size_t i, std::size_t j) {
+        block<T, decltype(rows)::value, decltype(vectors)::value, Accumulate>(
+            k, a + static_cast<std::ptrdiff_t>(i) * row_stride, row_stride, col_stride, b + j, ldb,
+            c + i * ldc + j, ldc);
+      });
 }
 
 // out[r, c] = x(r, c) for r < rows, c < cols, and 0 for cols <= c < width:

@@ -28,5 +28,6 @@ template double* thread_scratch<double>(ScratchSlot, std::size_t);
 template std::uint16_t* thread_scratch<std::uint16_t>(ScratchSlot, std::size_t);
 template float* aligned_thread_scratch<float>(ScratchSlot, std::size_t);
 template double* aligned_thread_scratch<double>(ScratchSlot, std::size_t);
+template std::uint32_t* aligned_thread_scratch<std::uint32_t>(ScratchSlot, std::size_t);
 
 }  // namespace xtgrad::detail

@@ -6,6 +6,8 @@
 // allocation per call once warm. Buffers of different slots may be used at
 // the same time; one slot is never used by two callers at once, which is why
 // every user has a slot of its own below. Contents are garbage until written.
+// Each element type has buffers of its own: the attention kernels' bfloat16
+// pair words (std::uint32_t) live beside their float tiles in the same slots.
 
 #include <cstddef>
 

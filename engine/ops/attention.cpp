@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstddef>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "../check.hpp"
 #include "../errors.hpp"
+#include "../kernels/attention_tiles_bf16.hpp"
 #include "../kernels/dropout_mask.hpp"
 #include "../kernels/scratch.hpp"
+#include "../matmul_precision.hpp"
 #include "support/attention_rule.hpp"
 
 // scaled_dot_product_attention and packed_qkv_attention: the checks, where q,
@@ -25,6 +28,16 @@ namespace xtgrad {
 namespace {
 
 namespace attention = detail::attention;
+
+// Whether the kernels run their products in bfloat16 (Problem::bf16): float,
+// at MatmulPrecision::bf16, on a build with the bf16 kernel. Read once per
+// kernel call, as a GEMM reads it, so a forward and its backward each use
+// the precision in force when they run.
+template <class T>
+bool bf16_products() {
+  return std::is_same_v<T, float> && attention::k_bf16_kernel &&
+         get_matmul_precision() == MatmulPrecision::bf16;
+}
 
 // Size of axis `from_end` counted from the end (1 = last).
 std::size_t axis(const Shape& s, std::size_t from_end) {
@@ -230,6 +243,7 @@ Var<T> record(const char* op, Tape<T>& tape, attention::Problem<T> p, const Sour
                                   : detail::thread_scratch<T>(detail::ScratchSlot::attention_rows,
                                                               std::max<std::size_t>(lse_size, 1));
   if (mask) point_mask(p.mask, *mask);  // (empty: the pointers stay null)
+  p.bf16 = bf16_products<T>();
   const auto input = [&](std::size_t part) {
     return tape.value(src.inputs[part]).data() + src.offsets[part];
   };
@@ -243,7 +257,9 @@ Var<T> record(const char* op, Tape<T>& tape, attention::Problem<T> p, const Sour
       return t.value(src.inputs[part]).data() + src.offsets[part];
     };
     PartGradients<T> g(t, src);
-    attention::backward(p, value(0), value(1), value(2), t.value(yi).data(), dy.data(),
+    attention::Problem<T> now = p;
+    now.bf16 = bf16_products<T>();
+    attention::backward(now, value(0), value(1), value(2), t.value(yi).data(), dy.data(),
                         t.template saved<T>(yi), g.d[0], g.d[1], g.d[2]);
     g.finish(t, src);
   });

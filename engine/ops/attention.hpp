@@ -53,6 +53,13 @@
 // rounding; that pass stores the [B, H, Tq, Tk] probabilities, as composed
 // attention does.
 //
+// Precision: at MatmulPrecision::bf16 (matmul_precision.hpp) float attention
+// runs its block products (S, P V; dP, dV, dQ, dK) on bfloat16 operands with
+// float sums where the build targets AVX512-BF16
+// (kernels/attention_tiles_bf16.hpp); softmax, masks, dropout and every
+// stored value stay float. The forward and the backward each read the
+// precision when they run. attention_over_rows and double stay float.
+//
 // Cost: forward 2 B H Tq Tk (Dh + Dv) flops (2 products), backward about
 // 2.5 times that (5 products, S recomputed), less with is_causal (key tiles
 // a query tile cannot see are skipped), in the kernels' own register-blocked

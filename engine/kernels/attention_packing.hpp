@@ -1,0 +1,83 @@
+#pragma once
+// How the fused attention kernels fill the operand buffers of
+// attention_buffers.hpp (internal): the key tiles of the forward, and the
+// rows and row sums D of each head for the backward; in float, or (Bf16) as
+// the pair words of attention_tiles_bf16.hpp. attention_kernels.hpp says
+// when each runs.
+
+#include <algorithm>
+#include <cstddef>
+
+#include "attention_buffers.hpp"  // first (through simd.hpp): see simd.hpp
+#include "parallel.hpp"
+
+namespace xtgrad::detail::attention {
+
+// Key tile `tile` of kv head (b, hk) into packed's slot (slot, tile).
+template <class T, bool Bf16>
+void pack_key_tile(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
+                   const PackedKeys<T>& packed, std::size_t b, std::size_t hk, std::size_t slot,
+                   std::size_t tile) {
+  const std::size_t bc = tiles.cols, j0 = tile * bc, count = std::min(bc, p.k_len - j0);
+  if constexpr (Bf16) {  // K^T and V as pair rows
+    pack_pair_columns(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim, packed.kt_pairs(slot, tile),
+                      bc);
+    pack_pair_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v_pairs(slot, tile),
+                   padded_words(p.v_dim));
+    return;
+  }
+  // kt[Dh, Bc] = k[j0 : j0 + count, Dh]^T, zero columns past count
+  pack_transposed(k + p.k.at(b, hk, j0), p.k.row, count, p.qk_dim, packed.kt(slot, tile), bc);
+  // v[count, Dv padded] = v[j0 : j0 + count, Dv], unless read in place
+  if (packed.v_rows == nullptr)
+    pack_rows(v + p.v.at(b, hk, j0), p.v.row, count, p.v_dim, packed.v(slot, tile),
+              padded<T>(p.v_dim));
+}
+
+// Every key tile of every (batch, kv head), slot b * Hkv + hk.
+template <class T, bool Bf16>
+void pack_keys(const Problem<T>& p, const Tiles& tiles, const T* k, const T* v,
+               const PackedKeys<T>& packed) {
+  const std::size_t n = p.batch * p.kv_heads * packed.tiles;
+  const std::size_t elements = tiles.cols * (p.qk_dim + p.v_dim);  // copied per task
+  parallel_for_rows(
+      n, tasks_per_thread(k_parallel_light, elements), [&](std::size_t t0, std::size_t t1) {
+        for (std::size_t task = t0; task < t1; ++task) {
+          const std::size_t head_index = task / packed.tiles, tile = task % packed.tiles;
+          pack_key_tile<T, Bf16>(p, tiles, k, v, packed, head_index / p.kv_heads,
+                                 head_index % p.kv_heads, head_index, tile);
+        }
+      });
+}
+
+// Packs the rows of head (b * H + h) and computes its D.
+template <class T, bool Bf16>
+void prepare_head(const Problem<T>& p, const T* q, const T* o, const T* d_out, const Shared<T>& sh,
+                  std::size_t head) {
+  const std::size_t dh_padded = padded<T>(p.qk_dim), dv_padded = padded<T>(p.v_dim);
+  const std::size_t b = head / p.heads, h = head % p.heads, r0 = sh.row(head, 0, p.q_len);
+  const T* q_rows = q + p.q.at(b, h, 0);
+  const T* d_out_rows = d_out + p.o.at(b, h, 0);
+  if constexpr (Bf16) {  // as words (A of S and dP) and pair rows (B of dK and dV)
+    const std::size_t dh_words = pairs_of(p.qk_dim), dv_words = pairs_of(p.v_dim);
+    const std::size_t pair_row = sh.pair_row(head, 0, p.q_len);
+    convert_rows(q_rows, p.q.row, p.q_len, p.qk_dim, sh.q_words + r0 * dh_words, dh_words);
+    convert_rows(d_out_rows, p.o.row, p.q_len, p.v_dim, sh.d_out_words + r0 * dv_words, dv_words);
+    pack_pair_rows(q_rows, p.q.row, p.q_len, p.qk_dim, sh.q_pairs + pair_row * dh_padded,
+                   dh_padded);
+    pack_pair_rows(d_out_rows, p.o.row, p.q_len, p.v_dim, sh.d_out_pairs + pair_row * dv_padded,
+                   dv_padded);
+  } else {
+    pack_rows(q_rows, p.q.row, p.q_len, p.qk_dim, sh.q_packed + r0 * dh_padded, dh_padded);
+    pack_rows(d_out_rows, p.o.row, p.q_len, p.v_dim, sh.d_out_packed + r0 * dv_padded, dv_padded);
+  }
+  for (std::size_t i = 0; i < p.q_len; ++i) {  // D[i] = sum_d dO[i, d] O[i, d]
+    const T* go = d_out + p.o.at(b, h, i);
+    const T* oo = o + p.o.at(b, h, i);
+    T sum = T(0);
+    for (std::size_t d = 0; d < p.v_dim; ++d) sum += go[d] * oo[d];
+    sh.row_dot[r0 + i] = sum;
+  }
+}
+
+}  // namespace xtgrad::detail::attention
