@@ -39,6 +39,7 @@
 #include <xtgrad/engine/threads.hpp>
 
 #include "support/bit_equal.hpp"
+#include "support/precision_scope.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -50,12 +51,6 @@ namespace {
 bool bf16_attention_runs() {
   return attention::k_bf16_kernel && matmul_precision_supported(MatmulPrecision::bf16);
 }
-
-struct PrecisionScope {
-  MatmulPrecision before = get_matmul_precision();
-  explicit PrecisionScope(MatmulPrecision p) { set_matmul_precision(p); }
-  ~PrecisionScope() { set_matmul_precision(before); }
-};
 
 struct Shape4 {
   const char* name;

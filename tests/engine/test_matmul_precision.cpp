@@ -33,6 +33,7 @@
 #include <xtgrad/engine/threads.hpp>
 
 #include "support/gemm_reference.hpp"
+#include "support/precision_scope.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
@@ -40,16 +41,10 @@ using xtgrad::testing::check_close;
 using xtgrad::testing::gemm_product;
 using xtgrad::testing::gemm_reference;
 using xtgrad::testing::GemmDims;
+using xtgrad::testing::PrecisionScope;
 using xtgrad::testing::random_array;
 
 namespace {
-
-// Sets the precision for a scope, then restores the previous one.
-struct PrecisionScope {
-  MatmulPrecision before = get_matmul_precision();
-  explicit PrecisionScope(MatmulPrecision p) { set_matmul_precision(p); }
-  ~PrecisionScope() { set_matmul_precision(before); }
-};
 
 // The bfloat16 nearest to x, ties to the even significand, computed in
 // double arithmetic on the value (not on its bits): x's neighbours with 8

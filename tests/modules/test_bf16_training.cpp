@@ -19,9 +19,11 @@
 #include <xtgrad/modules/gpt.hpp>
 #include <xtgrad/optim/adamw.hpp>
 
+#include "support/precision_scope.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
+using xtgrad::testing::PrecisionScope;
 using xtgrad::testing::random_array;
 
 namespace {
@@ -34,13 +36,6 @@ bool bf16_supported() {
           << ")");
   return false;
 }
-
-// Sets the precision for a scope, then restores the previous one.
-struct PrecisionScope {
-  MatmulPrecision before = get_matmul_precision();
-  explicit PrecisionScope(MatmulPrecision p) { set_matmul_precision(p); }
-  ~PrecisionScope() { set_matmul_precision(before); }
-};
 
 struct Run {
   std::vector<float> losses;
