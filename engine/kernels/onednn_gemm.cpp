@@ -277,14 +277,18 @@ void run_primitive(const void* a, std::size_t lda, bool transpose_a, const void*
 
 // Runs part(begin, end) over the parts of [0, lines) lines (rows or columns
 // of C): one part per k_onednn_parallel_macs multiply-adds, at most
-// k_onednn_max_parts, boundaries at multiples of k_onednn_split_align. The
-// parts depend on the shape only, never on the thread count, and xtgrad's
-// pool runs them (serially on one thread or inside a job of the pool).
+// k_onednn_max_parts and at least k_onednn_min_part_lines lines each (but
+// two parts where the lines allow, so that two threads still share the
+// product), boundaries at multiples of k_onednn_split_align. The parts
+// depend on the shape only, never on the thread count, and xtgrad's pool
+// runs them (serially on one thread or inside a job of the pool).
 template <class Part>
 void run_parts(std::size_t lines, std::size_t macs, Part& part) {
   const std::size_t blocks = (lines + k_onednn_split_align - 1) / k_onednn_split_align;
+  const std::size_t widest =
+      std::max(lines / k_onednn_min_part_lines, std::min<std::size_t>(2, blocks));
   const std::size_t parts = std::max<std::size_t>(
-      1, std::min({macs / k_onednn_parallel_macs, k_onednn_max_parts, blocks}));
+      1, std::min({macs / k_onednn_parallel_macs, k_onednn_max_parts, widest}));
   const auto bound = [&](std::size_t i) {
     return std::min(lines, (blocks * i / parts) * k_onednn_split_align);
   };

@@ -54,6 +54,11 @@ inline constexpr std::size_t k_onednn_parallel_macs = std::size_t(1) << 23;
 inline constexpr std::size_t k_onednn_split_align = 16;
 // Parts of a split product at most (divisible by 1 to 4 threads).
 inline constexpr std::size_t k_onednn_max_parts = 12;
+// Lines of C a part has at least (but see run_parts): a fused FFN's row
+// block, [256, 2048] . [2048, 512] at N 4096, split into 12 parts of 32-48
+// columns ran its forward at 1.27-1.29x the GEMM floor (relu, one thread,
+// Zen 5), in 4 parts of 128 at 1.06-1.07x.
+inline constexpr std::size_t k_onednn_min_part_lines = 128;
 
 // True when xtgrad was built with oneDNN.
 bool onednn_compiled();
