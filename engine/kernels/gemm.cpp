@@ -251,6 +251,13 @@ bool is_small_gemm(std::size_t m, std::size_t n, std::size_t k) {
   return m * n * k <= k_small_gemm_macs;
 }
 
+// Whether a float product goes to oneDNN's bf16 matmul at `precision`:
+// neither small nor few rows (those keep xtgrad's float loops).
+bool bf16_product(std::size_t m, std::size_t n, std::size_t k, MatmulPrecision precision) {
+  return precision == MatmulPrecision::bf16 && k > 0 && !is_small_gemm(m, n, k) &&
+         m > k_streaming_rows;
+}
+
 // gemm, or with a bias (then !accumulate): c = op(a) . op(b) + bias on every
 // row, the bias oneDNN's bias argument where the product goes to oneDNN's
 // float matmul, else written into c before a product that accumulates.
@@ -275,7 +282,7 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
   if constexpr (std::is_same_v<T, float>)
     onednn = k > 0 && !small && !few_rows &&
              (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
-  const bool rounded = onednn && precision == MatmulPrecision::bf16;
+  const bool rounded = std::is_same_v<T, float> && bf16_product(m, n, k, precision);
   if (bias != nullptr && !onednn) {  // c = bias, then c += op(a) . op(b)
     broadcast_rows(bias, c.data, m, n);
     accumulate = true;
@@ -321,8 +328,7 @@ void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef
 
 template <class T>
 bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k) {
-  return std::is_same_v<T, float> && onednn_compiled() && k > 0 && !is_small_gemm(m, n, k) &&
-         m > k_streaming_rows && get_matmul_precision() == MatmulPrecision::bf16;
+  return std::is_same_v<T, float> && bf16_product(m, n, k, get_matmul_precision());
 }
 
 template <class T>
