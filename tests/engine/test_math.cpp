@@ -205,6 +205,40 @@ TEST_CASE_TEMPLATE("math: every op against a long-double loop over its domain", 
   }
 }
 
+TEST_CASE("math: float exp within 1.5 ulp of exp in double over its whole range, limits exact") {
+  // Every float v in [-103.97, 88.72] (outside it exp is 0 or inf in float),
+  // a million of them evenly spaced, and the subnormal results among them.
+  const double low = -103.97, high = 88.72;
+  const std::size_t n = 1 << 20;
+  xt::xarray<float> v = xt::empty<float>({n + 8});
+  for (std::size_t i = 0; i < n; ++i) v(i) = static_cast<float>(low + (high - low) * i / (n - 1));
+  const float inf = std::numeric_limits<float>::infinity();
+  const float limits[] = {-inf, inf, std::nanf(""), 88.73f, 1e30f, -104.0f, -1e30f, -0.0f};
+  std::copy(std::begin(limits), std::end(limits), v.begin() + n);
+  Tape<float> tape;
+  const xt::xarray<float> y = exp(tape.leaf(v, false)).value();
+  double worst = 0.0;
+  float worst_at = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double exact = std::exp(static_cast<double>(v(i)));
+    const float rounded = static_cast<float>(exact);
+    // the spacing of floats at the exact value (the subnormal one below 2^-126)
+    const double ulp = std::nextafter(rounded, inf) - rounded;
+    const double error = std::abs(static_cast<double>(y(i)) - exact) / ulp;
+    if (error > worst) worst = error, worst_at = v(i);
+  }
+  CAPTURE(worst_at);
+  CHECK(worst <= 1.5);
+  CHECK(y(n) == 0.0f);
+  CHECK(y(n + 1) == inf);
+  CHECK(std::isnan(y(n + 2)));
+  CHECK(y(n + 3) == inf);
+  CHECK(y(n + 4) == inf);
+  CHECK(y(n + 5) == 0.0f);
+  CHECK(y(n + 6) == 0.0f);
+  CHECK(y(n + 7) == 1.0f);
+}
+
 TEST_CASE_TEMPLATE("math: sigmoid and tanh reach their limits exactly, with no overflow", T, float,
                    double) {
   const T big = std::numeric_limits<T>::max(), inf = std::numeric_limits<T>::infinity();
