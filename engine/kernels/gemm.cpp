@@ -258,6 +258,17 @@ bool bf16_product(std::size_t m, std::size_t n, std::size_t k, MatmulPrecision p
          m > k_streaming_rows;
 }
 
+// Whether a non-empty product of T goes to oneDNN (float, neither small nor
+// few rows, at bf16 or with oneDNN the float backend); else to xtgrad's loops
+// or OpenBLAS.
+template <class T>
+bool onednn_product(std::size_t m, std::size_t n, std::size_t k, MatmulPrecision precision) {
+  if constexpr (std::is_same_v<T, float>)
+    return k > 0 && !is_small_gemm(m, n, k) && m > k_streaming_rows &&
+           (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
+  return false;
+}
+
 // gemm, or with a bias (then !accumulate): c = op(a) . op(b) + bias on every
 // row, the bias oneDNN's bias argument where the product goes to oneDNN's
 // float matmul, else written into c before a product that accumulates.
@@ -278,10 +289,7 @@ void gemm_or_bias(const char* op, MatrixRef<const T> a, bool transpose_a, Matrix
   const bool small = is_small_gemm(m, n, k), few_rows = m <= k_streaming_rows;
   // Read once: every part of a split product computes at this precision.
   [[maybe_unused]] const MatmulPrecision precision = get_matmul_precision();
-  bool onednn = false;
-  if constexpr (std::is_same_v<T, float>)
-    onednn = k > 0 && !small && !few_rows &&
-             (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
+  const bool onednn = onednn_product<T>(m, n, k, precision);
   const bool rounded = std::is_same_v<T, float> && bf16_product(m, n, k, precision);
   if (bias != nullptr && !onednn) {  // c = bias, then c += op(a) . op(b)
     broadcast_rows(bias, c.data, m, n);
@@ -329,6 +337,12 @@ void gemm_bias(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef
 template <class T>
 bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k) {
   return std::is_same_v<T, float> && bf16_product(m, n, k, get_matmul_precision());
+}
+
+template <class T>
+bool gemm_on_pool_threads(std::size_t m, std::size_t n, std::size_t k) {
+  return m == 0 || n == 0 || k == 0 || is_small_gemm(m, n, k) || m <= k_streaming_rows ||
+         onednn_product<T>(m, n, k, get_matmul_precision());
 }
 
 template <class T>
@@ -412,6 +426,7 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
   template void gemm_bias<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,  \
                              MatrixRef<T>, const T*, WeightTag);                               \
   template bool gemm_runs_bf16<T>(std::size_t, std::size_t, std::size_t);                      \
+  template bool gemm_on_pool_threads<T>(std::size_t, std::size_t, std::size_t);                \
   template void blas_gemm<T>(MatrixRef<const T>, bool, MatrixRef<const T>, bool, MatrixRef<T>, \
                              bool);                                                            \
   template void broadcast_rows<T>(const T*, T*, std::size_t, std::size_t);                     \

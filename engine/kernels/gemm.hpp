@@ -75,6 +75,13 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
 template <class T>
 bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k);
 
+// Whether gemm<T> runs an [m, k] . [k, n] product on xtgrad's own threads
+// (oneDNN's parts in the pool, or xtgrad's loops), not on OpenBLAS's: then
+// several such products may run at once, one per thread of a pool job, each
+// computing the same bits as when it has the pool to itself.
+template <class T>
+bool gemm_on_pool_threads(std::size_t m, std::size_t n, std::size_t k);
+
 // c = op(a) . op(b) + bias on every row of c (bias [n]), for a linear layer's
 // forward. On oneDNN's float (or bf16) matmul the bias is the primitive's
 // bias argument: no pass of its own, and c is not read; the bits are those

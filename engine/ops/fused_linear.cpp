@@ -112,7 +112,16 @@ struct FusedNode {
   std::size_t w_cols() const { return out_in ? in : out; }
 };
 
+// Row blocks per thread before the blocks of a fused forward are shared out
+// whole, one thread a block (each with its own scratch), instead of every
+// pass of a block being split over the threads: then a thread's GEMM reads
+// the activation it has just written, from its own cache, and no thread
+// waits for the others between a block's activation and its GEMM.
+constexpr std::size_t k_fused_blocks_per_thread = 2;
+
 // y[n, out] = b + act . op(W), act = f(h) or u * f(g), in blocks of rows.
+// Each block's GEMM is the same call however the blocks are shared out
+// (gemm_on_pool_threads), so the bits do not depend on the thread count.
 template <class T>
 void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, T* y) {
   const std::size_t in = nd.in, out = nd.out, n = nd.n;
@@ -122,29 +131,48 @@ void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, 
   const T* bv = nd.bi ? tape.value(*nd.bi).data() : nullptr;
   const std::size_t block = block_rows<T>(n, in);
   const detail::WeightTag tag = detail::weight_tag(tape.node_param(nd.wi));  // read packed
-  T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
-  for (std::size_t r0 = 0; r0 < n; r0 += block) {
-    const std::size_t rows = std::min(block, n - r0);
-    // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
-    if (uv)
-      detail::gated_forward(nd.f, uv + r0 * in, gv + r0 * in, a, rows * in);
-    else
-      detail::activation_forward(nd.f, gv + r0 * in, a, rows * in);
-    // a[rows, in] = m * a / (1 - p)   (hidden dropout)
-    if (nd.drop) nd.drop->apply(a, r0 * in, rows * in);
-    // y[rows, out] = a[rows, in] . op(W) + b   (the bias fused into the GEMM)
-    T* yb = y + r0 * out;
-    const auto a_rows = matrix(static_cast<const T*>(a), rows, in);
-    const auto w = matrix(wv, nd.w_rows(), nd.w_cols());
-    if (bv)
-      detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), bv, tag);
-    else
-      detail::gemm<T>(op, a_rows, false, w, nd.out_in, matrix(yb, rows, out), false, tag);
+  const auto w = matrix(wv, nd.w_rows(), nd.w_cols());
+  auto run_blocks = [&](std::size_t first, std::size_t last) {
+    T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
+    for (std::size_t r0 = first * block; r0 < std::min(n, last * block); r0 += block) {
+      const std::size_t rows = std::min(block, n - r0);
+      // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
+      if (uv)
+        detail::gated_forward(nd.f, uv + r0 * in, gv + r0 * in, a, rows * in);
+      else
+        detail::activation_forward(nd.f, gv + r0 * in, a, rows * in);
+      // a[rows, in] = m * a / (1 - p)   (hidden dropout)
+      if (nd.drop) nd.drop->apply(a, r0 * in, rows * in);
+      // y[rows, out] = a[rows, in] . op(W) + b   (the bias fused into the GEMM)
+      const auto a_rows = matrix(static_cast<const T*>(a), rows, in);
+      const auto y_rows = matrix(y + r0 * out, rows, out);
+      if (bv)
+        detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, y_rows, bv, tag);
+      else
+        detail::gemm<T>(op, a_rows, false, w, nd.out_in, y_rows, false, tag);
+    }
+  };
+  const std::size_t blocks = (n + block - 1) / block;
+  if (detail::gemm_on_pool_threads<T>(block, out, in))
+    detail::parallel_for_rows(blocks, k_fused_blocks_per_thread, run_blocks);
+  else
+    run_blocks(0, blocks);
+}
+
+// db[out] (+)= sum_r dy[r, out], when the bias wants a gradient.
+template <class T>
+void finish_bias(Tape<T>& t, const FusedNode<T>& nd, const xt::xarray<T>& dy) {
+  if (nd.bi && t.requires_grad(*nd.bi)) {
+    GradSlot<T> db = t.grad_slot(*nd.bi);
+    detail::sum_rows(dy.data(), nd.n, nd.out, db.buffer.data(), db.accumulate);
   }
 }
 
 // du, dg, dW and db from dy, block by block: da = dy . op(W)^T, then the
-// activation's backward, then dW from the recomputed activation.
+// activation's backward, then dW from the recomputed activation. The first
+// two steps of a round of blocks run at once, a block a thread (as in
+// fused_forward); dW then adds the round's blocks in row order, so its sums
+// run in the same order whatever the round's size.
 template <class T>
 void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt::xarray<T>& dy) {
   const std::size_t in = nd.in, out = nd.out, n = nd.n;
@@ -159,22 +187,30 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   if (dw && n == 0 && !dw_accumulate) std::fill(dw, dw + t.value(nd.wi).size(), T(0));
   const T* uv = nd.ui ? t.value(*nd.ui).data() : nullptr;
   const T* gv = t.value(nd.gi).data();
-  const T* wv = t.value(nd.wi).data();
+  const auto w = matrix(t.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
   const detail::WeightTag tag = detail::weight_tag(t.node_param(nd.wi));  // read packed
   const bool want_input = du || dg;
-  const std::size_t block = nd.one_block ? std::max<std::size_t>(n, 1) : block_rows<T>(n, in);
-  T* const da = want_input
-                    ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient, block * in)
-                    : nullptr;
-  T* const a =
-      dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in) : nullptr;
-  for (std::size_t r0 = 0; r0 < n && (want_input || dw); r0 += block) {
-    const std::size_t rows = std::min(block, n - r0), offset = r0 * in, count = rows * in;
-    const T* dyb = dy.data() + r0 * out;
+  if (n == 0 || !(want_input || dw)) return finish_bias(t, nd, dy);
+  const std::size_t block = nd.one_block ? n : block_rows<T>(n, in);
+  const std::size_t blocks = (n + block - 1) / block;
+  const std::size_t round = detail::gemm_on_pool_threads<T>(block, in, out)
+                                ? detail::parallel_chunks(blocks, k_fused_blocks_per_thread)
+                                : 1;
+  // a for the round's blocks, one block after the other
+  T* const a_round =
+      dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, round * block * in)
+         : nullptr;
+  // du, dg (and a) of block `index`, into a
+  const auto input_side = [&](std::size_t index, T* a) {
+    const std::size_t r0 = index * block, rows = std::min(block, n - r0);
+    const std::size_t offset = r0 * in, count = rows * in;
+    T* const da = want_input
+                      ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient, block * in)
+                      : nullptr;
     // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
     if (want_input)
-      detail::gemm<T>(op, matrix(dyb, rows, out), false, matrix(wv, nd.w_rows(), nd.w_cols()),
-                      !nd.out_in, matrix(da, rows, in), false, tag);
+      detail::gemm<T>(op, matrix(dy.data() + r0 * out, rows, out), false, w, !nd.out_in,
+                      matrix(da, rows, in), false, tag);
     // da[rows,in] = m * da / (1 - p)   (hidden dropout: the gradient of a before the mask)
     if (want_input && nd.drop) nd.drop->apply(da, offset, count);
     // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
@@ -190,22 +226,25 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
       detail::activation_forward(nd.f, gv + offset, a, count);
     // a[rows,in] = m * a / (1 - p), the dropped hidden that dW is made of
     if (dw && nd.drop) nd.drop->apply(a, offset, count);
-    if (dw) {
+  };
+  for (std::size_t first = 0; first < blocks; first += round) {
+    const std::size_t count = std::min(round, blocks - first);
+    const auto a_of = [&](std::size_t i) { return dw ? a_round + i * block * in : nullptr; };
+    detail::parallel_for_rows(count, 1, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) input_side(first + i, a_of(i));
+    });
+    for (std::size_t i = 0; dw && i < count; ++i) {
+      const std::size_t r0 = (first + i) * block, rows = std::min(block, n - r0);
+      const auto dy_rows = matrix(dy.data() + r0 * out, rows, out);
+      const auto a_rows = matrix(static_cast<const T*>(a_of(i)), rows, in);
       if (nd.out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
-        detail::gemm<T>(op, matrix(dyb, rows, out), true,
-                        matrix(static_cast<const T*>(a), rows, in), false, matrix(dw, out, in),
-                        dw_accumulate);
+        detail::gemm<T>(op, dy_rows, true, a_rows, false, matrix(dw, out, in), dw_accumulate);
       else  // dW[in,out] (+)= a^T[in,rows] . dy[rows,out]
-        detail::gemm<T>(op, matrix(static_cast<const T*>(a), rows, in), true,
-                        matrix(dyb, rows, out), false, matrix(dw, in, out), dw_accumulate);
+        detail::gemm<T>(op, a_rows, true, dy_rows, false, matrix(dw, in, out), dw_accumulate);
       dw_accumulate = true;  // the next blocks add their rows' share
     }
   }
-  if (nd.bi && t.requires_grad(*nd.bi)) {
-    GradSlot<T> db = t.grad_slot(*nd.bi);
-    // db[out] (+)= sum_r dy[r, out]
-    detail::sum_rows(dy.data(), n, out, db.buffer.data(), db.accumulate);
-  }
+  finish_bias(t, nd, dy);
 }
 
 // f and f' are the formulas of kernels/activation_formulas.hpp (one struct per

@@ -18,9 +18,11 @@
 #include <xtgrad/engine/kernels/parallel.hpp>
 #include <xtgrad/optim/optim.hpp>
 
+#include "support/precision_scope.hpp"
 #include "support/test_helpers.hpp"
 
 using namespace xtgrad;
+using xtgrad::testing::PrecisionScope;
 using xtgrad::testing::random_array;
 
 // OpenBLAS's own count (its API; set_num_threads sets it too).
@@ -243,6 +245,41 @@ TEST_CASE(
   };
   check_same_bits([&] { return run(false); });
   check_same_bits([&] { return run(true); });
+}
+
+TEST_CASE(
+    "parallel passes: the fused FFN ops over many row blocks, shared out whole, same bits on 1-3 "
+    "threads, f32 and bf16") {
+  using V = Var<float>;
+  // A hidden of 4096 floats makes row blocks of 128 rows (kernels/row_blocks.hpp):
+  // 805 rows are 7 blocks, the last one short, so that 2 and 3 threads take
+  // whole blocks in rounds, one of them partial.
+  const std::size_t rows = 805, hidden = 4096, out = 48;
+  const HiddenDropout drop{0.25, DropoutKey{5, 1, 0}};
+  const auto run = [&](bool gated_op) {
+    Tape<float> tape;
+    const V u = tape.leaf(random_array<float>({rows, hidden}, 90, -3.0, 3.0));
+    const V g = tape.leaf(random_array<float>({rows, hidden}, 91, -3.0, 3.0));
+    const V w = tape.leaf(random_array<float>({hidden, out}, 92));
+    const V y =
+        gated_op
+            ? gated_linear(u, g, Activation::silu, w, std::nullopt, WeightLayout::in_out, drop)
+            : activation_linear(g, Activation::gelu, w, std::nullopt, WeightLayout::in_out, drop);
+    tape.backward(y, random_array<float>({rows, out}, 93));
+    std::vector<float> values(y.value().begin(), y.value().end());
+    for (const V* v : {&u, &g, &w}) values.insert(values.end(), v->grad().begin(), v->grad().end());
+    return values;
+  };
+  for (const MatmulPrecision precision : {MatmulPrecision::highest, MatmulPrecision::bf16}) {
+    CAPTURE(static_cast<int>(precision));
+    if (!matmul_precision_supported(precision)) {
+      MESSAGE("bf16 skipped: matmul_precision_supported(bf16) is false on this build or CPU");
+      continue;
+    }
+    const PrecisionScope scope(precision);
+    check_same_bits([&] { return run(false); });
+    check_same_bits([&] { return run(true); });
+  }
 }
 
 TEST_CASE("parallel passes: the Adam, AdamW and SGD updates, same bits on 1-3 threads") {
