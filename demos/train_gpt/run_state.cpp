@@ -53,11 +53,6 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   return e;
 }
 
-template <class Map>
-auto required(const Map& map, const std::string& key) {
-  return training::required(map, key, k_program);
-}
-
 // "saved with --batch-size 32, this run has 64" for the key "option.batch_size";
 // the model's sizes as "--n-layer"; the data's and the vocabulary as the corpus.
 struct Mismatch {
@@ -148,7 +143,7 @@ SavedModel read_saved_model(const fs::path& dir) {
     const StateDict<float> state =
         load_state_directory<float>(dir, k_max_array_bytes, "train_gpt --generate");
     const auto integer = [&](const std::string& key) {
-      const std::int64_t v = required(state.integers, "extra." + key);
+      const std::int64_t v = training::required(state.integers, "extra." + key, k_program);
       if (v < 0) throw std::invalid_argument("'extra." + key + "' is negative");
       return static_cast<std::size_t>(v);
     };
@@ -157,7 +152,7 @@ SavedModel read_saved_model(const fs::path& dir) {
     saved.options.n_head = integer("model.n_head");
     saved.options.n_embd = integer("model.n_embd");
     saved.options.block_size = integer("model.block_size");
-    saved.options.dropout = required(state.reals, std::string("extra.model.dropout"));
+    saved.options.dropout = training::required(state.reals, "extra.model.dropout", k_program);
     if (state.integers.count("extra.model.experts") >
         0) {  // absent: an earlier version's dense run
       saved.options.experts = integer("model.experts");
@@ -165,7 +160,7 @@ SavedModel read_saved_model(const fs::path& dir) {
         saved.options.experts_per_token = integer("model.experts_per_token");
         saved.options.expert_hidden = integer("model.expert_hidden");
         saved.options.aux_loss_coef =
-            required(state.reals, std::string("extra.model.aux_loss_coef"));
+            training::required(state.reals, "extra.model.aux_loss_coef", k_program);
       }
     }
     saved.step = integer("step");
