@@ -18,6 +18,8 @@
 //                            for the key "option.batch_size"
 //   HistoryFields            the fields of a history record, saved as
 //                            "history.<i>.<field>" (and write_history_csv)
+//   save_sizes(extras, p, v) a list of sizes as "<p>0", "<p>1", ...
+//                            (SavedRun::sizes reads it back)
 // The messages speak of the command-line options such a program has
 // (--resume DIR, --batch-size for "option.batch_size").
 
@@ -85,6 +87,10 @@ void save_history(TrainingExtras& extras, const std::string& count_key,
   }
 }
 
+// Writes `values` into `extras` as "<prefix><j>", j from 0.
+void save_sizes(TrainingExtras& extras, const std::string& prefix,
+                const std::vector<std::size_t>& values);
+
 template <class R>
 std::vector<R> load_history(const TrainingExtras& saved, const std::string& count_key,
                             const HistoryFields<R>& fields, const std::string& program) {
@@ -145,6 +151,8 @@ struct SavedRun {
 
   std::size_t size(const std::string& key) const;
   double real(const std::string& key) const;
+  // The `count` sizes save_sizes wrote under `prefix`.
+  std::vector<std::size_t> sizes(const std::string& prefix, std::size_t count) const;
   template <class R>
   std::vector<R> history(const std::string& count_key, const HistoryFields<R>& fields) const {
     try {

@@ -73,32 +73,25 @@ void save_experts(TrainingExtras& extras, const RunPosition& position) {
   extras.integers["experts.size"] = as_integer(position.experts.size());
   std::size_t width = 0;
   for (std::size_t i = 0; i < position.experts.size(); ++i) {
-    const ExpertRecord& r = position.experts[i];
-    width = r.tokens.size();
-    extras.integers["experts." + std::to_string(i) + ".step"] = as_integer(r.step);
-    for (std::size_t j = 0; j < width; ++j)
-      extras.integers["experts." + std::to_string(i) + "." + std::to_string(j)] =
-          as_integer(r.tokens[j]);
+    const std::string record = "experts." + std::to_string(i) + ".";
+    width = position.experts[i].tokens.size();
+    extras.integers[record + "step"] = as_integer(position.experts[i].step);
+    training::save_sizes(extras, record, position.experts[i].tokens);
   }
   const std::vector<std::size_t>& open = position.interval.expert_tokens;
   extras.integers["experts.width"] = as_integer(width);
   extras.integers["interval.experts.size"] = as_integer(open.size());
-  for (std::size_t j = 0; j < open.size(); ++j)
-    extras.integers["interval.experts." + std::to_string(j)] = as_integer(open[j]);
+  training::save_sizes(extras, "interval.experts.", open);
 }
 
 void load_experts(const training::SavedRun& saved, RunPosition& position) {
   const std::size_t records = saved.size("experts.size"), width = saved.size("experts.width");
   for (std::size_t i = 0; i < records; ++i) {
-    ExpertRecord r;
-    r.step = saved.size("experts." + std::to_string(i) + ".step");
-    for (std::size_t j = 0; j < width; ++j)
-      r.tokens.push_back(saved.size("experts." + std::to_string(i) + "." + std::to_string(j)));
-    position.experts.push_back(std::move(r));
+    const std::string record = "experts." + std::to_string(i) + ".";
+    position.experts.push_back({saved.size(record + "step"), saved.sizes(record, width)});
   }
-  const std::size_t open = saved.size("interval.experts.size");
-  for (std::size_t j = 0; j < open; ++j)
-    position.interval.expert_tokens.push_back(saved.size("interval.experts." + std::to_string(j)));
+  position.interval.expert_tokens =
+      saved.sizes("interval.experts.", saved.size("interval.experts.size"));
 }
 
 }  // namespace

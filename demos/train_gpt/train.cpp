@@ -71,13 +71,10 @@ std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t ex
 // into `cross_entropy_loss`), plus the routers' auxiliary loss of a sparse model.
 Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch& batch,
                          Var<float>& cross_entropy_loss) {
-  const auto V = static_cast<std::int64_t>(model.gpt_config().vocab_size);
-  if (model.gpt_config().num_experts == 0) {
-    const Var<float> logits = model.forward(tape, batch.inputs);
-    return cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
-  }
+  if (model.gpt_config().num_experts == 0)
+    return cross_entropy_loss = next_token_loss(model.forward(tape, batch.inputs), batch.targets);
   const GPTOutput<float> out = model.forward_with_losses(tape, batch.inputs);
-  cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
+  cross_entropy_loss = next_token_loss(out.logits, batch.targets);
   return add(cross_entropy_loss, out.aux_loss);
 }
 

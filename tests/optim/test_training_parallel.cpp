@@ -149,6 +149,20 @@ TEST_CASE(
   CHECK(run.schedule->last_lr() == schedule.last_lr());
 }
 
+TEST_CASE(
+    "training::save_sizes and SavedRun::sizes: a list of sizes and back; a missing one named") {
+  TrainingExtras extras;
+  training::save_sizes(extras, "experts.0.", {3, 0, 7});
+  CHECK(extras.integers.size() == 3);
+  CHECK(extras.integers.at("experts.0.2") == 7);
+  const training::SavedRun saved{extras, "run_dir", "train_x"};
+  CHECK(saved.sizes("experts.0.", 3) == std::vector<std::size_t>{3, 0, 7});
+  CHECK(saved.sizes("experts.0.", 0).empty());
+  CHECK_THROWS_WITH_AS(saved.sizes("experts.0.", 4),
+                       "--resume 'run_dir': not a train_x run: no 'experts.0.3'",
+                       std::invalid_argument);
+}
+
 TEST_CASE("training::add_routed_tokens: in one process, each forward's router counts, added up") {
   GPTConfig c;  // a dense layer, then a sparse one of 4 experts, 2 per token
   c.vocab_size = 7;
