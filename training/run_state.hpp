@@ -18,6 +18,7 @@
 //                            for the key "option.batch_size"
 //   HistoryFields            the fields of a history record, saved as
 //                            "history.<i>.<field>" (and write_history_csv)
+//   position_extras(...)     the identity, the step and the history to save
 //   save_sizes(extras, p, v) a list of sizes as "<p>0", "<p>1", ...
 //                            (SavedRun::sizes reads it back)
 // The messages speak of the command-line options such a program has
@@ -85,6 +86,17 @@ void save_history(TrainingExtras& extras, const std::string& count_key,
     for (const auto& [name, field] : fields.reals)
       extras.reals[history_key(i, name)] = history[i].*field;
   }
+}
+
+// What a loop saves after a step: `identity` with the run's position, the
+// step done as "step" and `history` (save_history under `count_key`).
+template <class R>
+TrainingExtras position_extras(TrainingExtras identity, std::size_t step,
+                               const std::string& count_key, const std::vector<R>& history,
+                               const HistoryFields<R>& fields) {
+  identity.integers["step"] = as_integer(step);
+  save_history(identity, count_key, history, fields);
+  return identity;
 }
 
 // Writes `values` into `extras` as "<prefix><j>", j from 0.

@@ -48,8 +48,7 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   }
   const std::vector<char32_t>& points = id.vocab.code_points();
   e.integers[k_vocab_size] = as_integer(points.size());
-  for (std::size_t i = 0; i < points.size(); ++i)
-    e.integers["vocab." + std::to_string(i)] = static_cast<std::int64_t>(points[i]);
+  training::save_sizes(e, "vocab.", {points.begin(), points.end()});
   return e;
 }
 
@@ -108,11 +107,10 @@ const training::HistoryFields<HistoryRecord>& history_fields() {
 
 void save_run(training::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
-  TrainingExtras extras = identity_extras(identity);
-  extras.integers["step"] = as_integer(position.step);
+  TrainingExtras extras = training::position_extras(
+      identity_extras(identity), position.step, "history.size", position.history, history_fields());
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
-  training::save_history(extras, "history.size", position.history, history_fields());
   if (identity.model.experts > 0) save_experts(extras, position);
   run.save(dir, extras);
 }

@@ -163,6 +163,26 @@ TEST_CASE(
                        std::invalid_argument);
 }
 
+TEST_CASE("training::position_extras: the identity, the step and the history, as save_history") {
+  struct Record {
+    std::size_t epoch;
+    double loss;
+  };
+  const training::HistoryFields<Record> fields{{{"epoch", &Record::epoch}},
+                                               {{"loss", &Record::loss}}};
+  TrainingExtras identity;
+  identity.integers["option.seed"] = 7;
+  const std::vector<Record> history{{1, 0.5}, {2, 0.25}};
+  const TrainingExtras extras =
+      training::position_extras(identity, 12, "epochs_done", history, fields);
+  TrainingExtras expected = identity;
+  expected.integers["step"] = 12;
+  training::save_history(expected, "epochs_done", history, fields);
+  CHECK(extras.integers == expected.integers);
+  CHECK(extras.reals == expected.reals);
+  CHECK(extras.integers.at("history.1.epoch") == 2);
+}
+
 TEST_CASE("training::add_routed_tokens: in one process, each forward's router counts, added up") {
   GPTConfig c;  // a dense layer, then a sparse one of 4 experts, 2 per token
   c.vocab_size = 7;
