@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
     return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  return program.run<DataError>([&] {
+  return program.run([&] {
     return o.generate.checkpoint.empty() ? run_training(o, program)
                                          : run_generation(o, program.parallel);
   });
