@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <xtgrad/modules/parameter_count.hpp>
 #include <xtgrad/training/evaluation.hpp>
+#include <xtgrad/training/expert_parallel.hpp>
 
 #include "../common/program.hpp"
 #include "corpus.hpp"
@@ -76,13 +77,8 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
     model["aux_loss_coef"] = m.aux_loss_coef;
     model["active_parameters"] = active_parameters;
     // The last record's tokens per expert, layer by layer.
-    nlohmann::json layers = nlohmann::json::array();
-    const std::vector<std::size_t> last =
-        r.experts.empty() ? std::vector<std::size_t>{} : r.experts.back().tokens;
-    for (std::size_t l = 0; l < last.size() / m.experts; ++l)
-      layers.push_back(std::vector<std::size_t>(last.begin() + l * m.experts,
-                                                last.begin() + (l + 1) * m.experts));
-    summary["tokens_per_expert"] = layers;
+    summary["tokens_per_expert"] = xtgrad::training::routed_tokens_by_layer(
+        r.experts.empty() ? std::vector<std::size_t>{} : r.experts.back().tokens, m.experts);
   }
   return summary;
 }

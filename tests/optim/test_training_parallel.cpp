@@ -183,6 +183,19 @@ TEST_CASE("training::position_extras: the identity, the step and the history, as
   CHECK(extras.integers.at("history.1.epoch") == 2);
 }
 
+TEST_CASE("training::routed_tokens_by_layer: one row of E counts per layer; a bad E refused") {
+  const std::vector<std::size_t> tokens{1, 2, 3, 4, 5, 6};
+  using Rows = std::vector<std::vector<std::size_t>>;
+  CHECK(training::routed_tokens_by_layer(tokens, 3) == Rows{{1, 2, 3}, {4, 5, 6}});
+  CHECK(training::routed_tokens_by_layer(tokens, 2) == Rows{{1, 2}, {3, 4}, {5, 6}});
+  CHECK(training::routed_tokens_by_layer({}, 4).empty());
+  CHECK_THROWS_WITH_AS(training::routed_tokens_by_layer(tokens, 4),
+                       "xtgrad::training::routed_tokens_by_layer: argument 'experts' is 4, "
+                       "expected a positive divisor of the 6 counts",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(training::routed_tokens_by_layer(tokens, 0), std::invalid_argument);
+}
+
 TEST_CASE("training::add_routed_tokens: in one process, each forward's router counts, added up") {
   GPTConfig c;  // a dense layer, then a sparse one of 4 experts, 2 per token
   c.vocab_size = 7;
