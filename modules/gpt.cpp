@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "../engine/checked_size.hpp"
+#include "../engine/ops/cross_entropy.hpp"
 #include "../engine/ops/elementwise.hpp"
 #include "../engine/ops/embedding.hpp"
 #include "../engine/ops/linear.hpp"
@@ -399,5 +400,16 @@ ModuleConfig GPT<T>::config() const {
 
 template class GPT<float>;
 template class GPT<double>;
+
+template <class T>
+Var<T> next_token_loss(const Var<T>& logits, const Indices& targets) {
+  const detail::Check check("next_token_loss");
+  check.shape(logits.dimension() == 3, "logits", logits.shape(), "[B, T, V]");
+  const auto vocab = static_cast<std::int64_t>(logits.shape()[2]);
+  return cross_entropy(reshape(logits, {-1, vocab}), targets);
+}
+
+template Var<float> next_token_loss(const Var<float>&, const Indices&);
+template Var<double> next_token_loss(const Var<double>&, const Indices&);
 
 }  // namespace xtgrad

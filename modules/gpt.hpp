@@ -217,4 +217,16 @@ class GPT : public Module<T> {
 extern template class GPT<float>;
 extern template class GPT<double>;
 
+// The loss of next-token prediction (nanoGPT's GPT.forward with targets):
+// the mean cross-entropy of logits [B, T, V] (forward's) against targets
+// [B * T] (TokenWindows::targets, data/token_windows.hpp), that is
+// cross_entropy(reshape(logits, {-1, V}), targets). std::invalid_argument
+// naming next_token_loss for logits that are not [B, T, V]; cross_entropy's
+// for targets that do not match them.
+template <class T>
+Var<T> next_token_loss(const Var<T>& logits, const Indices& targets);
+
+extern template Var<float> next_token_loss(const Var<float>&, const Indices&);
+extern template Var<double> next_token_loss(const Var<double>&, const Indices&);
+
 }  // namespace xtgrad

@@ -23,12 +23,14 @@
 // steps this rank's share of the one-process model, and its checkpoints are
 // per rank (Module::state_dict holds the rank's experts under their global
 // names). add_routed_tokens counts the choices of every sparse layer's
-// router over the whole job, as a training program reports its routing.
+// router over the whole job, as a training program reports its routing;
+// routed_tokens_by_layer splits those counts into one row per layer.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
 
+#include "../engine/errors.hpp"
 #include "../modules/gpt.hpp"
 #include "../optim/clip.hpp"
 #include "data_parallel.hpp"
@@ -107,6 +109,21 @@ void add_routed_tokens(std::vector<std::size_t>& tokens, const GPT<T>& model,
           std::llround((sharded ? static_cast<double>(stats[l].routed[e])
                                 : parallel.mean(static_cast<double>(stats[l].routed[e]))) *
                        ranks));
+}
+
+// `tokens` as add_routed_tokens counts them (tokens[l * E + e]), one row of
+// the E experts' counts per layer. std::invalid_argument naming
+// training::routed_tokens_by_layer when `experts` is 0 or does not divide
+// the number of counts.
+inline std::vector<std::vector<std::size_t>> routed_tokens_by_layer(
+    const std::vector<std::size_t>& tokens, std::size_t experts) {
+  const detail::Check check("training::routed_tokens_by_layer");
+  check.argument(experts != 0 && tokens.size() % experts == 0, "experts", "is ", experts,
+                 ", expected a positive divisor of the ", tokens.size(), " counts");
+  std::vector<std::vector<std::size_t>> layers;
+  for (auto it = tokens.begin(); it != tokens.end(); it += static_cast<std::ptrdiff_t>(experts))
+    layers.emplace_back(it, it + static_cast<std::ptrdiff_t>(experts));
+  return layers;
 }
 
 }  // namespace xtgrad::training

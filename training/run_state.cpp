@@ -58,6 +58,18 @@ double SavedRun::real(const std::string& key) const {
   }
 }
 
+std::vector<std::size_t> SavedRun::sizes(const std::string& prefix, std::size_t count) const {
+  std::vector<std::size_t> values;
+  for (std::size_t j = 0; j < count; ++j) values.push_back(size(prefix + std::to_string(j)));
+  return values;
+}
+
+void save_sizes(TrainingExtras& extras, const std::string& prefix,
+                const std::vector<std::size_t>& values) {
+  for (std::size_t j = 0; j < values.size(); ++j)
+    extras.integers[prefix + std::to_string(j)] = as_integer(values[j]);
+}
+
 void write_text_file(const std::filesystem::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::trunc);
   if (out) out << text;

@@ -18,6 +18,9 @@
 //                            for the key "option.batch_size"
 //   HistoryFields            the fields of a history record, saved as
 //                            "history.<i>.<field>" (and write_history_csv)
+//   position_extras(...)     the identity, the step and the history to save
+//   save_sizes(extras, p, v) a list of sizes as "<p>0", "<p>1", ...
+//                            (SavedRun::sizes reads it back)
 // The messages speak of the command-line options such a program has
 // (--resume DIR, --batch-size for "option.batch_size").
 
@@ -85,6 +88,21 @@ void save_history(TrainingExtras& extras, const std::string& count_key,
   }
 }
 
+// What a loop saves after a step: `identity` with the run's position, the
+// step done as "step" and `history` (save_history under `count_key`).
+template <class R>
+TrainingExtras position_extras(TrainingExtras identity, std::size_t step,
+                               const std::string& count_key, const std::vector<R>& history,
+                               const HistoryFields<R>& fields) {
+  identity.integers["step"] = as_integer(step);
+  save_history(identity, count_key, history, fields);
+  return identity;
+}
+
+// Writes `values` into `extras` as "<prefix><j>", j from 0.
+void save_sizes(TrainingExtras& extras, const std::string& prefix,
+                const std::vector<std::size_t>& values);
+
 template <class R>
 std::vector<R> load_history(const TrainingExtras& saved, const std::string& count_key,
                             const HistoryFields<R>& fields, const std::string& program) {
@@ -145,6 +163,8 @@ struct SavedRun {
 
   std::size_t size(const std::string& key) const;
   double real(const std::string& key) const;
+  // The `count` sizes save_sizes wrote under `prefix`.
+  std::vector<std::size_t> sizes(const std::string& prefix, std::size_t count) const;
   template <class R>
   std::vector<R> history(const std::string& count_key, const HistoryFields<R>& fields) const {
     try {

@@ -13,7 +13,7 @@
 //     program.app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
 //     program.add_out(o.out);
 //     if (const auto code = program.parse(argc, argv)) return *code;
-//     return program.run<DataError>([&] { return train_and_report(o, program.parallel); });
+//     return program.run([&] { return train_and_report(o, program.parallel); });
 //   }
 
 #include <chrono>
@@ -48,9 +48,10 @@ struct AppOptions {
 void add_extras(xtgrad::TrainingExtras& extras, const std::string& prefix,
                 const nlohmann::json& values);
 
-// No demo data error: the default of Program::run.
-struct NoDataError {
-  const char* what() const noexcept { return ""; }
+// A demo's data could not be used (its files missing, malformed or
+// inconsistent); Program::run takes it for bad input.
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 class Program {
@@ -120,7 +121,6 @@ class Program {
   // "<name>: <what>" and exits 2 for bad input (std::invalid_argument,
   // DataError: the demo's bad data) and 1 otherwise, or 1 for every
   // exception when bad_input_exits_2 is false.
-  template <class DataError = NoDataError>
   int run(const std::function<int()>& body, bool bad_input_exits_2 = true) {
     try {
       return body();

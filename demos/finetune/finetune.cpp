@@ -43,12 +43,9 @@ double held_out_loss(Model& model, const std::vector<std::int64_t>& ids, std::si
                      const Options& o) {
   xtgrad::Generator rng(o.seed + 1);  // the same windows before and after
   const auto [x, y] = windows(ids, split, ids.size(), o.eval_windows, o.block_size, rng);
-  const xt::xarray<float> logits = model.infer(x);  // [B, T, V]
   xtgrad::Tape<float> tape;
   tape.set_grad_enabled(false);
-  const auto v = std::int64_t(logits.shape()[2]);
-  const auto loss = xtgrad::cross_entropy(xtgrad::reshape(tape.leaf(logits, false), {-1, v}), y);
-  return double(loss.value()());
+  return double(xtgrad::next_token_loss(tape.leaf(model.infer(x), false), y).value()());
 }
 
 // The prompts continued (one batch), each as text.
@@ -121,9 +118,7 @@ int run(const Options& o) {
   model.train();
   for (std::size_t step = 1; step <= o.steps; ++step) {
     const auto [x, y] = windows(ids, 0, split, o.batch_size, o.block_size, generator);
-    const auto logits = model.forward(tape, x);  // [B, T, V]
-    const auto v = std::int64_t(logits.shape()[2]);
-    const auto loss = xtgrad::cross_entropy(xtgrad::reshape(logits, {-1, v}), y);
+    const auto loss = xtgrad::next_token_loss(model.forward(tape, x), y);
     tape.backward(loss);
     optimizer.step();
     optimizer.zero_grad();

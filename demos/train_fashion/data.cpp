@@ -10,6 +10,7 @@
 
 #include <xtensor/xview.hpp>
 #include <xtgrad/data/counter_key.hpp>
+#include <xtgrad/engine/errors.hpp>
 #include <xtgrad/io/idx.hpp>
 
 #include "zoo/fashion/models.hpp"
@@ -25,12 +26,6 @@ namespace fs = std::filesystem;
 
 // Neither file of the Debian package is larger than this many elements.
 constexpr std::size_t k_max_elements = std::size_t{100'000} * k_pixels;
-
-std::string shape_text(const std::vector<std::size_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // `stem`.gz, else `stem`; a DataError naming the package when neither exists.
 fs::path find_file(const fs::path& dir, const std::string& stem) {
@@ -61,10 +56,10 @@ Split load_split(const fs::path& dir, const std::string& prefix, std::size_t lim
   const auto& s = images.shape();
   if (s.size() != 3 || s[1] != k_image_side || s[2] != k_image_side)
     throw DataError("'" + image_file.string() + "' holds images of shape " +
-                    shape_text({s.begin(), s.end()}) + ", expected [N, 28, 28]");
+                    xtgrad::detail::shape_str(s) + ", expected [N, 28, 28]");
   if (labels.dimension() != 1 || labels.shape()[0] != s[0])
     throw DataError("'" + label_file.string() + "' holds labels of shape " +
-                    shape_text({labels.shape().begin(), labels.shape().end()}) + ", expected [" +
+                    xtgrad::detail::shape_str(labels.shape()) + ", expected [" +
                     std::to_string(s[0]) + "], one per image of '" + image_file.string() + "'");
   for (std::size_t i = 0; i < labels.size(); ++i)
     if (labels(i) >= k_classes)

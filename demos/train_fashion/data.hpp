@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 
 #include <cstdint>
@@ -16,6 +15,8 @@
 #include <xtensor/xarray.hpp>
 #include <xtgrad/data/batcher.hpp>
 #include <xtgrad/engine/indices.hpp>
+
+#include "../common/program.hpp"
 
 namespace fashion {
 
@@ -28,9 +29,7 @@ extern const char* const k_class_names[10];
 // The data could not be used: missing, malformed or inconsistent files. The
 // message names the file and what is wrong (and, for a missing file, the
 // package and its install command).
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using demos::DataError;
 
 struct Split {
   xt::xarray<float> images;      // [N, 784], standardized as below

@@ -176,5 +176,5 @@ int main(int argc, char** argv) {
     if (program.app.count("--lr") == 0) o.train.lr = mixer ? 2e-3 : 1e-3;
   };
   if (const auto code = program.parse(argc, argv, model_defaults)) return *code;
-  return program.run<DataError>([&] { return run(o, program); });
+  return program.run([&] { return run(o, program); });
 }

@@ -164,10 +164,9 @@ TrainResult train(Module<float>& model, const ModelConfig& config, FashionMnist&
                  record.seconds);
     std::fflush(out);
     if (o.save.empty()) continue;
-    TrainingExtras extras = identity;
-    extras.integers["step"] = training::as_integer(step);
-    training::save_history(extras, k_epochs_key, result.history, epoch_fields());
-    run.save(o.save, extras);  // collective: a sharded state is gathered to rank 0, which writes
+    // collective: a sharded state is gathered to rank 0, which writes
+    run.save(o.save, training::position_extras(identity, step, k_epochs_key, result.history,
+                                               epoch_fields()));
   }
   observer.report(std::cout);
   result.final_test = std::move(last_test);

@@ -16,11 +16,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <xtgrad/data/char_tokenizer.hpp>
+
+#include "../common/program.hpp"
 
 namespace gpt_demo {
 
@@ -30,9 +31,7 @@ inline constexpr std::size_t k_validation_every = 10;  // record i % 10 == 9 is 
 
 // The data could not be used: a missing directory, no records, text that
 // is not UTF-8. The message names the file and what is wrong.
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using demos::DataError;
 
 struct Corpus {
   std::vector<std::filesystem::path> files;  // the files read, in order

@@ -25,12 +25,7 @@ std::string generate_text(const GenerateOptions& o) {
       saved.vocab.encode(decode_utf8(o.prompt, "--prompt"), "--prompt");
   if (prompt.empty())
     throw std::invalid_argument("--prompt is empty, expected at least one character");
-  xtgrad::GenerationOptions sampling;
-  sampling.max_new_tokens = o.max_new_chars;
-  sampling.temperature = o.temperature;
-  sampling.top_k = o.top_k;
-  sampling.seed = o.seed;
-  return encode_utf8(saved.vocab.decode(model.generate({prompt}, sampling).front()));
+  return encode_utf8(saved.vocab.decode(model.generate({prompt}, o).front()));
 }
 
 }  // namespace gpt_demo

@@ -7,9 +7,7 @@
 // draws), and the prompt and its continuation are printed to standard output.
 
 #include <cstddef>
-#include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <string>
 
 #include <xtgrad/modules/gpt.hpp>
@@ -19,13 +17,14 @@
 
 namespace gpt_demo {
 
-struct GenerateOptions {
+// The draws (max_new_tokens: --max-new-chars) and what they continue.
+struct GenerateOptions : xtgrad::GenerationOptions {
+  GenerateOptions() {
+    max_new_tokens = 500;
+    temperature = 0.8;
+  }
   std::filesystem::path checkpoint;
   std::string prompt = "%\n";
-  std::size_t max_new_chars = 500;
-  double temperature = 0.8;
-  std::optional<std::size_t> top_k;
-  std::uint64_t seed = 0;
 };
 
 // The prompt and its continuation. std::invalid_argument for a directory

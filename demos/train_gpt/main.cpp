@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <xtgrad/modules/parameter_count.hpp>
 #include <xtgrad/training/evaluation.hpp>
+#include <xtgrad/training/expert_parallel.hpp>
 
 #include "../common/program.hpp"
 #include "corpus.hpp"
@@ -37,7 +38,6 @@ struct Options {
   TrainOptions train;
   GenerateOptions generate;
   demos::AppOptions app{2, "f32", "gpt_out", k_default_data_dir};
-  std::string generate_from;  // --generate
   std::size_t top_k = 0;
 };
 
@@ -77,13 +77,8 @@ nlohmann::json summary_of(const Options& o, const Corpus& corpus, const Vocabula
     model["aux_loss_coef"] = m.aux_loss_coef;
     model["active_parameters"] = active_parameters;
     // The last record's tokens per expert, layer by layer.
-    nlohmann::json layers = nlohmann::json::array();
-    const std::vector<std::size_t> last =
-        r.experts.empty() ? std::vector<std::size_t>{} : r.experts.back().tokens;
-    for (std::size_t l = 0; l < last.size() / m.experts; ++l)
-      layers.push_back(std::vector<std::size_t>(last.begin() + l * m.experts,
-                                                last.begin() + (l + 1) * m.experts));
-    summary["tokens_per_expert"] = layers;
+    summary["tokens_per_expert"] = xtgrad::training::routed_tokens_by_layer(
+        r.experts.empty() ? std::vector<std::size_t>{} : r.experts.back().tokens, m.experts);
   }
   return summary;
 }
@@ -149,7 +144,6 @@ int run_training(const Options& o, demos::Program& program) {
 // Continues --prompt with the model saved in --generate.
 int run_generation(Options o, xtgrad::training::Parallel& parallel) {
   xtgrad::set_num_threads(o.app.threads);
-  o.generate.checkpoint = o.generate_from;
   o.generate.seed = o.train.seed;
   if (o.top_k > 0) o.generate.top_k = o.top_k;
   const std::string text = generate_text(o.generate);
@@ -223,14 +217,14 @@ void add_options(demos::Program& program, Options& o) {
                    "the processes; 2 the gradients too; clipping by the norm over all shards. The "
                    "same numbers (to rounding) and --save writes the whole state, as in one "
                    "process.");
-  app.add_option("--generate", o.generate_from,
+  app.add_option("--generate", o.generate.checkpoint,
                  "generate instead of training: continue --prompt with the model saved in DIR")
       ->check(CLI::ExistingDirectory);
   app.add_option("--prompt", o.generate.prompt,
                  "text to continue (also of the samples during training); the default is the "
                  "fortunes' record separator, so a new fortune begins")
       ->default_str("'%' and a line break");
-  program.add("--max-new-chars", o.generate.max_new_chars, "--generate: characters to add",
+  program.add("--max-new-chars", o.generate.max_new_tokens, "--generate: characters to add",
               CLI::Range(1, 1000000));
   program.add("--temperature", o.generate.temperature,
               "sampling temperature (0: greedy), also of the samples during training",
@@ -241,17 +235,17 @@ void add_options(demos::Program& program, Options& o) {
 
 void check_modes(const CLI::App& app, const Options& o) {
   // Training options make no sense with --generate, nor generation's without it.
-  if (!o.generate_from.empty())
+  if (!o.generate.checkpoint.empty())
     for (const char* name : {"--save", "--resume", "--stop-after", "--steps", "--out",
                              "--precision", "--expert-parallel"})
       if (app.count(name) > 0)
         throw CLI::ValidationError(name, std::string("is a training option; --generate takes "
                                                      "--prompt, --max-new-chars, --temperature, "
                                                      "--top-k, --seed and --threads"));
-  if (o.generate_from.empty())
+  if (o.generate.checkpoint.empty())
     for (const char* name : {"--max-new-chars", "--top-k"})
       if (app.count(name) > 0) throw CLI::ValidationError(name, "applies to --generate only");
-  if (o.generate_from.empty() && o.model.experts == 0)
+  if (o.generate.checkpoint.empty() && o.model.experts == 0)
     for (const char* name :
          {"--experts-per-token", "--expert-hidden", "--aux-loss-coef", "--expert-parallel"})
       if (app.count(name) > 0)
@@ -271,7 +265,8 @@ int main(int argc, char** argv) {
     return *code;
   o.train.sample_prompt = o.generate.prompt;
   o.train.sample_temperature = o.generate.temperature;
-  return program.run<DataError>([&] {
-    return o.generate_from.empty() ? run_training(o, program) : run_generation(o, program.parallel);
+  return program.run([&] {
+    return o.generate.checkpoint.empty() ? run_training(o, program)
+                                         : run_generation(o, program.parallel);
   });
 }

@@ -48,14 +48,8 @@ TrainingExtras identity_extras(const RunIdentity& id) {
   }
   const std::vector<char32_t>& points = id.vocab.code_points();
   e.integers[k_vocab_size] = as_integer(points.size());
-  for (std::size_t i = 0; i < points.size(); ++i)
-    e.integers["vocab." + std::to_string(i)] = static_cast<std::int64_t>(points[i]);
+  training::save_sizes(e, "vocab.", {points.begin(), points.end()});
   return e;
-}
-
-template <class Map>
-auto required(const Map& map, const std::string& key) {
-  return training::required(map, key, k_program);
 }
 
 // "saved with --batch-size 32, this run has 64" for the key "option.batch_size";
@@ -78,32 +72,25 @@ void save_experts(TrainingExtras& extras, const RunPosition& position) {
   extras.integers["experts.size"] = as_integer(position.experts.size());
   std::size_t width = 0;
   for (std::size_t i = 0; i < position.experts.size(); ++i) {
-    const ExpertRecord& r = position.experts[i];
-    width = r.tokens.size();
-    extras.integers["experts." + std::to_string(i) + ".step"] = as_integer(r.step);
-    for (std::size_t j = 0; j < width; ++j)
-      extras.integers["experts." + std::to_string(i) + "." + std::to_string(j)] =
-          as_integer(r.tokens[j]);
+    const std::string record = "experts." + std::to_string(i) + ".";
+    width = position.experts[i].tokens.size();
+    extras.integers[record + "step"] = as_integer(position.experts[i].step);
+    training::save_sizes(extras, record, position.experts[i].tokens);
   }
   const std::vector<std::size_t>& open = position.interval.expert_tokens;
   extras.integers["experts.width"] = as_integer(width);
   extras.integers["interval.experts.size"] = as_integer(open.size());
-  for (std::size_t j = 0; j < open.size(); ++j)
-    extras.integers["interval.experts." + std::to_string(j)] = as_integer(open[j]);
+  training::save_sizes(extras, "interval.experts.", open);
 }
 
 void load_experts(const training::SavedRun& saved, RunPosition& position) {
   const std::size_t records = saved.size("experts.size"), width = saved.size("experts.width");
   for (std::size_t i = 0; i < records; ++i) {
-    ExpertRecord r;
-    r.step = saved.size("experts." + std::to_string(i) + ".step");
-    for (std::size_t j = 0; j < width; ++j)
-      r.tokens.push_back(saved.size("experts." + std::to_string(i) + "." + std::to_string(j)));
-    position.experts.push_back(std::move(r));
+    const std::string record = "experts." + std::to_string(i) + ".";
+    position.experts.push_back({saved.size(record + "step"), saved.sizes(record, width)});
   }
-  const std::size_t open = saved.size("interval.experts.size");
-  for (std::size_t j = 0; j < open; ++j)
-    position.interval.expert_tokens.push_back(saved.size("interval.experts." + std::to_string(j)));
+  position.interval.expert_tokens =
+      saved.sizes("interval.experts.", saved.size("interval.experts.size"));
 }
 
 }  // namespace
@@ -120,11 +107,10 @@ const training::HistoryFields<HistoryRecord>& history_fields() {
 
 void save_run(training::TrainingRun& run, const fs::path& dir, const RunIdentity& identity,
               const RunPosition& position) {
-  TrainingExtras extras = identity_extras(identity);
-  extras.integers["step"] = as_integer(position.step);
+  TrainingExtras extras = training::position_extras(
+      identity_extras(identity), position.step, "history.size", position.history, history_fields());
   extras.integers["interval.steps"] = as_integer(position.interval.steps);
   extras.reals["interval.loss_sum"] = position.interval.loss_sum;
-  training::save_history(extras, "history.size", position.history, history_fields());
   if (identity.model.experts > 0) save_experts(extras, position);
   run.save(dir, extras);
 }
@@ -148,7 +134,7 @@ SavedModel read_saved_model(const fs::path& dir) {
     const StateDict<float> state =
         load_state_directory<float>(dir, k_max_array_bytes, "train_gpt --generate");
     const auto integer = [&](const std::string& key) {
-      const std::int64_t v = required(state.integers, "extra." + key);
+      const std::int64_t v = training::required(state.integers, "extra." + key, k_program);
       if (v < 0) throw std::invalid_argument("'extra." + key + "' is negative");
       return static_cast<std::size_t>(v);
     };
@@ -157,7 +143,7 @@ SavedModel read_saved_model(const fs::path& dir) {
     saved.options.n_head = integer("model.n_head");
     saved.options.n_embd = integer("model.n_embd");
     saved.options.block_size = integer("model.block_size");
-    saved.options.dropout = required(state.reals, std::string("extra.model.dropout"));
+    saved.options.dropout = training::required(state.reals, "extra.model.dropout", k_program);
     if (state.integers.count("extra.model.experts") >
         0) {  // absent: an earlier version's dense run
       saved.options.experts = integer("model.experts");
@@ -165,7 +151,7 @@ SavedModel read_saved_model(const fs::path& dir) {
         saved.options.experts_per_token = integer("model.experts_per_token");
         saved.options.expert_hidden = integer("model.expert_hidden");
         saved.options.aux_loss_coef =
-            required(state.reals, std::string("extra.model.aux_loss_coef"));
+            training::required(state.reals, "extra.model.aux_loss_coef", k_program);
       }
     }
     saved.step = integer("step");

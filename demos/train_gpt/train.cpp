@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -54,15 +55,16 @@ void write_sample(const GPT<float>& model, const Vocabulary& vocab,
 // "experts: layer 0 31% 22% 27% 20% | layer 1 ...": each expert's share of its layer's choices.
 std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t experts) {
   std::string line = "experts:";
-  for (std::size_t l = 0; experts > 0 && l < tokens.size() / experts; ++l) {
-    std::size_t total = 0;
-    for (std::size_t e = 0; e < experts; ++e) total += tokens[l * experts + e];
+  const std::vector<std::vector<std::size_t>> layers =
+      training::routed_tokens_by_layer(tokens, experts);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const std::size_t total = std::accumulate(layers[l].begin(), layers[l].end(), std::size_t{0});
     line += (l == 0 ? " layer " : " | layer ") + std::to_string(l);
-    for (std::size_t e = 0; e < experts; ++e)
-      line += format(" %.0f%%",
-                     100.0 * static_cast<double>(tokens[l * experts + e]) /
-                         static_cast<double>(std::max<std::size_t>(total, 1)),
-                     0.0);
+    for (const std::size_t n : layers[l])
+      line += format(
+          " %.0f%%",
+          100.0 * static_cast<double>(n) / static_cast<double>(std::max<std::size_t>(total, 1)),
+          0.0);
   }
   return line + "\n";
 }
@@ -71,13 +73,10 @@ std::string expert_shares(const std::vector<std::size_t>& tokens, std::size_t ex
 // into `cross_entropy_loss`), plus the routers' auxiliary loss of a sparse model.
 Var<float> training_loss(GPT<float>& model, Tape<float>& tape, const TokenBatch& batch,
                          Var<float>& cross_entropy_loss) {
-  const auto V = static_cast<std::int64_t>(model.gpt_config().vocab_size);
-  if (model.gpt_config().num_experts == 0) {
-    const Var<float> logits = model.forward(tape, batch.inputs);
-    return cross_entropy_loss = cross_entropy(reshape(logits, {-1, V}), batch.targets);
-  }
+  if (model.gpt_config().num_experts == 0)
+    return cross_entropy_loss = next_token_loss(model.forward(tape, batch.inputs), batch.targets);
   const GPTOutput<float> out = model.forward_with_losses(tape, batch.inputs);
-  cross_entropy_loss = cross_entropy(reshape(out.logits, {-1, V}), batch.targets);
+  cross_entropy_loss = next_token_loss(out.logits, batch.targets);
   return add(cross_entropy_loss, out.aux_loss);
 }
 

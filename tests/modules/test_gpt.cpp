@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <xtensor/xview.hpp>
+#include <xtgrad/engine/engine.hpp>
 #include <xtgrad/modules/gpt.hpp>
 #include <xtgrad/modules/transformer_block.hpp>
 
@@ -229,6 +230,20 @@ TEST_CASE("GPT: seeded sampling repeats, other seeds differ, top_k restricts the
     CHECK(row[std::size_t(b[t])] >= sorted[1]);
   }
   CHECK(model.generate({1, 2}, 0) == std::vector<std::int64_t>{1, 2});
+}
+
+TEST_CASE("next_token_loss: cross_entropy of the logits [B, T, V] flattened; other ranks refused") {
+  GPT<double> model(tiny(GPTStyle::gpt2));
+  spread(model, 2);
+  Tape<double> tape;
+  const Var<double> logits = model.forward(tape, tokens({1, 2, 3, 4, 5, 6}));
+  const Indices targets = {2, 3, 4, 5, 6, 7};
+  const Var<double> loss = next_token_loss(logits, targets);
+  CHECK(loss.value()() == cross_entropy(reshape(logits, {6, 11}), targets).value()());
+  CHECK_THROWS_WITH_AS(next_token_loss(reshape(logits, {6, 11}), targets),
+                       "xtgrad::next_token_loss: argument 'logits' has shape [6, 11], expected "
+                       "[B, T, V]",
+                       std::invalid_argument);
 }
 
 TEST_CASE("GPT: dropout in training only; gradcheck of a block with its dropout masks fixed") {

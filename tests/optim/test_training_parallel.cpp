@@ -149,6 +149,53 @@ TEST_CASE(
   CHECK(run.schedule->last_lr() == schedule.last_lr());
 }
 
+TEST_CASE(
+    "training::save_sizes and SavedRun::sizes: a list of sizes and back; a missing one named") {
+  TrainingExtras extras;
+  training::save_sizes(extras, "experts.0.", {3, 0, 7});
+  CHECK(extras.integers.size() == 3);
+  CHECK(extras.integers.at("experts.0.2") == 7);
+  const training::SavedRun saved{extras, "run_dir", "train_x"};
+  CHECK(saved.sizes("experts.0.", 3) == std::vector<std::size_t>{3, 0, 7});
+  CHECK(saved.sizes("experts.0.", 0).empty());
+  CHECK_THROWS_WITH_AS(saved.sizes("experts.0.", 4),
+                       "--resume 'run_dir': not a train_x run: no 'experts.0.3'",
+                       std::invalid_argument);
+}
+
+TEST_CASE("training::position_extras: the identity, the step and the history, as save_history") {
+  struct Record {
+    std::size_t epoch;
+    double loss;
+  };
+  const training::HistoryFields<Record> fields{{{"epoch", &Record::epoch}},
+                                               {{"loss", &Record::loss}}};
+  TrainingExtras identity;
+  identity.integers["option.seed"] = 7;
+  const std::vector<Record> history{{1, 0.5}, {2, 0.25}};
+  const TrainingExtras extras =
+      training::position_extras(identity, 12, "epochs_done", history, fields);
+  TrainingExtras expected = identity;
+  expected.integers["step"] = 12;
+  training::save_history(expected, "epochs_done", history, fields);
+  CHECK(extras.integers == expected.integers);
+  CHECK(extras.reals == expected.reals);
+  CHECK(extras.integers.at("history.1.epoch") == 2);
+}
+
+TEST_CASE("training::routed_tokens_by_layer: one row of E counts per layer; a bad E refused") {
+  const std::vector<std::size_t> tokens{1, 2, 3, 4, 5, 6};
+  using Rows = std::vector<std::vector<std::size_t>>;
+  CHECK(training::routed_tokens_by_layer(tokens, 3) == Rows{{1, 2, 3}, {4, 5, 6}});
+  CHECK(training::routed_tokens_by_layer(tokens, 2) == Rows{{1, 2}, {3, 4}, {5, 6}});
+  CHECK(training::routed_tokens_by_layer({}, 4).empty());
+  CHECK_THROWS_WITH_AS(training::routed_tokens_by_layer(tokens, 4),
+                       "xtgrad::training::routed_tokens_by_layer: argument 'experts' is 4, "
+                       "expected a positive divisor of the 6 counts",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(training::routed_tokens_by_layer(tokens, 0), std::invalid_argument);
+}
+
 TEST_CASE("training::add_routed_tokens: in one process, each forward's router counts, added up") {
   GPTConfig c;  // a dense layer, then a sparse one of 4 experts, 2 per token
   c.vocab_size = 7;
