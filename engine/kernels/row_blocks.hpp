@@ -6,7 +6,9 @@
 // still in cache when the GEMM after it reads it, and at least
 // k_min_block_rows rows, so that the GEMMs stay as fast as one big call
 // (OpenBLAS, [4096, 2048] . [2048, 512] on a 2-core AVX2 machine: blocks of
-// 128 to 4096 rows within noise).
+// 128 to 4096 rows within noise). The blocks depend on the shape only, never
+// on the thread count: the fused ops share them out whole, a block a thread,
+// and each thread holds a block of its own.
 
 #include <algorithm>
 #include <cstddef>

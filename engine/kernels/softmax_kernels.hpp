@@ -36,33 +36,12 @@ T row_max(const T* x, std::size_t n) {
 }
 
 // exp(v) for the arguments of this family: v = x - max(x) or a log
-// probability, so v <= 0 (NaN passes through, -inf gives 0). For float,
-// Cephes' expf (Moshier, cephes/single/expf.c: v = k ln 2 + r, |r| <= ln 2 / 2,
-// ln 2 in two parts, a degree-6 polynomial for e^r, 2^k by the exponent
-// bits) without the general-purpose range handling of xsimd::exp: results
-// below 2^-126 (v < -87.3, where exp is a denormal or 0) are 0 and v > 88
-// (up to +inf) gives inf (exp overflows float from 88.72). Within 2 ulp of exp. Double keeps
-// exp_no_ub. Always inlined: as a call (GCC's choice at -O3) it costs a third of a pass.
+// probability, so v <= 0 (NaN passes through, -inf gives 0); exp_no_ub
+// (vector_math.hpp: Cephes' expf for float), always inlined: as a call (GCC's
+// choice at -O3) it costs a third of a pass.
 template <class B>
 [[gnu::always_inline]] inline B exp_of_shifted(const B& v) {
-  using T = typename B::value_type;
-  if constexpr (!std::is_same_v<T, float>) {
-    return simd_math::exp_no_ub(v);
-  } else {
-    using I = xsimd::batch<std::int32_t, typename B::arch_type>;
-    constexpr double c[] = {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3,
-                            4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1};
-    const B k = xsimd::nearbyint(v * B(1.44269504088896341f));  // round(v / ln 2)
-    B r = xsimd::fnma(k, B(0.693359375f), v);                   // v - k ln 2, in two parts
-    r = xsimd::fnma(k, B(-2.12194440e-4f), r);
-    const B e = simd_math::fused_multiply_add(simd_math::polynomial(r, c), r * r, r) + B(1.0f);
-    // 2^k from its exponent bits; lanes with k outside [-126, 127] get wrong
-    // bits here and their result from the selects below
-    const I bits = (xsimd::batch_cast<std::int32_t>(k) + I(127)) << 23;
-    const B y = e * xsimd::bitwise_cast<B>(bits);
-    const B big = xsimd::select(v > B(88.0f), B(std::numeric_limits<float>::infinity()), y);
-    return xsimd::select(v < B(-87.33654475f), B(0.0f), big);
-  }
+  return simd_math::exp_no_ub(v);
 }
 
 // A sum of batches and scalars (see the file comment).

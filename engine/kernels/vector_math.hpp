@@ -97,7 +97,7 @@ constexpr double k_exp_limit = 110;
 
 // exp(v) for a float batch v, |v| <= k_exp_limit, no NaN.
 template <class B>
-B cephes_expf(const B& v) {
+[[gnu::always_inline]] inline B cephes_expf(const B& v) {
   const B k = xsimd::nearbyint(v * broadcast<B>(k_log2e));
   const B r = fused_multiply_add(-k, broadcast<B>(k_ln2_low),
                                  fused_multiply_add(-k, broadcast<B>(k_ln2_high), v));
@@ -117,7 +117,7 @@ B cephes_expf(const B& v) {
 // returns inf on (88.38, 88.72], where exp is still finite), double ones
 // xsimd's exp.
 template <class B>
-B exp_no_ub(const B& v) {
+[[gnu::always_inline]] inline B exp_no_ub(const B& v) {
   constexpr bool is_float = std::is_same_v<typename B::value_type, float>;
   const B limit = broadcast<B>(is_float ? k_exp_limit : 750);  // exp(+-limit) is inf / 0 in T
   const auto nan = xsimd::isnan(v);  // not v != v: xsimd 8.1 on AVX-512 says NaN == NaN
@@ -134,7 +134,7 @@ B exp_no_ub(const B& v) {
 // second operand when either is NaN), and VSCALEFPS multiplies by 2^k in one
 // rounding.
 template <class A, std::enable_if_t<std::is_base_of_v<xsimd::avx512f, A>, int> = 0>
-xsimd::batch<float, A> exp_no_ub(const xsimd::batch<float, A>& v) {
+[[gnu::always_inline]] inline xsimd::batch<float, A> exp_no_ub(const xsimd::batch<float, A>& v) {
   const __m512 limit = _mm512_set1_ps(static_cast<float>(k_exp_limit));
   const __m512 x =
       _mm512_min_ps(limit, _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), limit), v));
