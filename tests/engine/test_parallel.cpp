@@ -252,20 +252,23 @@ TEST_CASE(
     "threads, f32 and bf16") {
   using V = Var<float>;
   // A hidden of 4096 floats makes row blocks of 128 rows (kernels/row_blocks.hpp):
-  // 805 rows are 7 blocks, the last one short, so that 2 and 3 threads take
-  // whole blocks in rounds, one of them partial.
-  const std::size_t rows = 805, hidden = 4096, out = 48;
+  // 549 rows are 5 blocks, the last one short, so that 2 and 3 threads take
+  // whole blocks in rounds of two, the last round partial.
+  const std::size_t rows = 549, hidden = 4096, out = 48;
   const HiddenDropout drop{0.25, DropoutKey{5, 1, 0}};
+  // drawn once: drawing them took most of the case's time
+  const xt::xarray<float> u_value = random_array<float>({rows, hidden}, 90, -3.0, 3.0);
+  const xt::xarray<float> g_value = random_array<float>({rows, hidden}, 91, -3.0, 3.0);
+  const xt::xarray<float> w_value = random_array<float>({hidden, out}, 92);
+  const xt::xarray<float> dy = random_array<float>({rows, out}, 93);
   const auto run = [&](bool gated_op) {
     Tape<float> tape;
-    const V u = tape.leaf(random_array<float>({rows, hidden}, 90, -3.0, 3.0));
-    const V g = tape.leaf(random_array<float>({rows, hidden}, 91, -3.0, 3.0));
-    const V w = tape.leaf(random_array<float>({hidden, out}, 92));
+    const V u = tape.leaf(u_value), g = tape.leaf(g_value), w = tape.leaf(w_value);
     const V y =
         gated_op
             ? gated_linear(u, g, Activation::silu, w, std::nullopt, WeightLayout::in_out, drop)
             : activation_linear(g, Activation::gelu, w, std::nullopt, WeightLayout::in_out, drop);
-    tape.backward(y, random_array<float>({rows, out}, 93));
+    tape.backward(y, dy);
     std::vector<float> values(y.value().begin(), y.value().end());
     for (const V* v : {&u, &g, &w}) values.insert(values.end(), v->grad().begin(), v->grad().end());
     return values;
