@@ -112,51 +112,68 @@ struct FusedNode {
   std::size_t w_cols() const { return out_in ? in : out; }
 };
 
-// Row blocks per thread before the blocks of a fused forward are shared out
-// whole, one thread a block (each with its own scratch), instead of every
-// pass of a block being split over the threads: then a thread's GEMM reads
-// the activation it has just written, from its own cache, and no thread
-// waits for the others between a block's activation and its GEMM.
+// Row blocks per thread before the blocks of a fused op are shared out
+// whole, a block a thread, instead of every pass of a block being split over
+// the threads: then a thread's GEMM reads the activation it has just written
+// from its own cache, and no thread waits for the others between a block's
+// activation and its GEMM.
 constexpr std::size_t k_fused_blocks_per_thread = 2;
 
+// How many of `blocks` row blocks run at once, a block a thread: the threads
+// in use when a block's GEMM ([block, k] . [k, n]) runs on xtgrad's threads
+// (gemm_on_pool_threads: then it computes the same bits inside a pool job as
+// on its own), else 1.
+template <class T>
+std::size_t blocks_at_once(std::size_t blocks, std::size_t block, std::size_t n, std::size_t k) {
+  return detail::gemm_on_pool_threads<T>(block, n, k)
+             ? detail::parallel_chunks(blocks, k_fused_blocks_per_thread)
+             : 1;
+}
+
+// block(index, slot) for the `count` blocks from `first`, at once: slot is
+// the block's place in the round (its part of the round's buffers, which the
+// calling thread owns: a worker never allocates, since an exception there
+// would end the program).
+template <class Block>
+void run_round(std::size_t first, std::size_t count, const Block& block) {
+  detail::parallel_for_rows(count, 1, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t slot = begin; slot < end; ++slot) block(first + slot, slot);
+  });
+}
+
 // y[n, out] = b + act . op(W), act = f(h) or u * f(g), in blocks of rows.
-// Each block's GEMM is the same call however the blocks are shared out
-// (gemm_on_pool_threads), so the bits do not depend on the thread count.
 template <class T>
 void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, T* y) {
   const std::size_t in = nd.in, out = nd.out, n = nd.n;
   const T* uv = nd.ui ? tape.value(*nd.ui).data() : nullptr;
   const T* gv = tape.value(nd.gi).data();
-  const T* wv = tape.value(nd.wi).data();
   const T* bv = nd.bi ? tape.value(*nd.bi).data() : nullptr;
-  const std::size_t block = block_rows<T>(n, in);
+  const auto w = matrix(tape.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
   const detail::WeightTag tag = detail::weight_tag(tape.node_param(nd.wi));  // read packed
-  const auto w = matrix(wv, nd.w_rows(), nd.w_cols());
-  auto run_blocks = [&](std::size_t first, std::size_t last) {
-    T* const a = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, block * in);
-    for (std::size_t r0 = first * block; r0 < std::min(n, last * block); r0 += block) {
-      const std::size_t rows = std::min(block, n - r0);
-      // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
-      if (uv)
-        detail::gated_forward(nd.f, uv + r0 * in, gv + r0 * in, a, rows * in);
-      else
-        detail::activation_forward(nd.f, gv + r0 * in, a, rows * in);
-      // a[rows, in] = m * a / (1 - p)   (hidden dropout)
-      if (nd.drop) nd.drop->apply(a, r0 * in, rows * in);
-      // y[rows, out] = a[rows, in] . op(W) + b   (the bias fused into the GEMM)
-      const auto a_rows = matrix(static_cast<const T*>(a), rows, in);
-      const auto y_rows = matrix(y + r0 * out, rows, out);
-      if (bv)
-        detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, y_rows, bv, tag);
-      else
-        detail::gemm<T>(op, a_rows, false, w, nd.out_in, y_rows, false, tag);
-    }
+  const std::size_t block = block_rows<T>(n, in), blocks = (n + block - 1) / block;
+  const std::size_t round = blocks_at_once<T>(blocks, block, out, in);
+  T* const a_round =
+      detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, round * block * in);
+  const auto forward_block = [&](std::size_t index, std::size_t slot) {
+    const std::size_t r0 = index * block, rows = std::min(block, n - r0);
+    T* const a = a_round + slot * block * in;
+    // a[rows, in] = f(h) or u * f(g), rows [r0, r0 + rows)
+    if (uv)
+      detail::gated_forward(nd.f, uv + r0 * in, gv + r0 * in, a, rows * in);
+    else
+      detail::activation_forward(nd.f, gv + r0 * in, a, rows * in);
+    // a[rows, in] = m * a / (1 - p)   (hidden dropout)
+    if (nd.drop) nd.drop->apply(a, r0 * in, rows * in);
+    // y[rows, out] = a[rows, in] . op(W) + b   (the bias fused into the GEMM)
+    const auto a_rows = matrix(static_cast<const T*>(a), rows, in);
+    const auto y_rows = matrix(y + r0 * out, rows, out);
+    if (bv)
+      detail::gemm_bias<T>(op, a_rows, false, w, nd.out_in, y_rows, bv, tag);
+    else
+      detail::gemm<T>(op, a_rows, false, w, nd.out_in, y_rows, false, tag);
   };
-  const std::size_t blocks = (n + block - 1) / block;
-  if (detail::gemm_on_pool_threads<T>(block, out, in))
-    detail::parallel_for_rows(blocks, k_fused_blocks_per_thread, run_blocks);
-  else
-    run_blocks(0, blocks);
+  for (std::size_t first = 0; first < blocks; first += round)
+    run_round(first, std::min(round, blocks - first), forward_block);
 }
 
 // db[out] (+)= sum_r dy[r, out], when the bias wants a gradient.
@@ -193,20 +210,21 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   if (n == 0 || !(want_input || dw)) return finish_bias(t, nd, dy);
   const std::size_t block = nd.one_block ? n : block_rows<T>(n, in);
   const std::size_t blocks = (n + block - 1) / block;
-  const std::size_t round = detail::gemm_on_pool_threads<T>(block, in, out)
-                                ? detail::parallel_chunks(blocks, k_fused_blocks_per_thread)
-                                : 1;
-  // a for the round's blocks, one block after the other
+  const std::size_t round = blocks_at_once<T>(blocks, block, in, out);
+  // a and da of each block of a round, one block after the other
   T* const a_round =
       dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, round * block * in)
          : nullptr;
-  // du, dg (and a) of block `index`, into a
-  const auto input_side = [&](std::size_t index, T* a) {
+  T* const da_round = want_input ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient,
+                                                             round * block * in)
+                                 : nullptr;
+  const auto a_of = [&](std::size_t slot) { return dw ? a_round + slot * block * in : nullptr; };
+  // du, dg (and a) of block `index`
+  const auto input_side = [&](std::size_t index, std::size_t slot) {
     const std::size_t r0 = index * block, rows = std::min(block, n - r0);
     const std::size_t offset = r0 * in, count = rows * in;
-    T* const da = want_input
-                      ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient, block * in)
-                      : nullptr;
+    T* const a = a_of(slot);
+    T* const da = want_input ? da_round + slot * block * in : nullptr;
     // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
     if (want_input)
       detail::gemm<T>(op, matrix(dy.data() + r0 * out, rows, out), false, w, !nd.out_in,
@@ -216,7 +234,7 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
     // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
     // dh (+)= da * f'(h), or du (+)= da * f(g) and dg (+)= da * u * f'(g)
     if (uv)
-      detail::gated_value_and_backward(nd.f, uv + offset, gv + offset, want_input ? da : nullptr,
+      detail::gated_value_and_backward(nd.f, uv + offset, gv + offset, da,
                                        du ? du + offset : nullptr, du_accumulate,
                                        dg ? dg + offset : nullptr, dg_accumulate, a, count);
     else if (dg)
@@ -229,14 +247,11 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   };
   for (std::size_t first = 0; first < blocks; first += round) {
     const std::size_t count = std::min(round, blocks - first);
-    const auto a_of = [&](std::size_t i) { return dw ? a_round + i * block * in : nullptr; };
-    detail::parallel_for_rows(count, 1, [&](std::size_t i0, std::size_t i1) {
-      for (std::size_t i = i0; i < i1; ++i) input_side(first + i, a_of(i));
-    });
-    for (std::size_t i = 0; dw && i < count; ++i) {
-      const std::size_t r0 = (first + i) * block, rows = std::min(block, n - r0);
+    run_round(first, count, input_side);
+    for (std::size_t slot = 0; dw && slot < count; ++slot) {
+      const std::size_t r0 = (first + slot) * block, rows = std::min(block, n - r0);
       const auto dy_rows = matrix(dy.data() + r0 * out, rows, out);
-      const auto a_rows = matrix(static_cast<const T*>(a_of(i)), rows, in);
+      const auto a_rows = matrix(static_cast<const T*>(a_of(slot)), rows, in);
       if (nd.out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
         detail::gemm<T>(op, dy_rows, true, a_rows, false, matrix(dw, out, in), dw_accumulate);
       else  // dW[in,out] (+)= a^T[in,rows] . dy[rows,out]
