@@ -319,11 +319,8 @@ void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
         backward_step<T, Bf16>(p, tiles, sh, w, q, d_out, lse, split, b, h, i0,
                                std::min(br, p.q_len - i0), j0, count);
     for (std::size_t j = 0; j < count; ++j) {  // dk, dv rows of this key tile, written once
-      if (dk != nullptr)
-        std::copy(w.dk + j * dh_padded, w.dk + j * dh_padded + p.qk_dim,
-                  dk + p.k.at(b, hk, j0 + j));
-      if (dv != nullptr)
-        std::copy(w.dv + j * dv_padded, w.dv + j * dv_padded + p.v_dim, dv + p.v.at(b, hk, j0 + j));
+      if (dk != nullptr) copy_row(w.dk + j * dh_padded, p.qk_dim, dk + p.k.at(b, hk, j0 + j));
+      if (dv != nullptr) copy_row(w.dv + j * dv_padded, p.v_dim, dv + p.v.at(b, hk, j0 + j));
     }
   }
 }
@@ -335,7 +332,7 @@ void write_dq_row(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t h
                   std::size_t i) {
   T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
   const T* part = sh.dq_row(0, head, i, p);
-  std::copy(part, part + p.qk_dim, out);
+  copy_row(part, p.qk_dim, out);
   for (std::size_t s = 1; s < sh.splits; ++s) {
     const T* more = sh.dq_row(s, head, i, p);
     for (std::size_t d = 0; d < p.qk_dim; ++d) out[d] += more[d];

@@ -150,14 +150,26 @@ void tile_product(std::size_t m, std::size_t n, std::size_t k, const T* a,
       });
 }
 
+// to[0, n) = from[0, n), a vector at a time, inline: the kernels copy rows
+// of a head's few tens of elements (Dh = 32 in the char GPT) by the thousand,
+// where std::copy's call to memmove costs a good part of the copy (in perf of
+// the char GPT's step at one thread, these copies took 4.2 % of the samples
+// inline against 4.9 % through memmove).
+template <class T>
+void copy_row(const T* from, std::size_t n, T* to) {
+  std::size_t j = 0;
+  for (; j + k_lanes<T> <= n; j += k_lanes<T>)
+    Batch<T>::load_unaligned(from + j).store_unaligned(to + j);
+  for (; j < n; ++j) to[j] = from[j];
+}
+
 // out[r, c] = x(r, c) for r < rows, c < cols, and 0 for cols <= c < width:
 // rows of a strided tensor copied into a padded row-major tile.
 template <class T>
 void pack_rows(const T* x, std::ptrdiff_t row_stride, std::size_t rows, std::size_t cols, T* out,
                std::size_t width) {
   for (std::size_t r = 0; r < rows; ++r) {
-    const T* src = x + static_cast<std::ptrdiff_t>(r) * row_stride;
-    std::copy(src, src + cols, out + r * width);
+    copy_row(x + static_cast<std::ptrdiff_t>(r) * row_stride, cols, out + r * width);
     std::fill(out + r * width + cols, out + (r + 1) * width, T(0));
   }
 }
