@@ -185,52 +185,38 @@ void finish_bias(Tape<T>& t, const FusedNode<T>& nd, const xt::xarray<T>& dy) {
   }
 }
 
-// du, dg, dW and db from dy, block by block: da = dy . op(W)^T, then the
-// activation's backward, then dW from the recomputed activation. The first
-// two steps of a round of blocks run at once, a block a thread (as in
-// fused_forward); dW then adds the round's blocks in row order, so its sums
-// run in the same order whatever the round's size.
+// What the blocks of one fused backward share: dy, the operands, the
+// gradients' buffers (null: not wanted) and the round's buffers, a and da
+// of each block of a round one block after the other.
 template <class T>
-void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt::xarray<T>& dy) {
-  const std::size_t in = nd.in, out = nd.out, n = nd.n;
-  // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
-  const GradPointer<T> du_slot = nd.ui ? t.grad_pointer(*nd.ui) : GradPointer<T>{};
-  const GradPointer<T> dg_slot = t.grad_pointer(nd.gi);
-  const GradPointer<T> dw_slot = t.grad_pointer(nd.wi);
-  T *du = du_slot.data, *dg = dg_slot.data, *dw = dw_slot.data;
-  const bool du_accumulate = du_slot.accumulate, dg_accumulate = dg_slot.accumulate;
-  bool dw_accumulate = dw_slot.accumulate;  // set once the first block has written dW
-  // no rows: dW is an empty sum
-  if (dw && n == 0 && !dw_accumulate) std::fill(dw, dw + t.value(nd.wi).size(), T(0));
-  const T* uv = nd.ui ? t.value(*nd.ui).data() : nullptr;
-  const T* gv = t.value(nd.gi).data();
-  const auto w = matrix(t.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
-  const detail::WeightTag tag = detail::weight_tag(t.node_param(nd.wi));  // read packed
-  const bool want_input = du || dg;
-  if (n == 0 || !(want_input || dw)) return finish_bias(t, nd, dy);
-  const std::size_t block = nd.one_block ? n : block_rows<T>(n, in);
-  const std::size_t blocks = (n + block - 1) / block;
-  const std::size_t round = blocks_at_once<T>(blocks, block, in, out);
-  // a and da of each block of a round, one block after the other
-  T* const a_round =
-      dw ? detail::thread_scratch<T>(detail::ScratchSlot::fused_activation, round * block * in)
-         : nullptr;
-  T* const da_round = want_input ? detail::thread_scratch<T>(detail::ScratchSlot::fused_gradient,
-                                                             round * block * in)
-                                 : nullptr;
-  const auto a_of = [&](std::size_t slot) { return dw ? a_round + slot * block * in : nullptr; };
-  // du, dg (and a) of block `index`
-  const auto input_side = [&](std::size_t index, std::size_t slot) {
-    const std::size_t r0 = index * block, rows = std::min(block, n - r0);
+struct FusedBackward {
+  const char* op;
+  const FusedNode<T>& nd;
+  const T* dy;
+  const T *uv, *gv;  // u (or null) and g
+  detail::MatrixRef<const T> w;
+  detail::WeightTag tag;
+  T *du, *dg, *dw;
+  bool du_accumulate, dg_accumulate, dw_accumulate;
+  std::size_t block;
+  T *a_round, *da_round;
+
+  T* slot_of(T* round, std::size_t slot) const {
+    return round ? round + slot * block * nd.in : nullptr;
+  }
+
+  // du, dg (and a, into its slot) of block `index`.
+  void input_side(std::size_t index, std::size_t slot) const {
+    const std::size_t in = nd.in, r0 = index * block, rows = std::min(block, nd.n - r0);
     const std::size_t offset = r0 * in, count = rows * in;
-    T* const a = a_of(slot);
-    T* const da = want_input ? da_round + slot * block * in : nullptr;
+    T* const a = slot_of(a_round, slot);
+    T* const da = slot_of(da_round, slot);
     // da[rows,in] = dy[rows,out] . W[out,in] (out_in), or dy[rows,out] . W^T[out,in] (in_out)
-    if (want_input)
-      detail::gemm<T>(op, matrix(dy.data() + r0 * out, rows, out), false, w, !nd.out_in,
+    if (da)
+      detail::gemm<T>(op, matrix(dy + r0 * nd.out, rows, nd.out), false, w, !nd.out_in,
                       matrix(da, rows, in), false, tag);
     // da[rows,in] = m * da / (1 - p)   (hidden dropout: the gradient of a before the mask)
-    if (want_input && nd.drop) nd.drop->apply(da, offset, count);
+    if (da && nd.drop) nd.drop->apply(da, offset, count);
     // One pass: a[rows,in] = f(h) or u * f(g) (when dW is wanted), and
     // dh (+)= da * f'(h), or du (+)= da * f(g) and dg (+)= da * u * f'(g)
     if (uv)
@@ -243,21 +229,69 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
     else
       detail::activation_forward(nd.f, gv + offset, a, count);
     // a[rows,in] = m * a / (1 - p), the dropped hidden that dW is made of
-    if (dw && nd.drop) nd.drop->apply(a, offset, count);
-  };
-  for (std::size_t first = 0; first < blocks; first += round) {
-    const std::size_t count = std::min(round, blocks - first);
-    run_round(first, count, input_side);
-    for (std::size_t slot = 0; dw && slot < count; ++slot) {
-      const std::size_t r0 = (first + slot) * block, rows = std::min(block, n - r0);
-      const auto dy_rows = matrix(dy.data() + r0 * out, rows, out);
-      const auto a_rows = matrix(static_cast<const T*>(a_of(slot)), rows, in);
+    if (a && nd.drop) nd.drop->apply(a, offset, count);
+  }
+
+  // dW (+)= the shares of the `count` blocks from `first`, in row order.
+  void add_weight_gradient(std::size_t first, std::size_t count) {
+    const std::size_t in = nd.in, out = nd.out;
+    for (std::size_t slot = 0; slot < count; ++slot) {
+      const std::size_t r0 = (first + slot) * block, rows = std::min(block, nd.n - r0);
+      const auto dy_rows = matrix(dy + r0 * out, rows, out);
+      const auto a_rows = matrix(static_cast<const T*>(slot_of(a_round, slot)), rows, in);
       if (nd.out_in)  // dW[out,in] (+)= dy^T[out,rows] . a[rows,in]
         detail::gemm<T>(op, dy_rows, true, a_rows, false, matrix(dw, out, in), dw_accumulate);
       else  // dW[in,out] (+)= a^T[in,rows] . dy[rows,out]
         detail::gemm<T>(op, a_rows, true, dy_rows, false, matrix(dw, in, out), dw_accumulate);
       dw_accumulate = true;  // the next blocks add their rows' share
     }
+  }
+};
+
+// du, dg, dW and db from dy, block by block: da = dy . op(W)^T, then the
+// activation's backward, then dW from the recomputed activation. The first
+// two steps of a round of blocks run at once, a block a thread (as in
+// fused_forward); dW then adds the round's blocks in row order, so its sums
+// run in the same order whatever the round's size.
+template <class T>
+void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt::xarray<T>& dy) {
+  const std::size_t in = nd.in, n = nd.n;
+  // Slots in parent order (u, g, weight, bias), as the unfused ops would claim them.
+  const GradPointer<T> du_slot = nd.ui ? t.grad_pointer(*nd.ui) : GradPointer<T>{};
+  const GradPointer<T> dg_slot = t.grad_pointer(nd.gi);
+  const GradPointer<T> dw_slot = t.grad_pointer(nd.wi);
+  // no rows: dW is an empty sum
+  if (dw_slot.data && n == 0 && !dw_slot.accumulate)
+    std::fill(dw_slot.data, dw_slot.data + t.value(nd.wi).size(), T(0));
+  const bool want_input = du_slot.data || dg_slot.data;
+  if (n == 0 || !(want_input || dw_slot.data)) return finish_bias(t, nd, dy);
+  const std::size_t block = nd.one_block ? n : block_rows<T>(n, in);
+  const std::size_t blocks = (n + block - 1) / block;
+  const std::size_t round = blocks_at_once<T>(blocks, block, in, nd.out);
+  const auto round_buffer = [&](bool wanted, detail::ScratchSlot slot) {
+    return wanted ? detail::thread_scratch<T>(slot, round * block * in) : nullptr;
+  };
+  FusedBackward<T> b{op,
+                     nd,
+                     dy.data(),
+                     nd.ui ? t.value(*nd.ui).data() : nullptr,
+                     t.value(nd.gi).data(),
+                     matrix(t.value(nd.wi).data(), nd.w_rows(), nd.w_cols()),
+                     detail::weight_tag(t.node_param(nd.wi)),  // read packed
+                     du_slot.data,
+                     dg_slot.data,
+                     dw_slot.data,
+                     du_slot.accumulate,
+                     dg_slot.accumulate,
+                     dw_slot.accumulate,
+                     block,
+                     round_buffer(dw_slot.data != nullptr, detail::ScratchSlot::fused_activation),
+                     round_buffer(want_input, detail::ScratchSlot::fused_gradient)};
+  for (std::size_t first = 0; first < blocks; first += round) {
+    const std::size_t count = std::min(round, blocks - first);
+    run_round(first, count,
+              [&b](std::size_t index, std::size_t slot) { b.input_side(index, slot); });
+    if (b.dw) b.add_weight_gradient(first, count);
   }
   finish_bias(t, nd, dy);
 }
