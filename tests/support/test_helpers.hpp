@@ -62,6 +62,12 @@ xt::xarray<T> random_away_from_zero(const std::vector<std::size_t>& shape, std::
   return a;
 }
 
+// The checks below exist where doctest's assertions do: a program that
+// includes these helpers with DOCTEST_CONFIG_DISABLE (an mpirun program of
+// tests/distributed) has no assertions, and would only keep their unused
+// arguments and locals.
+#ifndef DOCTEST_CONFIG_DISABLE
+
 // |a - b| <= atol + rtol * |b| elementwise, with equal shapes; on failure the
 // doctest message shows both arrays.
 template <class A, class B>
@@ -141,6 +147,8 @@ template <class T, class F>
 void check_backward_anomaly(const Tape<T>& tape, const std::string& op, F&& f) {
   check_anomaly(tape, AnomalyError::Phase::backward, op, std::forward<F>(f));
 }
+
+#endif  // DOCTEST_CONFIG_DISABLE
 
 // A fresh scratch directory under the system temp directory, removed (with
 // everything in it) when the object goes out of scope.
