@@ -44,6 +44,22 @@ void div_divisor_backward(const xt::xarray<T>& dy, const xt::xarray<T>& y, const
       });
 }
 
+// y = a + b, a - b, a * b or a / b, broadcast.
+template <class T>
+void arithmetic_forward(Arithmetic kind, const xt::xarray<T>& a, const xt::xarray<T>& b,
+                        xt::xarray<T>& y) {
+  switch (kind) {
+    case Arithmetic::add:
+      return detail::broadcast_apply(y, a, b, std::plus<T>());
+    case Arithmetic::sub:
+      return detail::broadcast_apply(y, a, b, std::minus<T>());
+    case Arithmetic::mul:
+      return detail::broadcast_apply(y, a, b, std::multiplies<T>());
+    case Arithmetic::div:
+      return detail::broadcast_apply(y, a, b, std::divides<T>());
+  }
+}
+
 // add, sub, mul and div share their checks, recording and broadcasting; only the
 // kernel and the backward rule differ.
 template <class T>
@@ -56,22 +72,7 @@ Var<T> binary(const char* op, Arithmetic kind, const Var<T>& a, const Var<T>& b)
   const std::size_t yi = tape.record(op, {ai, bi}, a.requires_grad() || b.requires_grad());
   xt::xarray<T>& y = tape.value_mut(yi);
   y.resize(y_shape);
-  const xt::xarray<T>& av = tape.value(ai);
-  const xt::xarray<T>& bv = tape.value(bi);
-  switch (kind) {
-    case Arithmetic::add:
-      detail::broadcast_apply(y, av, bv, std::plus<T>());
-      break;
-    case Arithmetic::sub:
-      detail::broadcast_apply(y, av, bv, std::minus<T>());
-      break;
-    case Arithmetic::mul:
-      detail::broadcast_apply(y, av, bv, std::multiplies<T>());
-      break;
-    case Arithmetic::div:
-      detail::broadcast_apply(y, av, bv, std::divides<T>());
-      break;
-  }
+  arithmetic_forward(kind, tape.value(ai), tape.value(bi), y);
 
   tape.set_backward(yi, [ai, bi, yi, kind](Tape<T>& t, const xt::xarray<T>& dy) {
     // When ai == bi (mul(x, x)) the second grad_slot accumulates onto the first.
