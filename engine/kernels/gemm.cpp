@@ -251,20 +251,23 @@ bool is_small_gemm(std::size_t m, std::size_t n, std::size_t k) {
   return m * n * k <= k_small_gemm_macs;
 }
 
-// Whether a float product goes to oneDNN's bf16 matmul at `precision`:
-// neither small nor few rows (those keep xtgrad's float loops).
-bool bf16_product(std::size_t m, std::size_t n, std::size_t k, MatmulPrecision precision) {
-  return precision == MatmulPrecision::bf16 && k > 0 && !is_small_gemm(m, n, k) &&
-         m > k_streaming_rows;
+// Whether a product goes to a GEMM library (oneDNN or OpenBLAS): a sum of
+// at least one term, neither small nor few rows (xtgrad's loops run those).
+bool library_product(std::size_t m, std::size_t n, std::size_t k) {
+  return k > 0 && !is_small_gemm(m, n, k) && m > k_streaming_rows;
 }
 
-// Whether a non-empty product of T goes to oneDNN (float, neither small nor
-// few rows, at bf16 or with oneDNN the float backend); else to xtgrad's loops
-// or OpenBLAS.
+// Whether a float product goes to oneDNN's bf16 matmul at `precision`.
+bool bf16_product(std::size_t m, std::size_t n, std::size_t k, MatmulPrecision precision) {
+  return precision == MatmulPrecision::bf16 && library_product(m, n, k);
+}
+
+// Whether a product of T goes to oneDNN (float, at bf16 or with oneDNN the
+// float backend); else to xtgrad's loops or OpenBLAS.
 template <class T>
 bool onednn_product(std::size_t m, std::size_t n, std::size_t k, MatmulPrecision precision) {
   if constexpr (std::is_same_v<T, float>)
-    return k > 0 && !is_small_gemm(m, n, k) && m > k_streaming_rows &&
+    return library_product(m, n, k) &&
            (precision == MatmulPrecision::bf16 || get_gemm_backend() == GemmBackend::onednn);
   return false;
 }
@@ -341,8 +344,7 @@ bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k) {
 
 template <class T>
 bool gemm_on_pool_threads(std::size_t m, std::size_t n, std::size_t k) {
-  return m == 0 || n == 0 || k == 0 || is_small_gemm(m, n, k) || m <= k_streaming_rows ||
-         onednn_product<T>(m, n, k, get_matmul_precision());
+  return !library_product(m, n, k) || onednn_product<T>(m, n, k, get_matmul_precision());
 }
 
 template <class T>

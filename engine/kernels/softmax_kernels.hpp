@@ -10,9 +10,7 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "vector_math.hpp"  // first (through simd.hpp): see simd.hpp
 
@@ -33,15 +31,6 @@ T row_max(const T* x, std::size_t n) {
   for (std::size_t l = 1; l < lanes; ++l) r = std::max(r, lane[l]);
   for (; j < n; ++j) r = std::max(r, x[j]);
   return r;
-}
-
-// exp(v) for the arguments of this family: v = x - max(x) or a log
-// probability, so v <= 0 (NaN passes through, -inf gives 0); exp_no_ub
-// (vector_math.hpp: Cephes' expf for float), always inlined: as a call (GCC's
-// choice at -O3) it costs a third of a pass.
-template <class B>
-[[gnu::always_inline]] inline B exp_of_shifted(const B& v) {
-  return simd_math::exp_no_ub(v);
 }
 
 // A sum of batches and scalars (see the file comment).
@@ -82,14 +71,14 @@ double exp_minus_scalar(const T* a, T b, T c, T* out, std::size_t n) {
   RowSum<T> total;
   std::size_t j = 0;
   for (; j + lanes <= n; j += lanes) {
-    const B e = exp_of_shifted((B::load_unaligned(a + j) - bb) - cb);
+    const B e = simd_math::exp_no_ub((B::load_unaligned(a + j) - bb) - cb);
     if constexpr (store) e.store_unaligned(out + j);
     if constexpr (sum) total.add(e);
   }
   if (j < n) {  // the tail through the same batch arithmetic, zero-padded
     T buffer[lanes] = {};
     std::copy(a + j, a + n, buffer);
-    exp_of_shifted((B::load_unaligned(buffer) - bb) - cb).store_unaligned(buffer);
+    simd_math::exp_no_ub((B::load_unaligned(buffer) - bb) - cb).store_unaligned(buffer);
     for (std::size_t l = 0; l < n - j; ++l) {
       if constexpr (store) out[j + l] = buffer[l];
       if constexpr (sum) total.add(buffer[l]);
@@ -107,7 +96,8 @@ void scaled_exp_minus(const T* a, T b, T c, T scale, T offset, T* out, std::size
   constexpr std::size_t lanes = B::size;
   const B bb(b), cb(c), sb(scale), ob(offset);
   const auto value = [&](const T* at) {
-    return simd_math::fused_multiply_add(exp_of_shifted((B::load_unaligned(at) - bb) - cb), sb, ob);
+    return simd_math::fused_multiply_add(simd_math::exp_no_ub((B::load_unaligned(at) - bb) - cb),
+                                         sb, ob);
   };
   std::size_t j = 0;
   for (; j + lanes <= n; j += lanes) {
@@ -135,12 +125,13 @@ void exp_minus_array(const T* a, const T* b, T* out, std::size_t n) {
   constexpr std::size_t lanes = B::size;
   std::size_t j = 0;
   for (; j + lanes <= n; j += lanes)
-    exp_of_shifted(B::load_unaligned(a + j) - B::load_unaligned(b + j)).store_unaligned(out + j);
+    simd_math::exp_no_ub(B::load_unaligned(a + j) - B::load_unaligned(b + j))
+        .store_unaligned(out + j);
   if (j < n) {
     T pa[lanes] = {}, pb[lanes] = {};
     std::copy(a + j, a + n, pa);
     std::copy(b + j, b + n, pb);
-    exp_of_shifted(B::load_unaligned(pa) - B::load_unaligned(pb)).store_unaligned(pa);
+    simd_math::exp_no_ub(B::load_unaligned(pa) - B::load_unaligned(pb)).store_unaligned(pa);
     std::copy(pa, pa + (n - j), out + j);
   }
 }

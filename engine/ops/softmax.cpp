@@ -138,14 +138,15 @@ void backward_row(const T* y, const T* dy, T* dx, std::size_t n) {
     const T s = static_cast<T>(total.total());
     const B sb(s);
     for (j = 0; j + lanes <= n; j += lanes)
-      put<add>(dx + j,
-               B::load_unaligned(dy + j) - detail::exp_of_shifted(B::load_unaligned(y + j)) * sb);
+      put<add>(dx + j, B::load_unaligned(dy + j) -
+                           detail::simd_math::exp_no_ub(B::load_unaligned(y + j)) * sb);
     if (j < n) {  // the tail through the same batch arithmetic
       T py[lanes] = {}, pdy[lanes] = {}, pdx[lanes] = {};
       std::copy(y + j, y + n, py);
       std::copy(dy + j, dy + n, pdy);
       std::copy(dx + j, dx + n, pdx);
-      put<add>(pdx, B::load_unaligned(pdy) - detail::exp_of_shifted(B::load_unaligned(py)) * sb);
+      put<add>(pdx,
+               B::load_unaligned(pdy) - detail::simd_math::exp_no_ub(B::load_unaligned(py)) * sb);
       std::copy(pdx, pdx + (n - j), dx + j);
     }
   }

@@ -1,11 +1,14 @@
 // exp, log, sqrt, rsqrt, tanh, sigmoid, abs, square, pow, clamp, clamp_min
 // and clamp_max: values and gradients against PyTorch fixtures and a
 // long-double loop, gradcheck, edge shapes, bad input and anomaly mode.
+#include <xtgrad/engine/kernels/vector_math.hpp>  // first (through simd.hpp): see simd.hpp
+
 #include <doctest/doctest.h>
 
 #include <cfenv>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -238,6 +241,34 @@ TEST_CASE("math: float exp within 1.5 ulp of exp in double over its whole range,
   CHECK(y(n + 6) == 0.0f);
   CHECK(y(n + 7) == 1.0f);
 }
+
+#if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
+TEST_CASE("math: float exp on AVX-512 has the bits of its generic form on AVX2 with FMA") {
+  // exp_no_ub's AVX-512 overload (VSCALEFPS) against the generic Cephes
+  // form it restates, on the same values two AVX2 batches at a time.
+  using Wide = xsimd::batch<float, xsimd::avx512f>;
+  using Narrow = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
+  std::vector<float> v = {std::nanf(""),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          88.7f,
+                          -103.9f,
+                          1e30f};
+  for (int i = 0; i < 1 << 18; ++i)
+    v.push_back(-120.0f + 240.0f * static_cast<float>(i) / (1 << 18));
+  while (v.size() % Wide::size != 0) v.push_back(0.0f);
+  std::size_t differ = 0;
+  for (std::size_t j = 0; j < v.size(); j += Wide::size) {
+    float wide[Wide::size], narrow[Wide::size];
+    detail::simd_math::exp_no_ub(Wide::load_unaligned(&v[j])).store_unaligned(wide);
+    for (std::size_t h = 0; h < Wide::size; h += Narrow::size)
+      detail::simd_math::exp_no_ub(Narrow::load_unaligned(&v[j + h])).store_unaligned(narrow + h);
+    for (std::size_t i = 0; i < Wide::size; ++i)
+      differ += std::memcmp(&wide[i], &narrow[i], sizeof(float)) != 0;
+  }
+  CHECK(differ == 0);
+}
+#endif
 
 TEST_CASE_TEMPLATE("math: sigmoid and tanh reach their limits exactly, with no overflow", T, float,
                    double) {
