@@ -325,17 +325,20 @@ void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
   }
 }
 
-// dq[b, h, i, :] = the sum over splits of the partials of row i of head
-// (b * H + h), in split order.
+// dq[b, h, i, :] for rows [i0, i1) of head (b * H + h): the sum over splits
+// of their partials, in split order. A range at a time: per row, a call and
+// the head's index arithmetic cost as much as the copy of Dh = 32 floats.
 template <class T>
-void write_dq_row(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t head,
-                  std::size_t i) {
-  T* out = dq + p.q.at(head / p.heads, head % p.heads, i);
-  const T* part = sh.dq_row(0, head, i, p);
-  copy_row(part, p.qk_dim, out);
-  for (std::size_t s = 1; s < sh.splits; ++s) {
-    const T* more = sh.dq_row(s, head, i, p);
-    for (std::size_t d = 0; d < p.qk_dim; ++d) out[d] += more[d];
+void write_dq_rows(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t head,
+                   std::size_t i0, std::size_t i1) {
+  const std::size_t b = head / p.heads, h = head % p.heads;
+  for (std::size_t i = i0; i < i1; ++i) {
+    T* out = dq + p.q.at(b, h, i);
+    copy_row(sh.dq_row(0, head, i, p), p.qk_dim, out);
+    for (std::size_t s = 1; s < sh.splits; ++s) {
+      const T* more = sh.dq_row(s, head, i, p);
+      for (std::size_t d = 0; d < p.qk_dim; ++d) out[d] += more[d];
+    }
   }
 }
 
@@ -364,8 +367,7 @@ void backward_per_head(const Problem<T>& p, const Tiles& tiles, const T* q, cons
                                                0);
                         if (dq == nullptr) continue;
                         for (std::size_t head = own.first; head < own.first + group; ++head)
-                          for (std::size_t i = 0; i < p.q_len; ++i)
-                            write_dq_row(p, own, dq, head, i);
+                          write_dq_rows(p, own, dq, head, 0, p.q_len);
                       }
                     });
 }
@@ -403,8 +405,12 @@ void backward_in_shares(const Problem<T>& p, const Tiles& tiles, std::size_t spl
   if (dq == nullptr) return;
   parallel_for_rows(heads * p.q_len, tasks_per_thread(k_parallel_light, p.qk_dim * splits),
                     [&](std::size_t r0, std::size_t r1) {
-                      for (std::size_t row = r0; row < r1; ++row)
-                        write_dq_row(p, sh, dq, row / p.q_len, row % p.q_len);
+                      for (std::size_t row = r0; row < r1;) {  // head by head
+                        const std::size_t head = row / p.q_len, i = row % p.q_len;
+                        const std::size_t end = std::min(p.q_len, i + (r1 - row));
+                        write_dq_rows(p, sh, dq, head, i, end);
+                        row += end - i;
+                      }
                     });
 }
 
