@@ -28,8 +28,7 @@ void softmax_row(const Problem<T>& p, const SoftmaxRows<T>& t, std::size_t bc, s
                  std::size_t width) {
   constexpr T minus_inf = -std::numeric_limits<T>::infinity();
   T* sr = t.s + r * bc;
-  score_row(p, b, h, i, j0, seen, width, sr);  // hidden keys -inf
-  T m_new = std::max(t.m[r], row_max(sr, width));
+  T m_new = std::max(t.m[r], score_row<T, true>(p, b, h, i, j0, seen, width, sr));  // hidden: -inf
   if (m_new == minus_inf) {
     // A max of -inf: every key of the row so far is hidden, or a score is
     // NaN (the max passes over NaN). Only the first is "no visible key yet"
@@ -41,7 +40,8 @@ void softmax_row(const Problem<T>& p, const SoftmaxRows<T>& t, std::size_t bc, s
     }
     m_new = std::numeric_limits<T>::quiet_NaN();
   }
-  const T alpha = std::exp(t.m[r] - m_new);
+  // alpha = exp(m_old - m_new): 0 on the row's first visible tile (m_old = -inf)
+  const T alpha = t.m[r] == minus_inf ? T(0) : std::exp(t.m[r] - m_new);
   // P[j] = exp(s[j] - m_new);  l = alpha l + sum_j P[j]  (undropped, as PyTorch)
   t.l[r] =
       alpha * t.l[r] + static_cast<T>(exp_minus_scalar<T, true, true>(sr, m_new, T(0), sr, width));

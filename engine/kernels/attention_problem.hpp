@@ -21,6 +21,7 @@
 #include "attention_tiles.hpp"  // first (through simd.hpp): see simd.hpp
 #include "counter_rng.hpp"
 #include "parallel.hpp"
+#include "softmax_kernels.hpp"
 
 namespace xtgrad::detail::attention {
 
@@ -133,30 +134,49 @@ inline std::size_t tasks_per_thread(std::size_t threshold, std::size_t work) {
 
 // Score row i of a tile, in place: s[j] = scale * s[j] (+ additive mask), or
 // -inf where the boolean mask or causality hides key j0 + j, for j < count;
-// -inf for the padding count <= j < width.
-template <class T>
-void score_row(const Problem<T>& p, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
-               std::size_t count, std::size_t width, T* s) {
+// -inf for the padding count <= j < width. Returns the row's largest score
+// (row_max) when Max. Without a mask, the scaling and the max run in one pass
+// over the visible keys: the max of the scores still in registers, where a
+// second pass reloaded the row just stored.
+template <class T, bool Max = false>
+T score_row(const Problem<T>& p, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
+            std::size_t count, std::size_t width, T* s) {
+  using B = Batch<T>;
   constexpr T minus_inf = -std::numeric_limits<T>::infinity();
   const T scale = p.scale;
-  for (std::size_t j = 0; j < count; ++j) s[j] *= scale;
   const MaskView<T>& m = p.mask;
-  if (m.additive != nullptr || m.keep != nullptr) {
-    const std::ptrdiff_t base =
-        static_cast<std::ptrdiff_t>(b) * m.batch + static_cast<std::ptrdiff_t>(h) * m.head +
-        static_cast<std::ptrdiff_t>(i) * m.row + static_cast<std::ptrdiff_t>(j0) * m.col;
-    if (m.additive != nullptr) {
-      const T* add = m.additive + base;
-      for (std::size_t j = 0; j < count; ++j) s[j] += add[static_cast<std::ptrdiff_t>(j) * m.col];
-    } else {
-      const bool* keep = m.keep + base;
-      for (std::size_t j = 0; j < count; ++j)
-        if (!keep[static_cast<std::ptrdiff_t>(j) * m.col]) s[j] = minus_inf;
+  // keys j0 + j > i are hidden under causality
+  const std::size_t visible = p.causal ? std::min(count, i + 1 > j0 ? i + 1 - j0 : 0) : count;
+  if (m.additive == nullptr && m.keep == nullptr) {
+    B top(minus_inf);
+    std::size_t j = 0;
+    for (; j + k_lanes<T> <= visible; j += k_lanes<T>) {
+      const B v = B::load_unaligned(s + j) * B(scale);
+      v.store_unaligned(s + j);
+      if constexpr (Max) top = xsimd::max(top, v);
     }
+    T largest = Max ? simd_math::horizontal_max(top) : minus_inf;
+    for (; j < visible; ++j) {
+      s[j] *= scale;
+      if constexpr (Max) largest = std::max(largest, s[j]);
+    }
+    std::fill(s + visible, s + width, minus_inf);
+    return largest;
   }
-  if (p.causal && j0 + count > i + 1)  // keys j0 + j > i are hidden
-    std::fill(s + (i + 1 > j0 ? i + 1 - j0 : 0), s + count, minus_inf);
-  std::fill(s + count, s + width, minus_inf);
+  for (std::size_t j = 0; j < count; ++j) s[j] *= scale;
+  const std::ptrdiff_t base =
+      static_cast<std::ptrdiff_t>(b) * m.batch + static_cast<std::ptrdiff_t>(h) * m.head +
+      static_cast<std::ptrdiff_t>(i) * m.row + static_cast<std::ptrdiff_t>(j0) * m.col;
+  if (m.additive != nullptr) {
+    const T* add = m.additive + base;
+    for (std::size_t j = 0; j < count; ++j) s[j] += add[static_cast<std::ptrdiff_t>(j) * m.col];
+  } else {
+    const bool* keep = m.keep + base;
+    for (std::size_t j = 0; j < count; ++j)
+      if (!keep[static_cast<std::ptrdiff_t>(j) * m.col]) s[j] = minus_inf;
+  }
+  std::fill(s + visible, s + width, minus_inf);
+  return Max ? row_max(s, width) : minus_inf;
 }
 
 // The dropout of one tile row: f(j, kept) for j < count, kept = the mask of

@@ -25,10 +25,7 @@ T row_max(const T* x, std::size_t n) {
   B m(-std::numeric_limits<T>::infinity());
   std::size_t j = 0;
   for (; j + lanes <= n; j += lanes) m = xsimd::max(m, B::load_unaligned(x + j));
-  T lane[lanes];
-  m.store_unaligned(lane);
-  T r = lane[0];
-  for (std::size_t l = 1; l < lanes; ++l) r = std::max(r, lane[l]);
+  T r = simd_math::horizontal_max(m);
   for (; j < n; ++j) r = std::max(r, x[j]);
   return r;
 }

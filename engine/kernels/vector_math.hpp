@@ -51,6 +51,31 @@ xsimd::batch<double, A> fused_multiply_add(const xsimd::batch<double, A>& x,
 }
 #endif
 
+// The largest lane of v. NaN lanes may be skipped. With AVX-512 a tree of
+// shuffles (four deep for 16 floats) instead of a chain of 15 dependent
+// maxes: attention takes it for every row of every score tile, rows of a few
+// vectors, where the chain cost more than the vector loop.
+template <class B>
+typename B::value_type horizontal_max(const B& v) {
+  using T = typename B::value_type;
+  T lane[B::size];
+  v.store_unaligned(lane);
+  T r = lane[0];
+  for (std::size_t l = 1; l < B::size; ++l)
+    if (r < lane[l]) r = lane[l];  // std::max(r, lane[l])
+  return r;
+}
+#if XSIMD_WITH_AVX512F
+template <class A, std::enable_if_t<std::is_base_of_v<xsimd::avx512f, A>, int> = 0>
+float horizontal_max(const xsimd::batch<float, A>& v) {
+  return _mm512_reduce_max_ps(v);
+}
+template <class A, std::enable_if_t<std::is_base_of_v<xsimd::avx512f, A>, int> = 0>
+double horizontal_max(const xsimd::batch<double, A>& v) {
+  return _mm512_reduce_max_pd(v);
+}
+#endif
+
 // a^2 - fl(a^2), exactly: one fused multiply-add, or Dekker's product (a
 // Veltkamp split of a into two half-width parts) where the target has no FMA
 // and the compiler therefore cannot contract the expression.
