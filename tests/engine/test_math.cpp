@@ -1,6 +1,7 @@
 // exp, log, sqrt, rsqrt, tanh, sigmoid, abs, square, pow, clamp, clamp_min
 // and clamp_max: values and gradients against PyTorch fixtures and a
 // long-double loop, gradcheck, edge shapes, bad input and anomaly mode.
+#include <xtgrad/engine/kernels/softmax_kernels.hpp>
 #include <xtgrad/engine/kernels/vector_math.hpp>  // first (through simd.hpp): see simd.hpp
 
 #include <doctest/doctest.h>
@@ -240,6 +241,34 @@ TEST_CASE("math: float exp within 1.5 ulp of exp in double over its whole range,
   CHECK(y(n + 5) == 0.0f);
   CHECK(y(n + 6) == 0.0f);
   CHECK(y(n + 7) == 1.0f);
+}
+
+TEST_CASE_TEMPLATE("math: the largest lane of a batch and of a row, wherever it is", T, float,
+                   double) {
+  // horizontal_max (a tree of shuffles with AVX-512) and row_max (vectors,
+  // then a tail) against a scalar max, with the largest value in every lane
+  // and at every row length; -inf and +inf included.
+  using B = detail::simd_math::Batch<T>;
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  std::vector<T> lane(B::size);
+  for (std::size_t top = 0; top < B::size; ++top)
+    for (T fill : {T(-3.5), -inf}) {
+      for (std::size_t l = 0; l < B::size; ++l) lane[l] = fill - static_cast<T>(l);
+      lane[top] = T(-1.25) + static_cast<T>(top);  // the largest, and a different value each time
+      INFO("lane " << top << ", fill " << fill);
+      CHECK(detail::simd_math::horizontal_max(B::load_unaligned(lane.data())) == lane[top]);
+      lane[top] = inf;
+      CHECK(detail::simd_math::horizontal_max(B::load_unaligned(lane.data())) == inf);
+    }
+  std::vector<T> row(3 * B::size + 3);
+  for (std::size_t n = 0; n <= row.size(); ++n)
+    for (std::size_t top = 0; top < n; ++top) {
+      for (std::size_t j = 0; j < n; ++j) row[j] = -static_cast<T>((j * 7) % 11) - T(2);
+      row[top] = T(0.5);
+      INFO("length " << n << ", largest at " << top);
+      CHECK(detail::row_max(row.data(), n) == T(0.5));
+    }
+  CHECK(detail::row_max(row.data(), 0) == -inf);
 }
 
 #if XSIMD_WITH_AVX512F && XSIMD_WITH_FMA3_AVX2
