@@ -203,8 +203,19 @@ void gradient_row(const Problem<T>& p, const Shared<T>& sh, const TaskTiles<T>& 
   T* sr = w.s + r * bc;
   T* dsr = w.ds + r * bc;
   score_row(p, b, h, i, j0, seen, width, sr);
+  const T l_i = lse[head * p.q_len + i], d_i = sh.row_dot[sh.row(head, i, p.q_len)];
+  if (!p.dropout && width % k_lanes<T> == 0) {  // P and dS in one pass over the row
+    using B = Batch<T>;
+    const B lb(l_i), db(d_i), scale(p.scale);
+    for (std::size_t j = 0; j < width; j += k_lanes<T>) {
+      const B prob = simd_math::exp_no_ub(B::load_unaligned(sr + j) - lb);
+      prob.store_unaligned(sr + j);
+      (scale * prob * (B::load_unaligned(dsr + j) - db)).store_unaligned(dsr + j);
+    }
+    return;
+  }
   // P[r, :] = exp(s - L[i])  (0 for hidden keys and for rows with L = +inf)
-  exp_minus_scalar<T, true, false>(sr, lse[head * p.q_len + i], T(0), sr, width);
+  exp_minus_scalar<T, true, false>(sr, l_i, T(0), sr, width);
   if (p.dropout) {  // pd = P keep / (1 - p);  dP = dP_dropped keep / (1 - p)
     T* pdr = w.pd + r * bc;
     std::fill(pdr + seen, pdr + width, T(0));
@@ -213,7 +224,6 @@ void gradient_row(const Problem<T>& p, const Shared<T>& sh, const TaskTiles<T>& 
       dsr[j] = kept ? dsr[j] * p.keep_scale : T(0);
     });
   }
-  const T d_i = sh.row_dot[sh.row(head, i, p.q_len)];
   for (std::size_t j = 0; j < width; ++j) dsr[j] = p.scale * sr[j] * (dsr[j] - d_i);
 }
 
