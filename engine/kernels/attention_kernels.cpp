@@ -335,23 +335,6 @@ void backward_task(const Problem<T>& p, const Tiles& tiles, const Shared<T>& sh,
   }
 }
 
-// dq[b, h, i, :] for rows [i0, i1) of head (b * H + h): the sum over splits
-// of their partials, in split order. A range at a time: per row, a call and
-// the head's index arithmetic cost as much as the copy of Dh = 32 floats.
-template <class T>
-void write_dq_rows(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t head,
-                   std::size_t i0, std::size_t i1) {
-  const std::size_t b = head / p.heads, h = head % p.heads;
-  for (std::size_t i = i0; i < i1; ++i) {
-    T* out = dq + p.q.at(b, h, i);
-    copy_row(sh.dq_row(0, head, i, p), p.qk_dim, out);
-    for (std::size_t s = 1; s < sh.splits; ++s) {
-      const T* more = sh.dq_row(s, head, i, p);
-      for (std::size_t d = 0; d < p.qk_dim; ++d) out[d] += more[d];
-    }
-  }
-}
-
 // One task per (batch, kv head) does all of its work in its thread's
 // scratch: its heads' packed rows and D, dK and dV, then dq; one pass over
 // the pool.

@@ -2,8 +2,9 @@
 // How the fused attention kernels fill the operand buffers of
 // attention_buffers.hpp (internal): the key tiles of the forward, and the
 // rows and row sums D of each head for the backward; in float, or (Bf16) as
-// the pair words of attention_tiles_bf16.hpp. attention_kernels.hpp says
-// when each runs.
+// the pair words of attention_tiles_bf16.hpp; and how the backward's
+// partial dq sums are written out. attention_kernels.hpp says when each
+// runs.
 
 #include <algorithm>
 #include <cstddef>
@@ -102,6 +103,23 @@ void prepare_head(const Problem<T>& p, const T* q, const T* o, const T* d_out, c
     pack_rows(d_out_rows, p.o.row, p.q_len, p.v_dim, sh.d_out_packed + r0 * dv_padded, dv_padded);
   }
   row_dots(d_out_rows, o + p.o.at(b, h, 0), p.o.row, p.q_len, p.v_dim, sh.row_dot + r0);
+}
+
+// dq[b, h, i, :] for rows [i0, i1) of head (b * H + h): the sum over splits
+// of their partials, in split order. A range at a time: per row, a call and
+// the head's index arithmetic cost as much as the copy of Dh = 32 floats.
+template <class T>
+void write_dq_rows(const Problem<T>& p, const Shared<T>& sh, T* dq, std::size_t head,
+                   std::size_t i0, std::size_t i1) {
+  const std::size_t b = head / p.heads, h = head % p.heads;
+  for (std::size_t i = i0; i < i1; ++i) {
+    T* out = dq + p.q.at(b, h, i);
+    copy_row(sh.dq_row(0, head, i, p), p.qk_dim, out);
+    for (std::size_t s = 1; s < sh.splits; ++s) {
+      const T* more = sh.dq_row(s, head, i, p);
+      for (std::size_t d = 0; d < p.qk_dim; ++d) out[d] += more[d];
+    }
+  }
 }
 
 }  // namespace xtgrad::detail::attention

@@ -32,6 +32,9 @@ enum class ScratchSlot : std::size_t {
   moe_gate_grad,      // kernels/moe_kernels: the block's gradient of g = x W1^T, [rows, H]
   moe_up_grad,        // kernels/moe_kernels: the block's gradient of u = x W3^T, [rows, H]
   moe_tile,           // kernels/moe_kernels: a last tile's rows padded with zeros (x, g, u, o)
+  norm_group_sums,    // ops/norm: the backward's weight and bias sums of each row group, double
+  norm_shares,        // ops/norm: the same groups' running shares in T
+  norm_sums,          // ops/norm: the groups' sums added up, double
   count
 };
 

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "../check.hpp"
 #include "../errors.hpp"
 #include "../kernels/parallel.hpp"
+#include "../kernels/scratch.hpp"
 #include "elementwise.hpp"
 #include "math.hpp"
 #include "reduce.hpp"
@@ -36,19 +36,7 @@ std::size_t check_norm(const char* op, const Var<T>& x, const Var<T>* weight, co
   return d;
 }
 
-// Per-thread buffers of norm_backward (kept from call to call, grown, never
-// shrunk): `size` elements of U from the start of a cache line; one buffer
-// per (U, Slot).
-enum class Slot { sums, shares, group_sums };
 constexpr std::size_t k_line = 64;  // bytes of a cache line
-template <class U, Slot slot>
-U* row_scratch(std::size_t size) {
-  thread_local std::vector<U> buffer;
-  if (buffer.size() < size + k_line / sizeof(U)) buffer.resize(size + k_line / sizeof(U));
-  void* start = buffer.data();
-  std::size_t space = buffer.size() * sizeof(U);
-  return static_cast<U*>(std::align(k_line, size * sizeof(U), start, space));
-}
 
 // n elements of U rounded up to whole cache lines.
 template <class U>
@@ -133,10 +121,13 @@ void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std
   // longer on two threads than on one)
   const std::size_t sums_stride = whole_lines<double>(2 * d);
   const std::size_t shares_stride = whole_lines<T>(2 * d);
-  double* const group_sums =
-      want_sums ? row_scratch<double, Slot::group_sums>(groups * sums_stride) : nullptr;
-  T* const group_shares =
-      want_sums ? row_scratch<T, Slot::shares>(groups * shares_stride) : nullptr;
+  double* const group_sums = want_sums
+                                 ? detail::aligned_thread_scratch<double>(
+                                       detail::ScratchSlot::norm_group_sums, groups * sums_stride)
+                                 : nullptr;
+  T* const group_shares = want_sums ? detail::aligned_thread_scratch<T>(
+                                          detail::ScratchSlot::norm_shares, groups * shares_stride)
+                                    : nullptr;
   const std::size_t min_groups = std::max<std::size_t>(
       k_norm_min_elements / (k_norm_rows_per_group * std::max<std::size_t>(d, 1)), 1);
   detail::parallel_for_rows(groups, min_groups, [&](std::size_t g0, std::size_t g1) {
@@ -148,7 +139,8 @@ void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std
           want_sums ? group_shares + g * shares_stride : nullptr);
   });
   if (!want_sums) return;
-  double* const sums = row_scratch<double, Slot::sums>(2 * d);
+  double* const sums =
+      detail::aligned_thread_scratch<double>(detail::ScratchSlot::norm_sums, 2 * d);
   std::fill(sums, sums + 2 * d, 0.0);
   for (std::size_t g = 0; g < groups; ++g)
     for (std::size_t j = 0; j < 2 * d; ++j) sums[j] += group_sums[g * sums_stride + j];
