@@ -16,7 +16,7 @@ T* thread_scratch(ScratchSlot slot, std::size_t size) {
 
 template <class T>
 T* aligned_thread_scratch(ScratchSlot slot, std::size_t size) {
-  constexpr std::size_t line = 64;
+  constexpr std::size_t line = k_line_bytes;
   static_assert(line % sizeof(T) == 0);
   T* buffer = thread_scratch<T>(slot, size + line / sizeof(T));
   const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(buffer);

@@ -38,6 +38,18 @@ enum class ScratchSlot : std::size_t {
   count
 };
 
+// Bytes of a cache line: aligned_thread_scratch starts on one, and data that
+// two threads write at once is kept on lines of its own.
+inline constexpr std::size_t k_line_bytes = 64;
+
+// n elements of T rounded up to whole cache lines: the stride between the
+// pieces of a buffer that different threads write.
+template <class T>
+constexpr std::size_t whole_lines(std::size_t n) {
+  constexpr std::size_t per_line = k_line_bytes / sizeof(T);
+  return (n + per_line - 1) / per_line * per_line;
+}
+
 // At least `size` elements of `slot`'s buffer for this thread.
 template <class T>
 T* thread_scratch(ScratchSlot slot, std::size_t size);

@@ -5,13 +5,13 @@
 
 #include <cstddef>
 
+#include "scratch.hpp"  // k_line_bytes
+
 namespace xtgrad::detail::streaming {
 
 // simd_math's own alias, not a second one: a file that sees both names (a
 // using-directive, or a unity batch) finds one entity.
 using simd_math::Batch;
-
-constexpr std::size_t k_line_bytes = 64;
 
 // Asks for the cache line at address to be brought into a level of cache:
 // 3 = all levels down to L1, 2 = L2 (prefetcht0 and prefetcht1 on x86). A

@@ -36,15 +36,6 @@ std::size_t check_norm(const char* op, const Var<T>& x, const Var<T>* weight, co
   return d;
 }
 
-constexpr std::size_t k_line = 64;  // bytes of a cache line
-
-// n elements of U rounded up to whole cache lines.
-template <class U>
-std::size_t whole_lines(std::size_t n) {
-  constexpr std::size_t per_line = k_line / sizeof(U);
-  return (n + per_line - 1) / per_line * per_line;
-}
-
 // dst[D] (+)= sum[D] (write-or-accumulate rule), or nothing when dst is null.
 template <class T>
 void write_row_sums(GradPointer<T> dst, const double* sum, std::size_t d) {
@@ -119,8 +110,8 @@ void norm_backward(const T* x, const T* w, const T* dy, const double* stats, std
   // written by the two threads' neighbouring groups at once went back and
   // forth between the cores (layer_norm's backward of [4096, 128] took
   // longer on two threads than on one)
-  const std::size_t sums_stride = whole_lines<double>(2 * d);
-  const std::size_t shares_stride = whole_lines<T>(2 * d);
+  const std::size_t sums_stride = detail::whole_lines<double>(2 * d);
+  const std::size_t shares_stride = detail::whole_lines<T>(2 * d);
   double* const group_sums = want_sums
                                  ? detail::aligned_thread_scratch<double>(
                                        detail::ScratchSlot::norm_group_sums, groups * sums_stride)
