@@ -185,7 +185,7 @@ struct WithUnused : Module<double> {
 };
 }  // namespace
 
-TEST_CASE("ddp: an unused parameter never hangs a step; its gradient is zero on every rank") {
+TEST_CASE("ddp: an unused parameter never hangs a step - its gradient is zero on every rank") {
   const int P = world().size(), r = world().rank();
   const std::size_t rows = k_batch / static_cast<std::size_t>(P);
   const xt::xarray<double> x = testing::random_array<double>({k_batch, 3}, 21);
@@ -311,7 +311,7 @@ TEST_CASE("ddp: a second backward before finish() is refused before it writes an
   sync.detach();
 }
 
-TEST_CASE("ddp: a recomputed model averages the plain gradients; buckets go out per block") {
+TEST_CASE("ddp: a recomputed model averages the plain gradients - buckets go out per block") {
   // The recompute records a reader of each Parameter its blocks use, so the
   // synchronizer takes each block's gradients as final right after that
   // block's re-run, never as unused.

@@ -62,7 +62,7 @@ TEST_CASE_TEMPLATE("activation tanh: f, f', f'' and f''' equal torch's", T, floa
   check_close(x.grad(), fixture<double>(fx::k_tanh_d3_shape, fx::k_tanh_d3), rtol<T>(), atol<T>());
 }
 
-TEST_CASE_TEMPLATE("activation tanh: bounded limits, never NaN; NaN in, NaN out", T, float,
+TEST_CASE_TEMPLATE("activation tanh: bounded limits, never NaN - NaN in, NaN out", T, float,
                    double) {
   const T inf = std::numeric_limits<T>::infinity(), big = std::numeric_limits<T>::max();
   Tape<T> tape;

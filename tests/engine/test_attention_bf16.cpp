@@ -283,7 +283,7 @@ TEST_CASE("attention bf16: the same bits on 1 and 2 threads") {
   set_num_threads(before);
 }
 
-TEST_CASE("attention bf16: forward and backward each read the precision; double is untouched") {
+TEST_CASE("attention bf16: forward and backward each read the precision - double is untouched") {
   if (!bf16_attention_runs()) {
     MESSAGE("skipped: no bf16 attention kernel in this build or on this CPU");
     return;

@@ -151,7 +151,7 @@ TEST_CASE("dropout: masks of other steps and seeds differ and are uncorrelated")
   }
 }
 
-TEST_CASE_TEMPLATE("dropout: one key, one output; shards keyed by sample reproduce the batch", T,
+TEST_CASE_TEMPLATE("dropout: one key, one output - shards keyed by sample reproduce the batch", T,
                    float, double) {
   const std::size_t batch = 10, features = 13;  // 13: shard boundaries off the 4-word blocks
   const xt::xarray<T> x = random_array<T>({batch, features}, 3);

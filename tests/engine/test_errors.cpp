@@ -55,7 +55,7 @@ TEST_CASE("errors: shape prints the shape it got and the parts expected") {
         "shape [7, 4]");
 }
 
-TEST_CASE("errors: value and logic carry no argument name; logic is std::logic_error") {
+TEST_CASE("errors: value and logic carry no argument name - logic is std::logic_error") {
   const Check check("load");
   CHECK(message_of<std::invalid_argument>([&] {
           check.value(false, "tensor ", std::string("w"), " missing");

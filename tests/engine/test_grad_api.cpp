@@ -94,7 +94,7 @@ TEST_CASE("grad api: second and third derivatives by repeated create_graph") {
   check_close(x.grad(), xt::xarray<double>(xt::zeros<double>({3})));
 }
 
-TEST_CASE("grad api: grad_outputs weigh several outputs; the same output twice adds") {
+TEST_CASE("grad api: grad_outputs weigh several outputs - the same output twice adds") {
   Tape<double> tape;
   const xt::xarray<double> xv = {{1.0, 2.0}, {-0.5, 0.25}};
   const Var<double> x = tape.leaf(xv);

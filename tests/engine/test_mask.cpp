@@ -74,7 +74,7 @@ const std::vector<WhereShapes> k_where_shapes = {
 
 // ---------------------------------------------------------------- masked_fill
 
-TEST_CASE_TEMPLATE("masked_fill: hand-computed values; filled elements get gradient 0", T, float,
+TEST_CASE_TEMPLATE("masked_fill: hand-computed values - filled elements get gradient 0", T, float,
                    double) {
   Tape<T> tape;
   const xt::xarray<T> xv = {{1, 2, 3}, {4, 5, 6}};
@@ -114,8 +114,8 @@ TEST_CASE_TEMPLATE("masked_fill: hand-computed values; filled elements get gradi
   }
 }
 
-TEST_CASE_TEMPLATE("masked_fill: a NaN value is filled as given; a NaN x under the mask is gone", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("masked_fill: a NaN value is filled as given - a NaN x under the mask is gone",
+                   T, float, double) {
   Tape<T> tape;
   const T nan = std::numeric_limits<T>::quiet_NaN();
   auto x = tape.leaf(xt::xarray<T>{1, nan, 3, nan});
@@ -270,7 +270,7 @@ TEST_CASE("where: gradcheck over broadcast layouts") {
   }
 }
 
-TEST_CASE_TEMPLATE("where: the same Var as a and b gets dy; gradients accumulate", T, float,
+TEST_CASE_TEMPLATE("where: the same Var as a and b gets dy - gradients accumulate", T, float,
                    double) {
   Tape<T> tape;
   const xt::xarray<T> dy = {{1, 2}, {3, 4}};

@@ -462,7 +462,8 @@ TEST_CASE("recompute: anomaly mode reaches inside fn") {
   CHECK_THROWS_AS(recompute<double>([](const Var<double>& h) { return log(h); }, x), AnomalyError);
 }
 
-TEST_CASE("recompute: a Var kept from inside fn is stale afterwards; the kept tapes can be freed") {
+TEST_CASE(
+    "recompute: a Var kept from inside fn is stale afterwards - the kept tapes can be freed") {
   Tape<double> tape;
   const Var<double> x = tape.leaf(random_array<double>({3}, 40));
   Var<double> inside;

@@ -65,7 +65,7 @@ TEST_CASE_TEMPLATE("reduce: sum and mean match hand-computed values and have sha
   CHECK(x.grad() == xt::xarray<T>(T(-2) * xt::ones<T>({2, 3})));
 }
 
-TEST_CASE_TEMPLATE("reduce: every shape against a plain loop; empty sum is 0, empty mean NaN", T,
+TEST_CASE_TEMPLATE("reduce: every shape against a plain loop - empty sum is 0, empty mean NaN", T,
                    float, double) {
   std::uint32_t seed = 30;
   for (const Dims& dims : k_shapes) {
@@ -119,8 +119,8 @@ TEST_CASE("reduce: float sums accumulate in double") {
   CHECK(std::abs(mean(x).value()() - 0.1f) <= 1e-7f);
 }
 
-TEST_CASE_TEMPLATE("reduce: transposed and stepped views give the contiguous result", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("reduce: sum and mean of transposed and stepped views equal the contiguous ones",
+                   T, float, double) {
   xt::xarray<T> m = random_array<T>({3, 8}, 51);
   const xt::xarray<T> m_before = m;
   const xt::xarray<T> transposed = xt::transpose(m);

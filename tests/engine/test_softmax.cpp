@@ -220,7 +220,7 @@ TEST_CASE_TEMPLATE("softmax: edge shapes [D], [0, D], [D, 0], negative dims and 
   }
 }
 
-TEST_CASE_TEMPLATE("softmax: gradients accumulate over two backwards; no gradient, no work", T,
+TEST_CASE_TEMPLATE("softmax: gradients accumulate over two backwards - no gradient, no work", T,
                    float, double) {
   for (bool log : {false, true})
     for (std::int64_t dim : {0, -1}) {

@@ -341,7 +341,7 @@ TEST_CASE("npy: an empty shape whose strides would overflow ptrdiff_t is refused
   CHECK(read_npy_header(file).size == 0);
 }
 
-TEST_CASE("npy: the dtype must match T; no silent conversion") {
+TEST_CASE("npy: the dtype must match T - no silent conversion") {
   TempDir dir;
   save_npy(dir / "d.npy", xt::xarray<double>{1.0, 2.0});
   save_npy(dir / "f.npy", xt::xarray<float>{1.0f, 2.0f});

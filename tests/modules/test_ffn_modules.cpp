@@ -127,7 +127,7 @@ TEST_CASE("modules: GatedFFN matches the gated reference, with and without biase
                           {"GatedFFN", "'d_hidden'"});
 }
 
-TEST_CASE("modules: copies own their parameters; zero_grad clears every gradient") {
+TEST_CASE("modules: copies own their parameters - zero_grad clears every gradient") {
   PositionwiseFFN<double> a(3, 4);
   PositionwiseFFN<double> b = a;
   b.w1.weight.value(0, 0) += 1.0;

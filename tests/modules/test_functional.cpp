@@ -84,7 +84,7 @@ TEST_CASE("functional: the gated worked example gives [[2, 6]]") {
 }
 
 TEST_CASE_TEMPLATE(
-    "functional: leading axes [D], [T,D], [B,T,D], [2,3,4,D], [0,D]; inputs unchanged", T, float,
+    "functional: leading axes [D], [T,D], [B,T,D], [2,3,4,D], [0,D] - inputs unchanged", T, float,
     double) {
   const TwoLayerInputs p;
   const xt::xarray<T> w1 = p.w1, b1 = p.b1, w2 = p.w2, b2 = p.b2;

@@ -232,7 +232,8 @@ TEST_CASE("GPT: seeded sampling repeats, other seeds differ, top_k restricts the
   CHECK(model.generate({1, 2}, 0) == std::vector<std::int64_t>{1, 2});
 }
 
-TEST_CASE("next_token_loss: cross_entropy of the logits [B, T, V] flattened; other ranks refused") {
+TEST_CASE(
+    "next_token_loss: cross_entropy of the logits [B, T, V] flattened - other ranks refused") {
   GPT<double> model(tiny(GPTStyle::gpt2));
   spread(model, 2);
   Tape<double> tape;
@@ -246,7 +247,7 @@ TEST_CASE("next_token_loss: cross_entropy of the logits [B, T, V] flattened; oth
                        std::invalid_argument);
 }
 
-TEST_CASE("GPT: dropout in training only; gradcheck of a block with its dropout masks fixed") {
+TEST_CASE("GPT: dropout in training only - gradcheck of a block with its dropout masks fixed") {
   for (const GPTStyle style : {GPTStyle::gpt2, GPTStyle::llama}) {
     INFO("style " << style_name(style));
     GPTConfig c = tiny(style);

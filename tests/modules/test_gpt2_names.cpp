@@ -82,7 +82,8 @@ TEST_CASE("GPT names: a Hugging Face GPT-2 state dict loads with load_state_dict
   CHECK(std::get<GPT2MLP<double>>(model.h[0].mlp).c_fc.weight.value.shape() == Shape{32, 128});
 }
 
-TEST_CASE("GPT names: a state dict with the former MLP names is refused, saying how; it converts") {
+TEST_CASE(
+    "GPT names: a state dict with the former MLP names is refused, saying how - it converts") {
   GPT<double> model(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
   GPT<double> reference(gpt2_config_from_json(transformer_fixture_file("gpt2_tiny_config.json")));
   reference.load_state_dict(hf_state_dict(), false);

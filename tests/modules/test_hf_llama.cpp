@@ -189,7 +189,7 @@ TEST_CASE_TEMPLATE("export_llama: load_llama reads the export back bit for bit",
                           {"export_llama", "'dir'", "model.safetensors.index.json"});
 }
 
-TEST_CASE("LlamaForCausalLM: save and load as any module; GPT's options it uses") {
+TEST_CASE("LlamaForCausalLM: save and load as any module - GPT's options it uses") {
   const TempDir dir("hf_llama_module");
   const LlamaForCausalLM<float> model = load_llama<float>(fixture("qwen2_bias"));
   model.save(dir / "qwen.safetensors");

@@ -227,7 +227,7 @@ TEST_CASE("modules: Embedding's weight gradient against central differences") {
 
 // ---------------------------------------------------------------- the Module base
 
-TEST_CASE("modules: train() / eval() reach every descendant; named_modules() is torch's") {
+TEST_CASE("modules: train() / eval() reach every descendant - named_modules() is torch's") {
   PreNormResidualOptions options;
   options.dropout = 0.1;
   options.ffn_dropout = 0.2;

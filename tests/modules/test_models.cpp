@@ -78,7 +78,7 @@ TEST_CASE_TEMPLATE("models: Sequential names its children 0, 1, ... as torch", T
   CHECK(moved.named_parameters().size() == 4);
 }
 
-TEST_CASE("models: Sequential is its children applied in order; empty is the identity") {
+TEST_CASE("models: Sequential is its children applied in order - empty is the identity") {
   Sequential<double> net;
   Linear<double>& first = net.emplace_back<Linear<double>>(3, 5);
   net.emplace_back<ActivationLayer<double>>(Activation::gelu);

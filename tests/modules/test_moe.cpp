@@ -229,7 +229,7 @@ struct OneRank final : MoeExchange {
   }
 };
 
-TEST_CASE("SparseMoe: experts sharded over one rank compute as unsharded; gradcheck of the op") {
+TEST_CASE("SparseMoe: experts sharded over one rank compute as unsharded - gradcheck of the op") {
   SparseMoeOptions o;
   o.num_experts = 3;
   o.top_k = 2;
@@ -278,7 +278,7 @@ TEST_CASE("SparseMoe: experts sharded over one rank compute as unsharded; gradch
   CHECK(message_of([&] { op(v, nullptr); }).find("'exchange' is null") != std::string::npos);
 }
 
-TEST_CASE("SparseMoe: zero tokens; create_graph refuses the experts op") {
+TEST_CASE("SparseMoe: zero tokens - create_graph refuses the experts op") {
   SparseMoe<double> block = mixtral_block<double>();
   Tape<double> tape;
   const Var<double> x = tape.leaf(xt::xarray<double>::from_shape({0, fx::mixtral_c}));

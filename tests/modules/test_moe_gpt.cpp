@@ -327,7 +327,7 @@ TEST_CASE("MoE GPT: the KV cache and generate equal the full forward (gpt2, llam
   }
 }
 
-TEST_CASE("MoE GPT: save and load round trip; a dense or other MoE model refuses the checkpoint") {
+TEST_CASE("MoE GPT: save and load round trip - a dense or other MoE model refuses the checkpoint") {
   GPT<double> model(tiny_moe(GPTStyle::llama));
   spread(model, 9);
   const fs::path path = scratch("moe_gpt.safetensors");

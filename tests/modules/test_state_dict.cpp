@@ -67,7 +67,7 @@ TEST_CASE_TEMPLATE("state dict: the names are torch's state_dict names, in its o
   CHECK(dict_names(Dropout<T>(0.1)).empty());
 }
 
-TEST_CASE_TEMPLATE("state dict: values are copies; a round trip restores every bit", T, float,
+TEST_CASE_TEMPLATE("state dict: values are copies - a round trip restores every bit", T, float,
                    double) {
   Generator g1(1), g2(2);
   FeedForward<T> a(4, 16, Activation::gelu, g1), b(4, 16, Activation::gelu, g2);

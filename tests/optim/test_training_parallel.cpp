@@ -91,7 +91,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "training::TrainingOptimizer: save and resume hand over the one optimizer; a bad stage is "
+    "training::TrainingOptimizer: save and resume hand over the one optimizer - a bad stage is "
     "refused") {
   Generator g(3);
   Linear<float> m(3, 2, true, g);
@@ -150,7 +150,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "training::save_sizes and SavedRun::sizes: a list of sizes and back; a missing one named") {
+    "training::save_sizes and SavedRun::sizes: a list of sizes and back - a missing one named") {
   TrainingExtras extras;
   training::save_sizes(extras, "experts.0.", {3, 0, 7});
   CHECK(extras.integers.size() == 3);
@@ -183,7 +183,7 @@ TEST_CASE("training::position_extras: the identity, the step and the history, as
   CHECK(extras.integers.at("history.1.epoch") == 2);
 }
 
-TEST_CASE("training::routed_tokens_by_layer: one row of E counts per layer; a bad E refused") {
+TEST_CASE("training::routed_tokens_by_layer: one row of E counts per layer - a bad E refused") {
   const std::vector<std::size_t> tokens{1, 2, 3, 4, 5, 6};
   using Rows = std::vector<std::vector<std::size_t>>;
   CHECK(training::routed_tokens_by_layer(tokens, 3) == Rows{{1, 2, 3}, {4, 5, 6}});

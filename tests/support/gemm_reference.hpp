@@ -20,17 +20,29 @@ struct GemmDims {
   std::size_t m, n, k;
 };
 
-// c (+)= op(a) op(b) in long double; a, b stored as gemm reads them.
+// c (+)= op(a) op(b) in long double; a, b stored as gemm reads them (row
+// major, contiguous). Raw indexing rather than xtensor's operator(): the
+// sanitized build compiles the tests at -O0, where each a(i, p) is a chain of
+// calls and these loops took most of the GEMM tests' time.
 template <class T>
 xt::xarray<double> gemm_reference(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
                                   const xt::xarray<T>& c0, bool accumulate, GemmDims d) {
+  REQUIRE(a.size() == d.m * d.k);
+  REQUIRE(b.size() == d.k * d.n);
+  REQUIRE((!accumulate || c0.size() == d.m * d.n));
   xt::xarray<double> c = xt::zeros<double>({d.m, d.n});
+  const T* const av = a.data();
+  const T* const bv = b.data();
+  double* const cv = c.data();
+  // a(i, p) is av[i * a_row + p * a_col], b(p, j) is bv[p * b_row + j * b_col]
+  const std::size_t a_row = ta ? 1 : d.k, a_col = ta ? d.m : 1;
+  const std::size_t b_row = tb ? 1 : d.n, b_col = tb ? d.k : 1;
   for (std::size_t i = 0; i < d.m; ++i)
     for (std::size_t j = 0; j < d.n; ++j) {
-      long double s = accumulate ? c0(i, j) : 0;
+      long double s = accumulate ? c0.data()[i * d.n + j] : 0;
       for (std::size_t p = 0; p < d.k; ++p)
-        s += static_cast<long double>(ta ? a(p, i) : a(i, p)) * (tb ? b(j, p) : b(p, j));
-      c(i, j) = static_cast<double>(s);
+        s += static_cast<long double>(av[i * a_row + p * a_col]) * bv[p * b_row + j * b_col];
+      cv[i * d.n + j] = static_cast<double>(s);
     }
   return c;
 }
