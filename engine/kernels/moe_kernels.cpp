@@ -177,7 +177,8 @@ void expert_forward(const char* op, const MoeExpertSet<T>& set, std::size_t e, T
   const std::size_t c = set.c, h = set.h;
   const Cut cut(set, e, set.offsets[e + 1] - set.offsets[e]);
   const MoeExpertWeights<T>& w = set.weights[e];
-  const std::size_t block = block_rows<T>(cut.tile, h);
+  // the backward's blocks (cut below), shared with its scratch
+  const std::size_t block = block_rows<T>(cut.tile, h, k_backward_buffers);
   T* const a = thread_scratch<T>(ScratchSlot::fused_activation, block * h);
   T* const o = thread_scratch<T>(ScratchSlot::moe_rows, block * c);
   for (std::size_t t0 = 0; t0 < cut.ne; t0 += cut.tile) {
@@ -307,7 +308,7 @@ void expert_backward(const char* op, const MoeExpertSet<T>& set, std::size_t e, 
   MoeGradTarget<T>*dw1 = dw.dw1[e], *dw3 = dw.dw3[e], *dw2 = dw.dw2[e];
   const bool want_dx = rows.want_dx(), want_dw = rows.want_dw();
   const bool want_g = want_dx || dw1, want_u = want_dx || dw3;
-  const Cut cut(set, e, block_rows<T>(set.offsets.back(), h));
+  const Cut cut(set, e, block_rows<T>(set.offsets.back(), h, k_backward_buffers));
   if (cut.ne == 0 || !(want_g || want_u || dw2 || want_dw)) return;
   const BlockScratch<T> s =
       block_scratch<T>(cut.tile, h, want_g, want_u, want_g || want_u || want_dw, dw2 || want_dw);

@@ -55,9 +55,9 @@ Grads run(bool fused, const std::optional<xt::xarray<T>>& uv, const xt::xarray<T
 
 TEST_CASE_TEMPLATE("fused dropout: equals linear(dropout(f(h)), W, b) over several row blocks", T,
                    float, double) {
-  // in = 4096: a row block is 64 (double) or 128 (float) rows, so 300 rows
-  // are several blocks, the last one partial; the mask must follow each
-  // element's flat index across them.
+  // in = 4096: a backward row block is 64 (double) or 128 (float) rows, a
+  // forward one 128 or 256, so 300 rows are several blocks, the last one
+  // partial; the mask must follow each element's flat index across them.
   const std::size_t n = 300, in = 4096, out = 3;
   const DropoutKey key{20261201, 7, 12345};
   const double p = 0.3;

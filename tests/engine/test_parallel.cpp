@@ -251,9 +251,10 @@ TEST_CASE(
     "parallel passes: the fused FFN ops over many row blocks, shared out whole, same bits on 1-3 "
     "threads, f32 and bf16") {
   using V = Var<float>;
-  // A hidden of 4096 floats makes row blocks of 128 rows (kernels/row_blocks.hpp):
-  // 549 rows are 5 blocks, the last one short, so that 2 and 3 threads take
-  // whole blocks in rounds of two, the last round partial.
+  // A hidden of 4096 floats makes row blocks of 128 rows backward and 256
+  // forward (kernels/row_blocks.hpp): 549 rows are 5 and 3 blocks, the last
+  // one short, so that 2 and 3 threads take whole blocks in rounds of two,
+  // the last round partial.
   const std::size_t rows = 549, hidden = 4096, out = 48;
   const HiddenDropout drop{0.25, DropoutKey{5, 1, 0}};
   // drawn once: drawing them took most of the case's time
