@@ -23,6 +23,7 @@ namespace xtgrad {
 namespace {
 
 using detail::block_rows;  // a block of a (and da): kernels/row_blocks.hpp
+using detail::forward_block_rows;
 
 template <class T>
 detail::MatrixRef<const T> matrix(const T* data, std::size_t rows, std::size_t cols) {
@@ -154,7 +155,7 @@ void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, 
   // the floor were 1.01x with them, 1.02-1.05x with the longer ones (Zen 5,
   // N 4096, H 2048), where f(h) gained 1.09-1.11x -> 1.03-1.04x.
   const std::size_t block =
-      block_rows<T>(n, in, nd.ui ? detail::k_backward_buffers : detail::k_forward_buffers);
+      nd.ui ? block_rows<T>(n, in, detail::k_backward_buffers) : forward_block_rows<T>(n, in);
   const std::size_t blocks = (n + block - 1) / block;
   const std::size_t round = blocks_at_once<T>(blocks, block, out, in);
   T* const a_round =

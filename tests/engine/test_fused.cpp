@@ -199,8 +199,8 @@ TEST_CASE_TEMPLATE("fused: values and every gradient match the long-double refer
 TEST_CASE_TEMPLATE("fused: several row blocks on the BLAS path match the reference", T, float,
                    double) {
   // in = 1024: backward blocks of 512 (float) or 256 (double) rows, so N = 600
-  // is 2 or 3 blocks, the last one short (the forward's blocks are twice as
-  // long: 1 or 2); every GEMM is far above the small-product path.
+  // is 2 or 3 blocks, the last one short (forward blocks of 512 rows: 2);
+  // every GEMM is far above the small-product path.
   std::uint32_t seed = 300;
   for (bool gated : {false, true})
     for (bool in_out : {false, true}) {
