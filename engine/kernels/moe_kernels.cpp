@@ -177,7 +177,7 @@ void expert_forward(const char* op, const MoeExpertSet<T>& set, std::size_t e, T
   const std::size_t c = set.c, h = set.h;
   const Cut cut(set, e, set.offsets[e + 1] - set.offsets[e]);
   const MoeExpertWeights<T>& w = set.weights[e];
-  // the backward's blocks (cut below), shared with its scratch
+  // blocks as long as the backward's (row_blocks.hpp)
   const std::size_t block = block_rows<T>(cut.tile, h, k_backward_buffers);
   T* const a = thread_scratch<T>(ScratchSlot::fused_activation, block * h);
   T* const o = thread_scratch<T>(ScratchSlot::moe_rows, block * c);

@@ -7,14 +7,13 @@
 // after it reads it, and a block is at least k_min_block_rows rows, so that
 // the GEMMs stay near the speed of one big call. A backward holds two
 // buffers per block (a and its gradient), a forward one (a): in the same
-// scratch the forward's blocks can be twice as long, which its GEMM wants
-// while they are short
-// (oneDNN, [rows, 2048] . [2048, 512] on a 2-core Zen 5, one thread, against
-// one [4096, 2048] product: 256-row blocks 1.13x its time, 512-row 1.03x,
-// 1024-row 1.02x; dy . W in 256-row blocks 1.06x, the sum dW over 256-row
-// blocks 1.00x). The blocks depend on the shape only, never on the thread
-// count: the fused ops share them out whole, a block a thread, and each
-// thread holds a block of its own.
+// scratch a forward's blocks can be up to twice as long, which its GEMM
+// wants while they are short (oneDNN, [rows, 2048] . [2048, 512] on a 2-core
+// Zen 5, one thread, against one [4096, 2048] product: 256-row blocks 1.13x
+// its time, 512-row 1.03x, 1024-row 1.02x; dy . W in 256-row blocks 1.06x,
+// the sum dW over 256-row blocks 1.00x). The blocks depend on the shape
+// only, never on the thread count: the fused ops share them out whole, a
+// block a thread, and each thread holds a block of its own.
 
 #include <algorithm>
 #include <cstddef>

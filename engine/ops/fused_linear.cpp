@@ -274,8 +274,8 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   const std::size_t block = nd.one_block ? n : block_rows<T>(n, in, detail::k_backward_buffers);
   const std::size_t blocks = (n + block - 1) / block;
   const std::size_t round = blocks_at_once<T>(blocks, block, in, nd.out);
-  // a's and da's round buffers one after the other in one slot: the scratch
-  // the forward's (twice as long) blocks of a took
+  // a's and da's round buffers one after the other in one slot, the scratch
+  // that the forward's (up to twice as long) blocks of a took
   const bool want_a = dw_slot.data != nullptr;
   const std::size_t round_size = round * block * in;
   T* const buffers = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation,
