@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include <xtensor/xarray.hpp>
 
@@ -27,8 +28,10 @@ struct GemmDims {
 template <class T>
 xt::xarray<double> gemm_reference(const xt::xarray<T>& a, bool ta, const xt::xarray<T>& b, bool tb,
                                   const xt::xarray<T>& c0, bool accumulate, GemmDims d) {
-  REQUIRE(a.size() == d.m * d.k);
-  REQUIRE(b.size() == d.k * d.n);
+  // the shapes the raw indexing below assumes
+  using S = std::vector<std::size_t>;
+  REQUIRE(S(a.shape().begin(), a.shape().end()) == (ta ? S{d.k, d.m} : S{d.m, d.k}));
+  REQUIRE(S(b.shape().begin(), b.shape().end()) == (tb ? S{d.n, d.k} : S{d.k, d.n}));
   REQUIRE((!accumulate || c0.size() == d.m * d.n));
   xt::xarray<double> c = xt::zeros<double>({d.m, d.n});
   const T* const av = a.data();
