@@ -216,6 +216,34 @@ TEST_CASE_TEMPLATE("fused: several row blocks on the BLAS path match the referen
     }
 }
 
+TEST_CASE_TEMPLATE("fused: gradients added onto earlier ones over several row blocks", T, float,
+                   double) {
+  // The second backward adds onto the first's gradients: h's (or g's) is then
+  // not fresh, and its blocks go through da's own buffer, not h's gradient.
+  std::uint32_t seed = 350;
+  for (bool gated : {false, true}) {
+    CAPTURE(gated);
+    const Activation f = gated ? Activation::silu : Activation::gelu;
+    const Case<T> c = random_case<T>(gated, {600, 1024}, 24, false, true, f, seed += 10);
+    const xt::xarray<T> dy = y_shaped(c, 24, seed + 5);
+    Tape<T> tape;
+    std::optional<Var<T>> u, b;
+    Var<T> g, w;
+    const Var<T> y = call(c, tape, u, g, w, b);
+    tape.backward(y, dy);
+    tape.backward(y, dy);
+    const Outputs expected = reference(c, dy);
+    const double tol = 2 * tolerance<T>(1024);
+    check_close(xt::xarray<double>(xt::cast<double>(g.grad())), xt::xarray<double>(2 * expected.dg),
+                tol, tol);
+    if (u)
+      check_close(xt::xarray<double>(xt::cast<double>(u->grad())),
+                  xt::xarray<double>(2 * expected.du), tol, tol);
+    check_close(xt::xarray<double>(xt::cast<double>(w.grad())), xt::xarray<double>(2 * expected.dw),
+                2 * tolerance<T>(600), 2 * tolerance<T>(600));
+  }
+}
+
 TEST_CASE("fused: gradcheck over every input, both layouts, every activation") {
   for (Activation f : k_all_activations) {
     CAPTURE(to_string(f));
