@@ -35,6 +35,20 @@ foreach(expected "attention,BH=2 T=64 full th=1,ms,[0-9][^,]*,[0-9]"
     message(FATAL_ERROR "bench.csv has no row matching '${expected}':\n${csv}")
   endif()
 endforeach()
+# The precision rows where the CPU has a native bf16 matmul; elsewhere the
+# run must say why it skipped them.
+if(errors MATCHES "precision: skipped")
+  set(precision_rows)
+else()
+  set(precision_rows "precision,char L2 H2 C32 T32 B4 bf16 / f32,ms,[0-9][^,]*,[0-9]"
+                     "precision,block L1 H4 C64 T64 B1 bf16 / f32,ms,[0-9][^,]*,[0-9]")
+endif()
+foreach(expected ${precision_rows})
+  string(REGEX MATCH "${expected}" found "${csv}")
+  if(NOT found)
+    message(FATAL_ERROR "bench.csv has no row matching '${expected}':\n${csv}")
+  endif()
+endforeach()
 foreach(expected "\"threads\": \"2\"" "\"section\": \"memory\"" "\"cpu\": " "\"load_average\": ")
   string(FIND "${json}" "${expected}" at)
   if(at EQUAL -1)

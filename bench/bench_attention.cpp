@@ -24,6 +24,12 @@
 //              T = 128, B = 32, vocabulary 96) and one GPT-2-small block
 //              (1 layer, 12 heads, C = 768, T = 1024, B = 1, vocabulary 96,
 //              so that the block, not the lm_head, is what is timed)
+//   precision  the gpt rows' step at bf16 matmul precision against itself
+//              at f32 (highest), interleaved round by round in one process,
+//              the precision set before every sample; xt/floor is the bf16
+//              time over the f32 time (its inverse, the speedup, is printed
+//              as the row runs). Skipped, saying so, where this build and
+//              CPU have no native bf16 matmul
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -35,6 +41,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include <xtgrad/engine/matmul_precision.hpp>
 
 #include "attention_cases.hpp"
 #include "bench_run.hpp"
@@ -54,7 +62,7 @@ constexpr std::size_t k_vocab = 96;  // a character vocabulary
 constexpr double k_kib_per_mib = 1024.0;
 constexpr int k_profile_warmup = 3;
 
-const std::vector<std::string> k_sections{"attention", "scaling", "gpt", "memory"};
+const std::vector<std::string> k_sections{"attention", "scaling", "gpt", "precision", "memory"};
 
 // The attention rows run at each of RunOptions::thread_counts.
 struct Options : RunOptions {
@@ -156,6 +164,32 @@ void gpt_rows(const Options& o, std::vector<Row>& rows) {
                             libtorch, o.timing));
     std::cerr << "  " << gpt_name(shape) << "\n";
   }
+}
+
+// Each sample after its precision is set, as scaling_rows sets its thread
+// count: one model, one optimizer, the two precisions' steps alternating.
+void precision_rows(const Options& o, std::vector<Row>& rows) {
+  if (!matmul_precision_supported(MatmulPrecision::bf16)) {
+    std::cerr << "  precision: skipped, no native bf16 matmul in this build on this CPU\n";
+    return;
+  }
+  const MatmulPrecision run_precision = get_matmul_precision();
+  for (const GptShape& shape : gpt_shapes(o.quick)) {
+    const Runner step = xtgrad_gpt_step(shape);
+    const auto at = [&step](MatmulPrecision precision) {
+      return Contestant{matmul_precision_name(precision), step,
+                        [precision] { set_matmul_precision(precision); }};
+    };
+    const std::vector<Timing> t =
+        measure_interleaved({at(MatmulPrecision::bf16), at(MatmulPrecision::highest)}, o.timing);
+    Row row{"precision", gpt_name(shape) + " bf16 / f32", "ms"};
+    row.xtgrad = t[0].median * 1e3;
+    row.floor = t[1].median * 1e3;
+    row.xtgrad_over_floor = paired_ratio(t[0], t[1]);
+    std::cerr << "  " << row.name << ": speedup " << 1.0 / row.xtgrad_over_floor << "\n";
+    rows.push_back(row);
+  }
+  set_matmul_precision(run_precision);
 }
 
 // ---- peak memory ----
@@ -265,11 +299,14 @@ int run(const Options& o) {
   if (wants(o, "attention")) attention_rows(o, rows);
   if (wants(o, "scaling")) scaling_rows(o, rows);
   if (wants(o, "gpt")) gpt_rows(o, rows);
+  if (wants(o, "precision")) precision_rows(o, rows);
   if (wants(o, "memory")) memory_rows(o, rows);
 
   report_run(rows, meta, o,
              "\nxt/floor, LT/floor: time over the GEMM floor (the 2 + 5 products of each head);"
              "\nscaling: xtgrad at --threads against itself at 1 thread (xt/floor: their ratio)."
+             "\nprecision: the gpt step at bf16 (xtgrad) against f32 (floor), xt/floor their "
+             "ratio."
              "\nxt/LT < 1: xtgrad is faster (or smaller). th = threads.\n");
   return 0;
 }
