@@ -17,6 +17,7 @@ enum class ScratchSlot : std::size_t {
   fused_activation,   // ops/fused_linear, kernels/moe_kernels: blocks of rows of f(h) or u * f(g)
                       // (and in fused_linear's backward, after them, their gradient)
   fused_gradient,     // kernels/moe_kernels: the same block of its gradient
+  fused_weight_bf16,  // ops/fused_linear: the weight in bfloat16, read by every row block's product
   gemm_pack,          // kernels/gemm: an operand of a small product, repacked
   gemm_bf16_a,        // kernels/onednn_gemm: a's stored block in bfloat16 (std::uint16_t)
   gemm_bf16_b,        // kernels/onednn_gemm: b's stored block in bfloat16 (std::uint16_t)

@@ -27,7 +27,10 @@
 #include <xtgrad/engine/kernels/gemm.hpp>
 #include <xtgrad/engine/kernels/onednn_gemm.hpp>
 #include <xtgrad/engine/matmul_precision.hpp>
+#include <xtgrad/engine/ops/activation_derivatives.hpp>
+#include <xtgrad/engine/ops/activations.hpp>
 #include <xtgrad/engine/ops/fused_linear.hpp>
+#include <xtgrad/engine/ops/gated.hpp>
 #include <xtgrad/engine/ops/linear.hpp>
 #include <xtgrad/engine/tape.hpp>
 #include <xtgrad/engine/threads.hpp>
@@ -317,6 +320,42 @@ TEST_CASE("matmul precision: linear and the fused FFN ops, forward and backward,
       CHECK(diff <= 2e-2 * norm);             // a few times 2^-8, the error of each GEMM
       if (i != 5) CHECK(diff > 1e-6 * norm);  // and not float (db2 = sum of dy: no GEMM)
     }
+  }
+}
+
+TEST_CASE("matmul precision: the fused ops' block products are those of the rounded operands") {
+  if (!bf16_supported()) return;
+  // in = 1024: row blocks of 512, so 600 rows are two blocks, each product
+  // reading the weight (rounded once for all of them). Against the exact
+  // products of the rounded operands, to float accumulation: y = a W^T + b
+  // and da = dy W, a = f(h) or u * f(g) computed by the unfused float ops.
+  const std::size_t n = 600, in = 1024, out = 24;
+  const xt::xarray<float> u0 = random_array<float>({n, in}, 41);
+  const xt::xarray<float> g0 = random_array<float>({n, in}, 42, -3.0, 3.0);
+  const xt::xarray<float> w0 = random_array<float>({out, in}, 43);
+  const xt::xarray<float> b0 = random_array<float>({out}, 44);
+  const xt::xarray<float> dy = random_array<float>({n, out}, 45);
+  const xt::xarray<float> bias_rows = xt::broadcast(b0, {n, out});
+  const PrecisionScope scope(MatmulPrecision::bf16);
+  for (bool gated_op : {false, true}) {
+    CAPTURE(gated_op);
+    const Activation f = gated_op ? Activation::silu : Activation::gelu;
+    Tape<float> tape;
+    const Var<float> u = tape.leaf(u0), g = tape.leaf(g0), w = tape.leaf(w0), b = tape.leaf(b0);
+    const Var<float> y = gated_op ? gated_linear(u, g, f, w, b) : activation_linear(g, f, w, b);
+    tape.backward(y, dy);
+    // the unfused float ops (no GEMM): a, and the factor of da in g's gradient
+    const xt::xarray<float> a = gated_op ? gated(u, g, f).value() : activation(g, f).value();
+    const xt::xarray<float> slope = activation_derivative(g, f, 1).value();
+    const xt::xarray<double> expected_y =
+        gemm_reference(rounded(a), false, rounded(w0), true, bias_rows, true, {n, out, in});
+    check_close(y.value(), expected_y, 2e-6 * (10.0 + in), 2e-6 * (10.0 + in));
+    const xt::xarray<double> da = gemm_reference(rounded(dy), false, rounded(w0), false,
+                                                 xt::xarray<float>(), false, {n, in, out});
+    const xt::xarray<double> expected_dg =
+        gated_op ? xt::xarray<double>(da * xt::cast<double>(u0) * xt::cast<double>(slope))
+                 : xt::xarray<double>(da * xt::cast<double>(slope));
+    check_close(g.grad(), expected_dg, 2e-6 * (10.0 + out), 2e-6 * (10.0 + out));
   }
 }
 
