@@ -218,8 +218,8 @@ TEST_CASE_TEMPLATE("fused: several row blocks on the BLAS path match the referen
 
 TEST_CASE_TEMPLATE("fused: gradients added onto earlier ones over several row blocks", T, float,
                    double) {
-  // The second backward adds onto the first's gradients: h's (or g's) is then
-  // not fresh, and its blocks go through da's own buffer, not h's gradient.
+  // The second backward adds onto the first's gradients: h's (or u's and g's)
+  // then accumulates, a row block at a time, and must end at twice the first.
   std::uint32_t seed = 350;
   for (bool gated : {false, true}) {
     CAPTURE(gated);
