@@ -75,6 +75,15 @@ void gemm(const char* op, MatrixRef<const T> a, bool transpose_a, MatrixRef<cons
 template <class T>
 bool gemm_runs_bf16(std::size_t m, std::size_t n, std::size_t k);
 
+enum class ScratchSlot : std::size_t;  // scratch.hpp
+
+// a with its bf16 rounding attached (MatrixRef::bf16), made in this thread's
+// scratch `slot`: for an operand that several products read where they run
+// in bf16 (gemm_runs_bf16), rounded once by its owner instead of once in
+// each product, with the same bits. T = double: a as it is.
+template <class T>
+MatrixRef<const T> with_bf16_rounding(MatrixRef<const T> a, ScratchSlot slot);
+
 // Whether gemm<T> runs an [m, k] . [k, n] product on xtgrad's own threads
 // (oneDNN's parts in the pool, or xtgrad's loops), not on OpenBLAS's: then
 // several such products may run at once, one per thread of a pool job, each

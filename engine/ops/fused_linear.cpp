@@ -5,7 +5,6 @@
 
 #include "../check.hpp"
 #include "../kernels/activation_kernels.hpp"
-#include "../kernels/bf16.hpp"
 #include "../kernels/dropout_mask.hpp"
 #include "../kernels/gemm.hpp"
 #include "../kernels/parallel.hpp"
@@ -33,23 +32,6 @@ detail::MatrixRef<const T> matrix(const T* data, std::size_t rows, std::size_t c
 template <class T>
 detail::MatrixRef<T> matrix(T* data, std::size_t rows, std::size_t cols) {
   return {data, rows, cols};
-}
-
-// w with its bf16 rounding attached when a block's [m, k] . [k, n] product
-// with it runs in bf16: made once here for all the blocks, where gemm would
-// round w again in every block's product (8 to 16 times an op at N 4096).
-template <class T>
-detail::MatrixRef<const T> rounded_once(detail::MatrixRef<const T> w, std::size_t m, std::size_t n,
-                                        std::size_t k) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (detail::gemm_runs_bf16<T>(m, n, k)) {
-      auto* w16 = detail::thread_scratch<std::uint16_t>(detail::ScratchSlot::fused_weight_bf16,
-                                                        w.rows * w.cols);
-      detail::to_bf16_matrix(w.data, w.cols, w.rows, w.cols, w16);
-      w.bf16 = w16;
-    }
-  }
-  return w;
 }
 
 // The hidden dropout of a row block: block[count] = m * block / (1 - p) in
@@ -173,8 +155,9 @@ void fused_forward(const char* op, const Tape<T>& tape, const FusedNode<T>& nd, 
   // N 4096, H 2048), where f(h) gained 1.09-1.11x -> 1.03-1.04x.
   const std::size_t block =
       nd.ui ? block_rows<T>(n, in, detail::k_backward_buffers) : forward_block_rows<T>(n, in);
-  const auto w =
-      rounded_once(matrix(tape.value(nd.wi).data(), nd.w_rows(), nd.w_cols()), block, out, in);
+  auto w = matrix(tape.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
+  if (detail::gemm_runs_bf16<T>(block, out, in))  // read by every block: rounded once here
+    w = detail::with_bf16_rounding(w, detail::ScratchSlot::fused_weight_bf16);
   const std::size_t blocks = (n + block - 1) / block;
   const std::size_t round = blocks_at_once<T>(blocks, block, out, in);
   T* const a_round =
@@ -299,14 +282,16 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   const std::size_t round_size = round * block * in;
   T* const buffers = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation,
                                                (std::size_t(want_a) + want_input) * round_size);
-  // W is read by da's products only
-  const auto w = matrix(t.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
+  // W is read by da's products only, by every block's: at bf16 rounded once here
+  auto w = matrix(t.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
+  if (want_input && detail::gemm_runs_bf16<T>(block, in, nd.out))
+    w = detail::with_bf16_rounding(w, detail::ScratchSlot::fused_weight_bf16);
   FusedBackward<T> b{op,
                      nd,
                      dy.data(),
                      nd.ui ? t.value(*nd.ui).data() : nullptr,
                      t.value(nd.gi).data(),
-                     want_input ? rounded_once(w, block, in, nd.out) : w,
+                     w,
                      detail::weight_tag(t.node_param(nd.wi)),  // read packed
                      du_slot.data,
                      dg_slot.data,

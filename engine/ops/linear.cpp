@@ -7,7 +7,6 @@
 
 #include "../check.hpp"
 #include "../errors.hpp"
-#include "../kernels/bf16.hpp"
 #include "../kernels/gemm.hpp"
 #include "../kernels/scratch.hpp"
 #include "matmul.hpp"
@@ -56,9 +55,7 @@ void linear_backward(const char* op, const LinearGeometry& d, Tape<T>& t, const 
   if (dx_needed && dw_needed && gemm_runs_bf16<T>(d.n, d.in, d.out) &&
       gemm_runs_bf16<T>(dw_rows, dw_cols, d.n)) {
     // Both products read dy's bf16 rounding: made once here (gemm would round it in each).
-    auto* dy_bf16 = thread_scratch<std::uint16_t>(ScratchSlot::linear_dy_bf16, d.n * d.out);
-    if constexpr (std::is_same_v<T, float>) to_bf16_matrix(dy.data(), d.out, d.n, d.out, dy_bf16);
-    dy_rows.bf16 = dy_bf16;
+    dy_rows = with_bf16_rounding(dy_rows, ScratchSlot::linear_dy_bf16);
   }
   if (dx_needed) {  // out_in: dx[N,in] (+)= dy[N,out] . W[out,in];  in_out: . W^T
     GradSlot<T> dx = t.grad_slot(xi);
