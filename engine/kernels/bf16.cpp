@@ -1,9 +1,12 @@
 #include "bf16.hpp"
 
+#include "gemm.hpp"
 #include "parallel.hpp"
+#include "scratch.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -65,5 +68,18 @@ void to_bf16_matrix(const float* src, std::size_t ld, std::size_t rows, std::siz
                         to_bf16_row(src + r * ld, cols, dst + r * cols);
                     });
 }
+
+template <class T>
+MatrixRef<const T> with_bf16_rounding(MatrixRef<const T> a, ScratchSlot slot) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::uint16_t* rounded = thread_scratch<std::uint16_t>(slot, a.rows * a.cols);
+    to_bf16_matrix(a.data, a.cols, a.rows, a.cols, rounded);
+    a.bf16 = rounded;
+  }
+  return a;
+}
+
+template MatrixRef<const float> with_bf16_rounding(MatrixRef<const float>, ScratchSlot);
+template MatrixRef<const double> with_bf16_rounding(MatrixRef<const double>, ScratchSlot);
 
 }  // namespace xtgrad::detail

@@ -2,7 +2,6 @@
 
 #include "../gemm_backend.hpp"
 #include "../matmul_precision.hpp"
-#include "bf16.hpp"
 #include "gemm_streaming.hpp"
 #include "onednn_gemm.hpp"
 #include "openblas_info.hpp"
@@ -423,23 +422,12 @@ void sum_rows(const T* dy, std::size_t n, std::size_t cols, T* db, bool accumula
   });
 }
 
-template <class T>
-MatrixRef<const T> with_bf16_rounding(MatrixRef<const T> a, ScratchSlot slot) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::uint16_t* rounded = thread_scratch<std::uint16_t>(slot, a.rows * a.cols);
-    to_bf16_matrix(a.data, a.cols, a.rows, a.cols, rounded);
-    a.bf16 = rounded;
-  }
-  return a;
-}
-
 #define XTGRAD_INSTANTIATE_GEMM(T)                                                             \
   template void gemm<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,       \
                         MatrixRef<T>, bool, WeightTag);                                        \
   template void gemm_bias<T>(const char*, MatrixRef<const T>, bool, MatrixRef<const T>, bool,  \
                              MatrixRef<T>, const T*, WeightTag);                               \
   template bool gemm_runs_bf16<T>(std::size_t, std::size_t, std::size_t);                      \
-  template MatrixRef<const T> with_bf16_rounding<T>(MatrixRef<const T>, ScratchSlot);          \
   template bool gemm_on_pool_threads<T>(std::size_t, std::size_t, std::size_t);                \
   template void blas_gemm<T>(MatrixRef<const T>, bool, MatrixRef<const T>, bool, MatrixRef<T>, \
                              bool);                                                            \
