@@ -282,7 +282,7 @@ void fused_backward(const char* op, Tape<T>& t, const FusedNode<T>& nd, const xt
   const std::size_t round_size = round * block * in;
   T* const buffers = detail::thread_scratch<T>(detail::ScratchSlot::fused_activation,
                                                (std::size_t(want_a) + want_input) * round_size);
-  // W is read by da's products only, by every block's: at bf16 rounded once here
+  // W is read only by the blocks' da products: at bf16 rounded once here for all of them
   auto w = matrix(t.value(nd.wi).data(), nd.w_rows(), nd.w_cols());
   if (want_input && detail::gemm_runs_bf16<T>(block, in, nd.out))
     w = detail::with_bf16_rounding(w, detail::ScratchSlot::fused_weight_bf16);
